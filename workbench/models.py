@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from transformers.utils import logging as hf_logging
 
 from workbench.errors import WorkbenchError
 
@@ -62,6 +63,7 @@ def load_base(
         attn_implementation: "eager" (needed for attention patterns) or "sdpa".
     """
     spec_str = str(spec)
+    hf_logging.disable_progress_bar()  # weight loading takes well under a second from the cache
     if spec_str in TINY_CONFIGS:
         model, tok = _load_tiny(spec_str, dtype, attn_implementation)
     elif spec_str == EMBEDDED_DEFAULT:

@@ -1,0 +1,95 @@
+"""Hook names are a public contract (DESIGN.md §3): one hook point per site and loop."""
+
+import torch
+
+from tests.conftest import perturb
+from workbench.surgery import retrofit
+
+GOLDEN = [
+    "prelude.0.hook_resid_post", "prelude.1.hook_resid_post", "hook_prelude",
+    "loop.1.hook_input", "loop.1.hook_state", "loop.1.hook_readout",
+    "loop.1.block.2.hook_resid_post", "loop.1.block.2.attn.hook_pattern", "loop.1.block.2.memory.hook_out",
+    "loop.1.block.3.hook_resid_post", "loop.1.block.3.attn.hook_pattern", "loop.1.block.3.memory.hook_out",
+    "loop.1.coda.4.hook_resid_post", "loop.1.coda.5.hook_resid_post", "loop.1.halt.hook_prob",
+    "loop.2.hook_input", "loop.2.hook_state", "loop.2.hook_readout",
+    "loop.2.block.2.hook_resid_post", "loop.2.block.2.attn.hook_pattern", "loop.2.block.2.memory.hook_out",
+    "loop.2.block.3.hook_resid_post", "loop.2.block.3.attn.hook_pattern", "loop.2.block.3.memory.hook_out",
+    "loop.2.coda.4.hook_resid_post", "loop.2.coda.5.hook_resid_post", "loop.2.halt.hook_prob",
+]
+
+
+def test_golden_hook_names(tiny):
+    looped = retrofit(tiny[0], (2, 4), memory=True, halting=True, max_loops=2)
+    assert list(looped.hook_dict) == GOLDEN
+
+
+def test_hook_names_without_optional_parts(tiny):
+    looped = retrofit(tiny[0], (2, 4), max_loops=2)
+    assert list(looped.hook_dict) == [n for n in GOLDEN if ".memory." not in n and ".halt." not in n]
+
+
+def test_run_with_cache_keeps_every_loop(tiny, batch):
+    looped = retrofit(tiny[0], (1, 4), memory=True)
+    perturb(looped.reentry)
+    _, cache = looped.run_with_cache(batch.input_ids, attention_mask=batch.attention_mask, loops=3,
+                                     names_filter=lambda n: n.endswith("hook_state") or n.endswith("memory.hook_out"))
+    states = [cache[f"loop.{t}.hook_state"] for t in (1, 2, 3)]
+    assert all(s.shape == (3, batch.input_ids.shape[1], 64) for s in states)
+    assert not torch.equal(states[0], states[1]) and not torch.equal(states[1], states[2])
+    assert "loop.1.block.1.memory.hook_out" not in cache  # memory is empty at loop 1
+    assert cache["loop.2.block.1.memory.hook_out"].abs().max() > 0
+
+
+def test_patch_at_loop2_changes_later_loops_only(tiny, batch):
+    looped = retrofit(tiny[0], (1, 4))
+    perturb(looped.reentry)
+    ids, mask = batch.input_ids, batch.attention_mask
+    clean = looped.read(ids, mask, loops=3)
+    zero = lambda x, hook: torch.zeros_like(x)  # noqa: E731
+    with looped.hooks(fwd_hooks=[("loop.2.hook_state", zero)]):
+        patched = looped.read(ids, mask, loops=3)
+    assert torch.equal(clean.scores[:, 0], patched.scores[:, 0])
+    assert not torch.allclose(clean.scores[:, 1], patched.scores[:, 1])
+    assert not torch.allclose(clean.scores[:, 2], patched.scores[:, 2])
+    out = looped.run_with_hooks(ids, attention_mask=mask, loops=3, fwd_hooks=[("loop.2.hook_state", zero)])
+    assert torch.allclose(out.logits[:, -1], patched.scores[:, 2, 0], atol=1e-5)
+
+
+def test_pattern_hook_reads_probabilities_and_patches(tiny, batch):
+    looped = retrofit(tiny[0], (1, 4))
+    ids, mask = batch.input_ids, batch.attention_mask
+    plain = looped(ids, mask, loops=2).logits
+    name = "loop.2.block.2.attn.hook_pattern"
+    out, cache = looped.run_with_cache(ids, attention_mask=mask, loops=2, names_filter=[name])
+    assert torch.equal(out.logits, plain)  # routing through the hooked path changes nothing
+    pattern = cache[name]
+    assert pattern.shape == (3, 4, ids.shape[1], ids.shape[1])
+    assert torch.allclose(pattern.sum(-1), torch.ones(3, 4, ids.shape[1]), atol=1e-5)
+    full = int(mask.sum(-1).argmax())  # an unpadded row
+    assert pattern[full, :, 2, 3:].abs().max() == 0  # causal: no weight on the future
+    pad = int(mask.sum(-1).argmin())
+    assert pattern[pad, :, -1, : int((mask[pad] == 0).sum())].abs().max() == 0  # none on left padding
+    uniform = lambda x, hook: torch.where(x > 0, torch.ones_like(x), x) / (x > 0).sum(-1, keepdim=True)  # noqa
+    patched = looped.run_with_hooks(ids, attention_mask=mask, loops=2, fwd_hooks=[(name, uniform)]).logits
+    assert not torch.allclose(patched, plain)
+
+
+def test_nnsight_reads_and_patches_per_loop_state(tiny, batch):
+    from nnsight import NNsight
+
+    looped = retrofit(tiny[0], (1, 4))
+    perturb(looped.reentry)
+    ids = batch.input_ids[:1]
+    ref = looped.read(ids, loops=3, return_states=True)
+    wrapped = NNsight(looped)
+    with wrapped.trace(ids, loops=3):
+        s1 = wrapped.loop["1"].hook_state.output.save()
+        s3 = wrapped.loop["3"].hook_state.output.save()
+    assert torch.equal(s1[0, -1], ref.states[0, 0, 0]) and torch.equal(s3[0, -1], ref.states[0, 2, 0])
+    with wrapped.trace(ids, loops=3):
+        wrapped.loop["2"].hook_state.output[:] = 0
+        logits = wrapped.output.logits.save()
+    with looped.hooks(fwd_hooks=[("loop.2.hook_state", lambda x, hook: torch.zeros_like(x))]):
+        expected = looped(ids, loops=3).logits
+    assert torch.allclose(logits, expected, atol=1e-6)
+    assert not torch.allclose(logits, looped(ids, loops=3).logits)

@@ -1,0 +1,82 @@
+"""Base-model loading: tiny configs, HF directories, GGUF files, the embedded default, errors."""
+
+import time
+
+import pytest
+import torch
+
+from workbench.errors import WorkbenchError
+from workbench.models import embedded_gguf_path, load_base, weights_sha256
+
+
+@pytest.mark.parametrize("spec,family", [("tiny-llama", "llama"), ("tiny-qwen2", "qwen2"), ("tiny-qwen3", "qwen3")])
+def test_tiny_configs_are_seeded_and_small(spec, family):
+    a, tok = load_base(spec)
+    b, _ = load_base(spec)
+    assert a.config.model_type == family and a.config.hidden_size == 64
+    assert weights_sha256(a) == weights_sha256(b)  # seeded: the same weights every time
+    assert tok.padding_side == "left" and tok.pad_token_id is not None
+    assert len(tok(" Ben").input_ids) == 1  # a real tokenizer, not a stub
+
+
+def test_hf_directory_round_trip(tmp_path, tiny):
+    model, tok = tiny
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    again, tok2 = load_base(tmp_path)
+    ids = tok("The capital of France is", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, again(ids).logits)
+    assert again.workbench_spec == str(tmp_path)
+
+
+def test_errors_name_the_spec_and_what_is_accepted(tmp_path):
+    with pytest.raises(WorkbenchError, match=r"'no-such-model' does not exist.*tiny-llama"):
+        load_base("no-such-model")
+    (tmp_path / "notes.txt").write_text("hi")
+    with pytest.raises(WorkbenchError, match="neither a .gguf file nor a directory with config.json"):
+        load_base(tmp_path / "notes.txt")
+
+
+def test_unsupported_gguf_architecture(tmp_path):
+    import numpy as np
+    from gguf import GGUFWriter
+
+    path = tmp_path / "tiny-bert.gguf"
+    writer = GGUFWriter(str(path), "bert")
+    writer.add_block_count(1)
+    writer.add_tensor("token_embd.weight", np.zeros((4, 4), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(WorkbenchError, match="architecture 'bert'.*supported: llama, mistral, qwen2, qwen3"):
+        load_base(path)
+
+
+def test_embedded_default_found_through_metadata():
+    path = embedded_gguf_path()
+    assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
+
+
+@pytest.mark.slow
+def test_embedded_default_loads_from_cache_fast():
+    load_base("smollm2-135m-instruct")  # dequantizes once if the cache is cold
+    start = time.perf_counter()
+    model, tok = load_base("smollm2-135m-instruct")
+    assert time.perf_counter() - start < 3.0
+    assert model.config.num_hidden_layers == 30 and model.config.hidden_size == 576
+    # The 4-bit checkpoint, dequantized, still knows its facts at the next token.
+    for prompt, expected in [("The capital of France is", " Paris"), ("One, two, three, four,", " five")]:
+        ids = tok(prompt, return_tensors="pt").input_ids
+        with torch.no_grad():
+            assert tok.decode(model(ids).logits[0, -1].argmax()) == expected
+
+
+@pytest.mark.slow
+def test_gguf_file_loads_directly():
+    model, tok = load_base(embedded_gguf_path())
+    cached, _ = load_base("smollm2-135m-instruct")
+    ids = tok("Hello world", return_tensors="pt").input_ids
+    with torch.no_grad():
+        assert torch.equal(model(ids).logits, cached(ids).logits)

@@ -1,0 +1,5 @@
+"""`python -m workbench` runs the CLI."""
+
+from workbench.cli import run
+
+run()

@@ -1,0 +1,56 @@
+"""The `workbench` command: a thin Typer app over the library.
+
+Every command parses its arguments, calls library functions and prints a summary. A
+`WorkbenchError` (bad input, a refused operation) becomes one line on stderr and exit
+status 2; `--debug` shows the traceback instead.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from workbench.commands.demo import demo
+from workbench.commands.identity import identity
+from workbench.errors import WorkbenchError
+
+app = typer.Typer(
+    help="Looped retrofits of pretrained LMs: build, train, and look inside every loop.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+_state = {"debug": False}
+
+
+@app.callback()
+def main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks instead of one-line errors.")):
+    """Looped retrofits of pretrained LMs: build, train, and look inside every loop."""
+    _state["debug"] = debug
+
+
+app.command("identity")(identity)
+app.command("demo")(demo)
+
+
+def run() -> None:
+    """Entry point: runs the app, turning WorkbenchError into one line and exit status 2."""
+    try:
+        app(standalone_mode=False)
+    except WorkbenchError as err:
+        if _state["debug"]:
+            raise
+        typer.echo(f"error: {err}", err=True)
+        sys.exit(2)
+    except (typer.Exit, SystemExit) as err:
+        raise err
+    except Exception as err:  # click usage errors arrive here in non-standalone mode
+        import click
+
+        if isinstance(err, click.exceptions.ClickException):
+            err.show()
+            sys.exit(2)
+        if isinstance(err, click.exceptions.Abort):
+            sys.exit(130)
+        raise

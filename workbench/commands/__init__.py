@@ -1,0 +1,1 @@
+"""CLI commands: each module holds one Typer-compatible function, registered in workbench.cli."""

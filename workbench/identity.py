@@ -1,0 +1,63 @@
+"""Loop-1 identity: the retrofit at loop 1 must reproduce the untouched base model exactly."""
+
+from __future__ import annotations
+
+import torch
+
+from workbench.surgery import attach_lora, retrofit
+
+# A small built-in prompt set: short and long, plain and chat-like, so padding is exercised.
+IDENTITY_PROMPTS = (
+    "The capital of France is",
+    "def fibonacci(n):\n    if n < 2:\n        return n\n",
+    "A -> C\nB -> A\nC -> D\nD -> B\nStart at A. Apply the table 2 times.\nAnswer:",
+    "Once upon a time, in a small village by the sea, there lived an old fisherman who",
+    "Question: What is 12 + 7?\nAnswer:",
+    "Ben passes to Max. Max passes to Eve. Eve passes to Kai. Start at Ben; after 3 passes, who has it?",
+)
+
+
+def base_logits(base, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """The untouched HF model's logits [batch, pos, vocab], with the position ids the loop uses."""
+    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        return base(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos).logits
+
+
+def max_abs_diff(looped, input_ids, attention_mask, reference: torch.Tensor, loops: int) -> float:
+    """max |Δlogit| between the retrofit's loop-1 logits and `reference`, over real tokens only.
+
+    `loops` > 1 also runs the later loops (and their re-entry) in the same call, through `read`,
+    which must not disturb what loop 1 reads.
+    """
+    real = attention_mask.bool()
+    with torch.no_grad():
+        out = looped(input_ids, attention_mask, loops=1).logits
+        diff = (out - reference).abs()[real].max().item()
+        if loops > 1:
+            positions = torch.arange(input_ids.shape[1]).expand(input_ids.shape[0], -1)
+            first = looped.read(input_ids, attention_mask, loops=loops, positions=positions).scores[:, 0]
+            diff = max(diff, (first - reference).abs()[real].max().item())
+    return diff
+
+
+def identity_report(base, tokenizer, block, loops: int = 3, prompts=IDENTITY_PROMPTS,
+                    designs=("bridge", "inject"), lora: bool = True) -> list[dict]:
+    """Returns one dict per (re-entry, memory, lora) with `max_abs_diff` at loop 1.
+
+    The LoRA variant (B = 0 at init) is checked last because attaching it edits the base
+    model's block projections in place.
+    """
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    ref = base_logits(base, enc.input_ids, enc.attention_mask)
+    rows = []
+    variants = [(d, m, False) for d in designs for m in (False, True)]
+    if lora:
+        variants += [(d, m, True) for d in designs for m in (False, True)]
+    for design, memory, with_lora in variants:
+        looped = retrofit(base, block, reentry=design, memory=memory, max_loops=max(loops, 1))
+        if with_lora and not any("lora_" in n for n, _ in base.named_parameters()):
+            attach_lora(looped)
+        rows.append(dict(reentry=design, memory=memory, lora=with_lora,
+                         max_abs_diff=max_abs_diff(looped, enc.input_ids, enc.attention_mask, ref, loops)))
+    return rows
