@@ -1,0 +1,78 @@
+"""Small file helpers every writer uses: atomic writes, hashing, output-directory checks.
+
+Nothing is half-written: each file goes to a temporary name in the same directory and is
+`os.replace`d into place, so a killed process leaves either the old file or the new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Writes `data` to `path` through a temporary file, fsync and `os.replace`."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Writes UTF-8 `text` atomically."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_json_atomic(path: Path, obj, indent: int | None = 2) -> None:
+    """Writes `obj` as JSON (sorted keys, trailing newline) atomically."""
+    write_text_atomic(path, json.dumps(obj, indent=indent, sort_keys=True, default=str) + "\n")
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    """SHA-256 hex digest of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_bytes(data: bytes) -> str:
+    """SHA-256 hex digest of bytes."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_out_dir(path: Path, overwrite: bool = False) -> Path:
+    """Refuses an output directory that exists and is not empty, unless `overwrite`.
+
+    Checked before any work starts, and nothing is created here: a refused or failed
+    command leaves no directory behind.
+    """
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise WorkbenchError(f"output '{path}' exists and is not a directory")
+    if path.is_dir() and any(path.iterdir()) and not overwrite:
+        raise WorkbenchError(f"output directory '{path}' exists and is not empty; pass --overwrite to replace it")
+    return path
+
+
+def replace_dir(staging: Path, target: Path) -> None:
+    """Moves a fully written staging directory to `target`, replacing what was there."""
+    target = Path(target)
+    if target.exists():
+        old = target.with_name(f".{target.name}.old{os.getpid()}")
+        os.replace(target, old)
+        os.replace(staging, target)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(staging, target)
