@@ -13,6 +13,7 @@ import typer
 
 from workbench.commands.demo import demo
 from workbench.commands.identity import identity
+from workbench.commands.rows import rows
 from workbench.errors import WorkbenchError
 
 app = typer.Typer(
@@ -32,6 +33,7 @@ def main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks inst
 
 app.command("identity")(identity)
 app.command("demo")(demo)
+app.command("rows")(rows)
 
 
 def run() -> None:

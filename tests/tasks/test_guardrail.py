@@ -1,0 +1,90 @@
+"""Capability guardrail: a frozen 64-row battery, scored at loop 1, with a paired test and a hard stop."""
+
+import re
+
+import pytest
+
+from workbench.errors import WorkbenchError
+from workbench.stats import mcnemar
+from workbench.tasks.executors import ReadoutExecutor
+from workbench.tasks.guardrail import (
+    GuardrailCounts, guardrail_compare, guardrail_counts, guardrail_rows, passes,
+)
+from workbench.tasks.manifest import rows_sha256
+from workbench.tasks.reader import candidate_ids
+
+# Pinned: editing the battery is a new version, never a silent change.
+BATTERY_SHA256 = "5bd972946503c9f8ba3e82b23114ba003a4cb62df4bfe46390abfa861da6a61a"
+
+
+def last_problem(text: str) -> int:
+    a, op, b = re.search(r"(\d) ([+-]) (\d) = $", text).groups()
+    return int(a) + int(b) if op == "+" else int(a) - int(b)
+
+
+class Arithmetic(ReadoutExecutor):
+    """Answers the battery's last problem, except on `wrong` (by problem text), where it answers 0 or 1."""
+
+    def __init__(self, tokenizer, wrong=()):
+        self.loops_seen = []
+
+        def answer(text, t):
+            r = last_problem(text)
+            return str(int(r == 0)) if text.splitlines()[-1] in wrong else str(r)
+        super().__init__(tokenizer, answer, parse=lambda text: text)
+
+    def read(self, input_ids, attention_mask=None, loops=1, **kw):
+        self.loops_seen.append(loops)
+        return super().read(input_ids, attention_mask, loops, **kw)
+
+
+def test_battery_is_64_fixed_rows_with_correct_single_digit_answers(tok):
+    rows = guardrail_rows()
+    assert len(rows) == 64 and rows == guardrail_rows()
+    assert rows_sha256(rows) == BATTERY_SHA256
+    assert len({r["prompt"] for r in rows}) == 64 and len({r["row_id"] for r in rows}) == 64
+    assert sum("+" in r["start"] for r in rows) == 32
+    for row in rows:
+        assert str(last_problem(row["prompt"])) == row["answer"] == row["chain"][0]
+        assert row["prompt"].count(row["start"] + " =") == 1, "a row must not repeat a worked example"
+    candidate_ids(tok, rows[0]["symbols"], prefix="")  # every digit is one SmolLM2 token
+    assert tok.encode("= 7", add_special_tokens=False)[-1] == candidate_ids(tok, ["7"], prefix="")[0]
+
+
+def test_counts_go_through_the_reader_at_loop_1(tok):
+    model = Arithmetic(tok)
+    counts = guardrail_counts(model, tok)
+    assert (counts.correct, counts.total) == (64, 64) and all(counts.per_row.values())
+    assert set(model.loops_seen) == {1}
+    wrong = [r["prompt"].splitlines()[-1] for r in guardrail_rows()[:5]]
+    damaged = guardrail_counts(Arithmetic(tok, wrong), tok)
+    assert damaged.correct == 59 and sum(not ok for ok in damaged.per_row.values()) == 5
+
+
+def _counts(correct_flags, digest="x"):
+    per_row = {f"r{i}": bool(c) for i, c in enumerate(correct_flags)}
+    return GuardrailCounts(sum(per_row.values()), len(per_row), per_row, digest)
+
+
+def test_compare_counts_helped_hurt_and_the_exact_paired_p():
+    before = _counts([1] * 60 + [0] * 4)
+    after = _counts([1] * 57 + [0] * 3 + [1] * 1 + [0] * 3)  # 3 rows lost, 1 gained: 58/64
+    cmp = guardrail_compare(before, after)
+    assert (cmp.before, cmp.after, cmp.total, cmp.helped, cmp.hurt) == (60, 58, 64, 1, 3)
+    assert cmp.p_value == mcnemar(1, 3) == pytest.approx(0.625)
+    assert cmp.drop_points == pytest.approx(3.125)
+
+
+def test_hard_stop_matches_the_paper():
+    # 60/64 -> 58/64 stopped the fresh arm (one row beyond the 3-point boundary); 59/64 passed.
+    before = _counts([1] * 60 + [0] * 4)
+    assert not passes(before, _counts([1] * 58 + [0] * 6))
+    assert passes(before, _counts([1] * 59 + [0] * 5))
+    assert passes(before, _counts([1] * 61 + [0] * 3))
+    assert guardrail_compare(before, _counts([1] * 58 + [0] * 6)).p_value == pytest.approx(0.5)
+    assert passes(before, _counts([1] * 58 + [0] * 6), max_drop=5.0)
+
+
+def test_compare_refuses_different_batteries():
+    with pytest.raises(WorkbenchError, match="different batteries"):
+        guardrail_compare(_counts([1, 0]), _counts([1, 0], digest="y"))

@@ -1,0 +1,152 @@
+"""Paired exact tests, Fisher gates, bootstrap intervals and the validity frontier (ANALYSES.md §3-4)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+from scipy import stats as sps
+
+from workbench.errors import WorkbenchError
+
+FRONTIER_BAR = 0.71  # ≈ 0.25 ** (1 / 4), registered; sensitivity at 0.60 and 0.80
+
+
+def mcnemar(helped: int, hurt: int) -> float:
+    """Returns the exact two-sided McNemar p: min(1, 2·P(X <= min(b, c))), X ~ Bin(b + c, 1/2).
+
+    Args:
+        helped: b, discordant rows only the second system gets right.
+        hurt: c, discordant rows only the first system gets right.
+    """
+    if helped < 0 or hurt < 0:
+        raise WorkbenchError(f"McNemar counts must be >= 0, got {helped} and {hurt}")
+    n = helped + hurt
+    if n == 0:
+        return 1.0
+    return min(1.0, 2.0 * float(sps.binom.cdf(min(helped, hurt), n, 0.5)))
+
+
+def fisher(a_correct: int, a_total: int, b_correct: int, b_total: int, alternative: str = "two-sided") -> float:
+    """Returns Fisher's exact p for the 2x2 table of correct/wrong counts of A and B.
+
+    `alternative="greater"` tests whether A's odds of a correct row exceed B's; "less" the reverse.
+    """
+    if alternative not in ("two-sided", "greater", "less"):
+        raise WorkbenchError(f"alternative '{alternative}' is unknown; accepted: two-sided, greater, less")
+    if not (0 <= a_correct <= a_total and 0 <= b_correct <= b_total):
+        raise WorkbenchError(
+            f"counts must satisfy 0 <= correct <= total, got {a_correct}/{a_total}, {b_correct}/{b_total}"
+        )
+    table = [[a_correct, a_total - a_correct], [b_correct, b_total - b_correct]]
+    return float(sps.fisher_exact(table, alternative=alternative).pvalue)
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with a percentile bootstrap interval."""
+
+    estimate: float
+    low: float
+    high: float
+    level: float
+    n_boot: int
+
+
+def paired_bootstrap(a, b, n_boot: int = 10_000, seed: int = 0, clusters=None, level: float = 0.95) -> Interval:
+    """Returns mean(b − a) over paired rows with a percentile bootstrap interval.
+
+    Args:
+        a, b: per-row values of the two systems (e.g. 0/1 correctness), same order, length R.
+        n_boot: bootstrap resamples.
+        seed: seed of the resampling generator.
+        clusters: optional length-R group labels; whole groups are resampled (rows that come in groups).
+        level: interval coverage.
+    """
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.ndim != 1 or a.size == 0 or a.shape != b.shape:
+        raise WorkbenchError(
+            f"paired_bootstrap needs two non-empty 1-D arrays of equal length, got {a.shape} and {b.shape}"
+        )
+    diff = b - a
+    rng = np.random.default_rng(seed)
+    if clusters is None:
+        sums, counts = diff, np.ones_like(diff)
+    else:
+        labels, inverse = np.unique(np.asarray(clusters), return_inverse=True)
+        if inverse.size != diff.size:
+            raise WorkbenchError(f"clusters has {inverse.size} labels for {diff.size} rows")
+        sums = np.bincount(inverse, weights=diff, minlength=labels.size)
+        counts = np.bincount(inverse, minlength=labels.size).astype(float)
+    draws = rng.integers(0, sums.size, size=(n_boot, sums.size))
+    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+    tail = (1 - level) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return Interval(float(diff.mean()), float(low), float(high), level, n_boot)
+
+
+def frontier(acc_by_depth: Mapping[int, float] | pd.Series, bar: float = FRONTIER_BAR) -> float:
+    """Returns the threshold-crossing depth of the diagonal accuracy.
+
+    NaN if the first depth is below `bar`; at the first adjacent pair with a_i >= bar > a_{i+1},
+    d_i + (a_i − bar) / (a_i − a_{i+1}) · (d_{i+1} − d_i); the last depth if it never crosses.
+    """
+    pairs = sorted(dict(acc_by_depth).items())
+    if not pairs:
+        raise WorkbenchError("frontier needs accuracy at one depth at least")
+    if pairs[0][1] < bar:
+        return math.nan
+    for (d0, a0), (d1, a1) in zip(pairs, pairs[1:]):
+        if a0 >= bar > a1:
+            return d0 + (a0 - bar) / (a0 - a1) * (d1 - d0)
+    return float(pairs[-1][0])
+
+
+def paired_compare(result_a, result_b) -> pd.DataFrame:
+    """Returns final-answer (loop = depth) helped/hurt/tied counts per depth with the McNemar p.
+
+    Rows are paired by row_id; "helped" counts rows B gets right and A wrong. The last row
+    (depth <NA>) pools every depth.
+
+    Args:
+        result_a, result_b: objects with `manifest_sha256` and `frame()` (a `ReadResult`).
+
+    Raises:
+        WorkbenchError: the results come from manifests with different digests, or lack loop = depth.
+    """
+    if result_a.manifest_sha256 != result_b.manifest_sha256:
+        raise WorkbenchError(
+            f"refusing to compare results from different manifests "
+            f"({result_a.manifest_sha256[:12]} vs {result_b.manifest_sha256[:12]})"
+        )
+    a, b = (_final(r.frame()) for r in (result_a, result_b))
+    paired = a.merge(b, on=["row_id", "depth"], suffixes=("_a", "_b"), validate="one_to_one")
+    if len(paired) != len(a) or len(paired) != len(b):
+        raise WorkbenchError("the two results do not hold the same rows")
+    groups = [(int(d), g) for d, g in paired.groupby("depth")] + [(pd.NA, paired)]
+    return pd.DataFrame([_counts(d, g) for d, g in groups]).astype({"depth": "Int64"})
+
+
+def _final(frame: pd.DataFrame) -> pd.DataFrame:
+    final = frame[frame["loop"] == frame["depth"]][["row_id", "depth", "correct"]]
+    if final["row_id"].nunique() != frame["row_id"].nunique():
+        raise WorkbenchError("a result lacks loop = depth for some rows; read at least max(depth) loops")
+    return final.astype({"correct": bool})
+
+
+def _counts(depth, g: pd.DataFrame) -> dict:
+    helped = int((g["correct_b"] & ~g["correct_a"]).sum())
+    hurt = int((g["correct_a"] & ~g["correct_b"]).sum())
+    return {
+        "depth": depth,
+        "n": len(g),
+        "a_correct": int(g["correct_a"].sum()),
+        "b_correct": int(g["correct_b"].sum()),
+        "helped": helped,
+        "hurt": hurt,
+        "tied": len(g) - helped - hurt,
+        "p_mcnemar": mcnemar(helped, hurt),
+    }

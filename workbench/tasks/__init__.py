@@ -1,0 +1,54 @@
+"""Task generators, frozen row manifests, the reader and the capability guardrail.
+
+A row is a JSON-serialisable dict. Every task writes:
+
+    row_id            unique, readable: "chase-letters16-symbolic-test-s20260702-d03-0007"
+    task              "chase" | "phop" | "state" | "arith" | "guardrail"
+    template_version  the prompt template's version ("chase-v1", "recurtrace-v1", "arith-v1")
+    split, seed, index, alphabet   seed material (with task and depth; see `seeding`)
+    depth             d, the number of steps
+    prompt            the text, ending with "Answer:"
+    start             x0
+    chain             [x_1, .., x_d]: the state after each step
+    answer            chain[-1]; the model reads " " + answer
+    symbols           the candidate symbols the reader scores (empty for arith)
+
+plus, per task: `table` (K -> V) and `symbol_set`, `surface`, `permutation` for the chase;
+`table` for p-hop; `registers`, `steps` for state tracking; `steps` for arithmetic.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from workbench.errors import WorkbenchError
+from workbench.tasks.chase import chase_rows
+from workbench.tasks.recurtrace import recurtrace_rows
+
+TASKS = ("chase", "phop", "state", "arith")
+DEFAULT_ALPHABET = {"chase": 16, "phop": 32}
+
+
+def build_rows(task: str, depths: Iterable[int], per_depth: int, seed: int, *, alphabet: int | None = None,
+               tokenizer=None, surface: str = "symbolic", symbol_set: str | None = None,
+               permutation: bool = False, split: str = "test") -> list[dict]:
+    """Returns the rows of one task family, depth-major; options a task does not use must be left default.
+
+    `alphabet` defaults to 16 for the chase and 32 for p-hop; state and arith take none.
+
+    Raises:
+        WorkbenchError: an unknown task, an option the task does not take, or a bad value.
+    """
+    if task not in TASKS:
+        raise WorkbenchError(f"task '{task}' is unknown; accepted: {', '.join(TASKS)}")
+    alphabet = DEFAULT_ALPHABET.get(task) if alphabet is None else alphabet
+    if task == "chase":
+        return chase_rows(alphabet, depths, per_depth, seed, tokenizer=tokenizer, surface=surface,
+                          symbol_set=symbol_set, permutation=permutation, split=split)
+    if surface != "symbolic" or symbol_set is not None or permutation or (alphabet is not None and task != "phop"):
+        raise WorkbenchError(f"task '{task}' takes no surface, symbol set or permutation option"
+                             + ("" if task == "phop" else ", nor an alphabet"))
+    options = {"split": split}
+    if task == "phop":
+        options.update(tokenizer=tokenizer, alphabet=alphabet)
+    return recurtrace_rows(task, depths, per_depth, seed, **options)

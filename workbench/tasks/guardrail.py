@@ -1,0 +1,111 @@
+"""Capability guardrail: a fixed 64-row single-digit arithmetic battery scored at loop 1.
+
+The retrofit paper's 64-row "Tier-1 arithmetic check" with its hard stop: a drop of more
+than 3 points (60/64 -> 58/64 stopped a run; 59/64 against 60/64 passed). Each row is a few-shot
+prompt ending in "= ", and the ten digits are the candidates: SmolLM2 (like Qwen2.5 and
+Llama 3) writes " 7" as a space token then a digit token, so after a trailing space the
+digit is one token. Rows are scored through the one reader (`read_rows`, loops=1).
+The embedded SmolLM2 (4-bit, dequantized) scores 49/64 on it, so there is room to lose.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from workbench.errors import WorkbenchError
+from workbench.stats import mcnemar
+from workbench.tasks.manifest import rows_sha256
+from workbench.tasks.reader import read_rows
+
+GUARDRAIL_VERSION = "arith-v1"
+GUARDRAIL_ROWS = 64
+GUARDRAIL_SEED = 20260702
+MAX_DROP_POINTS = 3.0
+DIGITS = [str(d) for d in range(10)]
+SHOTS = "2 + 3 = 5\n7 - 4 = 3\n1 + 6 = 7\n9 - 1 = 8\n4 + 4 = 8\n6 - 6 = 0\n3 + 0 = 3\n8 - 5 = 3\n5 + 4 = 9\n4 - 2 = 2\n"
+
+
+def guardrail_rows() -> list[dict]:
+    """Returns the 64 battery rows (32 sums, 32 differences, answers 0-9, none a worked example)."""
+    problems = {"+": [], "-": []}
+    for a in range(10):
+        for b in range(10):
+            if f"{a} + {b} =" in SHOTS or f"{a} - {b} =" in SHOTS:
+                continue  # no row repeats a worked example
+            if a + b <= 9:
+                problems["+"].append((a, b, a + b))
+            if a - b >= 0:
+                problems["-"].append((a, b, a - b))
+    rng = random.Random(GUARDRAIL_SEED)
+    chosen = [(op, p) for op in "+-" for p in rng.sample(problems[op], GUARDRAIL_ROWS // 2)]
+    rng.shuffle(chosen)
+    return [
+        {
+            "row_id": f"guardrail-{GUARDRAIL_VERSION}-{i:02d}",
+            "task": "guardrail",
+            "template_version": GUARDRAIL_VERSION,
+            "depth": 1,
+            "prompt": f"{SHOTS}{a} {op} {b} = ",
+            "start": f"{a} {op} {b}",
+            "chain": [str(r)],
+            "answer": str(r),
+            "symbols": DIGITS,
+            "answer_prefix": "",  # the prompt's trailing space is already a token
+        }
+        for i, (op, (a, b, r)) in enumerate(chosen)
+    ]
+
+
+@dataclass(frozen=True)
+class GuardrailCounts:
+    """Battery result: `correct` of `total`, per-row correctness, and the battery's digest."""
+
+    correct: int
+    total: int
+    per_row: dict[str, bool]
+    battery_sha256: str
+
+
+@dataclass(frozen=True)
+class GuardrailComparison:
+    """Before/after counts with the exact paired McNemar test on row-paired correctness."""
+
+    before: int
+    after: int
+    total: int
+    helped: int  # wrong before, right after
+    hurt: int  # right before, wrong after
+    p_value: float
+
+    @property
+    def drop_points(self) -> float:
+        """Accuracy lost, in percentage points (negative when it rose)."""
+        return 100.0 * (self.before - self.after) / self.total
+
+
+def guardrail_counts(model, tokenizer, batch_size: int = 16) -> GuardrailCounts:
+    """Returns the battery scored at loop 1 through `model.read` (for a retrofit, loop 1 is the base)."""
+    rows = guardrail_rows()
+    result = read_rows(model, tokenizer, rows, loops=1, batch_size=batch_size)
+    frame = result.frame()
+    per_row = dict(zip(frame["row_id"], frame["correct"].astype(bool)))
+    return GuardrailCounts(sum(per_row.values()), len(rows), per_row, rows_sha256(rows))
+
+
+def guardrail_compare(before: GuardrailCounts, after: GuardrailCounts) -> GuardrailComparison:
+    """Returns the paired comparison of two battery results.
+
+    Raises:
+        WorkbenchError: the two were computed on different batteries.
+    """
+    if before.battery_sha256 != after.battery_sha256 or before.per_row.keys() != after.per_row.keys():
+        raise WorkbenchError("refusing to compare guardrail results from different batteries")
+    helped = sum(not before.per_row[r] and after.per_row[r] for r in before.per_row)
+    hurt = sum(before.per_row[r] and not after.per_row[r] for r in before.per_row)
+    return GuardrailComparison(before.correct, after.correct, before.total, helped, hurt, mcnemar(helped, hurt))
+
+
+def passes(before: GuardrailCounts, after: GuardrailCounts, max_drop: float = MAX_DROP_POINTS) -> bool:
+    """Returns whether the battery lost at most `max_drop` percentage points (training's hard stop)."""
+    return guardrail_compare(before, after).drop_points <= max_drop

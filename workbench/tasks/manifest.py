@@ -1,0 +1,134 @@
+"""Frozen row manifests: `F.jsonl` (one canonical JSON row a line) and its sidecar `F.manifest.json`.
+
+The sidecar holds `rows` (the count), `depth_counts`, `row_ids_sha256` (SHA-256 of the
+newline-joined row ids) and `rows_sha256` (SHA-256 of the canonical JSON of every row, each
+followed by a newline: exactly the bytes of `F.jsonl`, so `sha256sum F.jsonl` agrees).
+Both files are written atomically; the same rows always give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, NamedTuple
+
+from workbench.errors import WorkbenchError
+
+SIDECAR_SUFFIX = ".manifest.json"
+
+
+class Manifest(NamedTuple):
+    """Rows read from a manifest, and its verified sidecar."""
+
+    rows: list[dict]
+    sidecar: dict
+
+    @property
+    def digest(self) -> str:
+        """The manifest's `rows_sha256`, which results record."""
+        return self.sidecar["rows_sha256"]
+
+
+def canonical_json(obj) -> str:
+    """Returns JSON with sorted keys, no whitespace, UTF-8 text kept as is."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def rows_jsonl(rows: Iterable[dict]) -> bytes:
+    """Returns the manifest file's bytes: one canonical JSON row a line."""
+    return "".join(canonical_json(r) + "\n" for r in rows).encode()
+
+
+def rows_sha256(rows: Iterable[dict]) -> str:
+    """Returns the SHA-256 over the canonical JSON of every row (the JSONL bytes)."""
+    return hashlib.sha256(rows_jsonl(rows)).hexdigest()
+
+
+def row_ids_sha256(rows: Iterable[dict]) -> str:
+    """Returns the SHA-256 over the newline-joined row ids."""
+    return hashlib.sha256("\n".join(r["row_id"] for r in rows).encode()).hexdigest()
+
+
+def sidecar_path(path: str | os.PathLike) -> Path:
+    """Returns `F.manifest.json` for `F.jsonl`."""
+    path = Path(path)
+    if path.suffix != ".jsonl":
+        raise WorkbenchError(f"manifest '{path}' must end in .jsonl")
+    return path.with_suffix(SIDECAR_SUFFIX)
+
+
+def summarize(rows: list[dict], name: str, meta: dict | None = None) -> dict:
+    """Returns the sidecar for `rows` stored as the file `name`."""
+    counts = Counter(r["depth"] for r in rows)
+    sidecar = {
+        "jsonl": name,
+        "rows": len(rows),
+        "depth_counts": {str(d): counts[d] for d in sorted(counts)},
+        "row_ids_sha256": row_ids_sha256(rows),
+        "rows_sha256": rows_sha256(rows),
+    }
+    if meta is not None:
+        sidecar["meta"] = meta
+    return sidecar
+
+
+def write_manifest(rows: list[dict], path: str | os.PathLike, meta: dict | None = None) -> dict:
+    """Writes `rows` to `path` (.jsonl) and its sidecar, atomically; returns the sidecar.
+
+    Args:
+        rows: row dicts, each with a unique `row_id` and a `depth`.
+        path: the `.jsonl` file to write.
+        meta: what produced the rows (generator options), stored in the sidecar as is.
+    """
+    path = Path(path)
+    side = sidecar_path(path)
+    _check_rows(rows, path)
+    sidecar = summarize(rows, path.name, meta)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomically(path, rows_jsonl(rows))
+    _write_atomically(side, (json.dumps(sidecar, sort_keys=True, indent=2) + "\n").encode())
+    return sidecar
+
+
+def read_manifest(path: str | os.PathLike) -> Manifest:
+    """Returns the rows of `path` and its sidecar, after checking one against the other.
+
+    Raises:
+        WorkbenchError: a missing file, a malformed line, or rows that do not match the sidecar.
+    """
+    path = Path(path)
+    side = sidecar_path(path)
+    for p in (path, side):
+        if not p.exists():
+            raise WorkbenchError(f"manifest file '{p}' does not exist")
+    rows = []
+    # split on "\n" only: str.splitlines would also split inside text at U+2028 and friends
+    for n, line in enumerate(path.read_bytes().decode().split("\n")[:-1], 1):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            raise WorkbenchError(f"manifest '{path}' line {n} is not JSON: {err.msg}") from err
+    sidecar = json.loads(side.read_text())
+    expected = summarize(rows, path.name, sidecar.get("meta"))
+    bad = [k for k in ("rows", "depth_counts", "row_ids_sha256", "rows_sha256") if sidecar.get(k) != expected[k]]
+    if bad:
+        raise WorkbenchError(f"manifest '{path}' does not match its sidecar '{side.name}' ({', '.join(bad)} differ)")
+    return Manifest(rows, sidecar)
+
+
+def _check_rows(rows: list[dict], path: Path) -> None:
+    missing = [i for i, r in enumerate(rows) if "row_id" not in r or "depth" not in r]
+    if missing:
+        raise WorkbenchError(f"rows for '{path}' lack row_id or depth (first at index {missing[0]})")
+    dupes = [rid for rid, n in Counter(r["row_id"] for r in rows).items() if n > 1]
+    if dupes:
+        raise WorkbenchError(f"rows for '{path}' repeat row ids, e.g. '{dupes[0]}'")
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
