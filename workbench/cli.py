@@ -14,6 +14,7 @@ import typer
 from workbench.commands.demo import demo
 from workbench.commands.identity import identity
 from workbench.commands.rows import rows
+from workbench.commands.select_block import select_block
 from workbench.errors import WorkbenchError
 
 app = typer.Typer(
@@ -34,6 +35,7 @@ def main(debug: bool = typer.Option(False, "--debug", help="Show tracebacks inst
 app.command("identity")(identity)
 app.command("demo")(demo)
 app.command("rows")(rows)
+app.command("select-block")(select_block)
 
 
 def run() -> None:

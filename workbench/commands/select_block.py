@@ -1,0 +1,80 @@
+"""`workbench select-block`: angular-distance sweep, Kneedle span and window ablation before surgery.
+
+Writes DIR/block_selection.json (the curve, the span, the ranked windows, the recommendation
+and the model's identity) and DIR/block_selection.html (the figure, self-contained offline).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import typer
+
+from workbench.errors import WorkbenchError
+
+SELECTION_JSON = "block_selection.json"
+SELECTION_HTML = "block_selection.html"
+
+
+def check_out_dir(out: Path, overwrite: bool) -> None:
+    """Raises WorkbenchError if `out` is a file, or a non-empty directory and `overwrite` is off."""
+    if out.exists() and not out.is_dir():
+        raise WorkbenchError(f"--out '{out}' is a file; give a directory (new, empty, or with --overwrite)")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise WorkbenchError(f"--out '{out}' exists and is not empty; give a new or empty directory, or --overwrite")
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def select_block(
+    model: str = typer.Option("smollm2-135m-instruct", "--model", help="HF directory, .gguf file, or embedded default name."),
+    corpus: Path | None = typer.Option(None, "--corpus", help="Text file, one text per line (default: the built-in corpus)."),
+    window: int | None = typer.Option(None, "--window", help="Layers to loop (default: max(2, round(L/5)), clipped to the span)."),
+    out: Path = typer.Option(Path("results/select_block"), "--out", help="Output directory (must be new or empty)."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty --out directory."),
+) -> None:
+    """Find the loopable span (angular distance + Kneedle) and rank windows in it by loop-2 damage."""
+    from workbench.models import load_base, weights_sha256
+    from workbench.selection import load_corpus
+    from workbench.selection import select_block as run_selection
+
+    check_out_dir(out, overwrite)
+    texts = load_corpus(corpus)  # read before the model loads: a bad path fails fast
+    start = time.perf_counter()
+    base, tok = load_base(model)
+    selection = run_selection(base, tok, texts=texts, window=window)
+    record = {
+        **selection.to_dict(),
+        "model": model,
+        "weights_sha256": weights_sha256(base),
+        "corpus": str(corpus) if corpus else "built-in (workbench/data/corpus.txt)",
+        "corpus_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest(),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    _write_atomically(out / SELECTION_JSON, json.dumps(record, indent=2))
+    html = selection.figure().to_html(include_plotlyjs=True, full_html=True)
+    _write_atomically(out / SELECTION_HTML, html)
+    _summary(selection, out, record["seconds"])
+
+
+def _summary(selection, out: Path, seconds: float) -> None:
+    knees = selection.knees
+    typer.echo(f"{selection.model}: {selection.n_layers} layers; span {selection.prelude_end}:{selection.coda_start}")
+    for key in ("prelude_end", "coda_start"):
+        typer.echo(f"  {key}: {knees[key]['reason']}")
+    typer.echo(f"windows of {selection.window} layers (stride {selection.stride}), lowest damage first:")
+    for w in selection.windows[:5]:
+        a, b = w["block"]
+        typer.echo(f"  {a:>2}:{b:<2} damage {w['damage']:.4f}  (Δloss {w['loss_increase']:+.4f} nats, "
+                   f"accuracy {w['accuracy_loop1']:.3f} -> {w['accuracy_loop2']:.3f})")
+    a, b = selection.recommended
+    typer.echo(f"recommended block {a}:{b}; wrote {out / SELECTION_JSON} and {out / SELECTION_HTML} in {seconds} s")
