@@ -1,0 +1,181 @@
+"""The benchmarks: their cost model, timing helpers, and a smoke run of each on a tiny model."""
+
+import importlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from tests.conftest import perturb
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    """Imports benchmark modules by name (they import each other as top-level modules)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.syspath_prepend(str(BENCH))
+        yield importlib.import_module
+
+
+def _counted(fn) -> int:
+    with FlopCounterMode(display=False) as counter:
+        fn()
+    return counter.get_total_flops()
+
+
+def test_layer_counts_of_the_embedded_split_and_the_papers(bench):
+    flops = bench("flops")
+    smollm = flops.Split(d=576, heads=9, kv_heads=3, head_dim=64, d_ff=1536, vocab=49152, n_layers=30, a=10, b=16)
+    assert flops.layers_one_pass_read(smollm, 14) == 10 + 14 * 6 + 14 * 14 == 290
+    assert flops.layers_reruns(smollm, 14) == sum(10 + 6 * t + 14 for t in range(1, 15)) == 966
+    paper = flops.Split(d=896, heads=14, kv_heads=2, head_dim=64, d_ff=4864, vocab=151936, n_layers=24, a=6, b=18)
+    for T in (1, 4, 8, 12):  # the retrofit paper: T loops cost (1 + T) / 2 of a base forward
+        assert flops.layers_last_loop(paper, T) / paper.n_layers == (1 + T) / 2
+    assert smollm.layer_params == 2 * 576 * 576 + 2 * 576 * 192 + 3 * 576 * 1536
+
+
+def test_analytic_flops_equal_torch_flop_counter(bench, tiny):
+    """The documented formula counts exactly the matmul FLOPs torch's own counter sees."""
+    common, flops, training_step = bench("common"), bench("flops"), bench("training_step")
+    from workbench.surgery import retrofit
+
+    looped = retrofit(tiny[0], (1, 4))
+    ids, mask, cand = common.chase_inputs(tiny[1], 2)
+    s, (rows, seq) = flops.split_of(looped), ids.shape
+    every = torch.arange(seq).unsqueeze(0).expand(rows, -1)
+    with torch.no_grad():
+        assert _counted(lambda: looped.read(ids, mask, loops=4, candidates=cand)) == \
+            flops.one_pass_read_flops(s, rows, seq, 4, len(cand))
+        assert _counted(lambda: looped(ids, mask, loops=3)) == flops.forward_flops(s, rows, seq, 3)
+        assert _counted(lambda: common.read_last_loop(looped, ids, mask, 3, cand)) == \
+            flops.last_loop_flops(s, rows, seq, 3, len(cand))
+        assert _counted(lambda: looped.read(ids, mask, loops=2, positions=every)) == \
+            flops.full_stack_flops(s, rows, seq, 2)
+    batch, opt, params, clip = training_step.setup(looped, tiny[1], 2, 2, 8, 0)
+    b, q = batch["input_ids"].shape
+    looped.train()
+    for loss, full in ((training_step.trainer_loss, False), (training_step.full_vocab_loss, True)):
+        counted = _counted(lambda: training_step.step(loss, looped, batch, opt, params, clip))
+        assert counted == flops.train_step_flops(s, b, q, 2, 8, full_vocab=full)
+
+
+def test_last_loop_read_equals_the_one_pass_read(bench, tiny):
+    common = bench("common")
+    from workbench.surgery import retrofit
+
+    looped = retrofit(tiny[0], (1, 4))
+    perturb(looped.reentry)
+    ids, mask, cand = common.chase_inputs(tiny[1], 3)
+    with torch.no_grad():
+        one = looped.read(ids, mask, loops=4, candidates=cand).scores[:, :, 0]
+        for t in range(1, 5):
+            assert torch.allclose(common.read_last_loop(looped, ids, mask, t, cand), one[:, t - 1], atol=1e-5, rtol=0)
+        assert not torch.allclose(one[:, 0], one[:, 3])
+
+
+def test_interleave_alternates_and_discards_warmup(bench):
+    common = bench("common")
+    calls = []
+
+    def busy():  # burns CPU, so CPU time is measurable
+        calls.append("B")
+        sum(i * i for i in range(200_000))
+
+    times = common.interleave({"A": lambda: calls.append("A"), "B": busy}, reps=3, warmup=1, progress=False)
+    assert calls == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert [len(v) for v in times.wall.values()] == [3, 3] and [len(v) for v in times.cpu.values()] == [3, 3]
+    assert all(c > 0 for c in times.cpu["B"]) and times.ratio("B", "A")["cpu"]["median"] > 1
+
+
+def test_paired_ratio_is_per_round(bench):
+    common = bench("common")
+    s = common.paired_ratio({"x": [2.0, 6.0, 3.0], "y": [1.0, 2.0, 3.0]}, "x", "y")
+    assert (s["median"], s["min"], s["max"], s["n"]) == (2.0, 1.0, 3.0, 3)
+    assert s["spread"] == 1.0
+
+
+def test_write_result_is_one_json_line_and_atomic(bench, tmp_path):
+    common = bench("common")
+    path = common.write_result("demo", {"x": 1.5, "nested": {"y": [1, 2]}}, tmp_path)
+    path = common.write_result("demo", {"x": 2.5}, tmp_path)  # replaced, not appended
+    text = path.read_text()
+    assert text.count("\n") == 1 and json.loads(text) == {"x": 2.5}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.json"]
+
+
+def _positive(x) -> bool:
+    return isinstance(x, float) and math.isfinite(x) and x > 0
+
+
+TINY = ["--model", "tiny-llama", "--block", "1:4", "--reps", "1", "--warmup", "0", "--no-progress"]
+SMOKE = {
+    "forced_read": ["--rows", "2", "--loops", "3", "--styles", "last_loop,forward,read"],
+    "readout_memory": ["--rows", "2", "--loops", "2"],
+    "hook_overhead": ["--rows", "2", "--loops", "2"],
+    "loop_cost": ["--rows", "2", "--max-t", "3"],
+    "training_step": ["--batch", "3", "--depth", "3"],
+    "cpu_efficiency": ["--rows", "2", "--loops", "2", "--batch", "2", "--depth", "2"],
+}
+
+
+def _clocks(s: dict) -> list[float]:
+    return [s["wall"]["median"], s["cpu"]["median"]]
+
+
+def _ratios(name: str, r: dict) -> list[float]:
+    if name == "forced_read":
+        return [x for v in r["styles"].values() for x in _clocks(v["ratio"]) + [v["predicted"]["layers"]]]
+    if name == "readout_memory":
+        return [v for v in r["ratios"].values() if v is not None]
+    if name == "hook_overhead":
+        return [x for v in r["ratios"].values() for x in _clocks(v)]
+    if name == "loop_cost":
+        return [x for e in r["per_T"] for k in ("forward", "last_loop") for x in _clocks(e[k])]
+    if name == "training_step":
+        return _clocks(r["speedup"]) + [v["median"] for v in r["tokens_per_s"].values()]
+    return [v["median"] for key in ("fraction", "fraction_cpu", "gflops", "gflops_cpu") for v in r[key].values()]
+
+
+@pytest.fixture(scope="module")
+def smoke(bench, tmp_path_factory):
+    """Every benchmark's main run once on a tiny model with tiny sizes: (results dir, {name: record})."""
+    out = tmp_path_factory.mktemp("bench")
+    return out, {name: bench(name).main(TINY + args + ["--out", str(out)]) for name, args in SMOKE.items()}
+
+
+@pytest.mark.parametrize("name", list(SMOKE))
+def test_benchmark_runs_on_a_tiny_model(smoke, name):
+    out, records = smoke
+    rec = records[name]
+    ratios = _ratios(name, rec["results"])
+    assert ratios and all(_positive(float(x)) for x in ratios), ratios
+    written = json.loads((out / f"{name}.json").read_text())
+    assert written["results"] == json.loads(json.dumps(rec["results"]))
+    assert written["command"].startswith(f".venv/bin/python benchmarks/{name}.py --model tiny-llama")
+    r = rec["results"]
+    if name == "forced_read":  # every rerun style computes the one-pass read's numbers
+        assert all(v["max_abs_diff"] < 1e-4 for v in r["styles"].values())
+        assert r["styles"]["last_loop"]["predicted"]["layers"] == (3 * 1 + 3 * 6 + 3 * 2) / (1 + 3 * 3 + 3 * 2)
+    if name == "readout_memory":  # the stack holds seq x vocab floats per (row, loop); the read C
+        assert r["ratios"]["output_bytes"] == r["seq"] * r["vocab"] / r["candidates"]
+        assert r["full_stack"]["allocator_peak_bytes"] >= r["full_stack"]["output_bytes"]
+    if name == "hook_overhead":
+        assert r["cached_tensors"]["read_cached"] == 4 * 2 and r["cached_tensors"]["forward_cached"] == 3 * 2 + 1
+    if name == "training_step":
+        assert r["loss_check"]["trainer"] == pytest.approx(r["loss_check"]["full_vocab"], rel=1e-5)
+
+
+def test_table_lists_every_benchmark(bench, smoke):
+    out, records = smoke
+    text = bench("table").main([str(out)])
+    assert (out / "TABLE.md").read_text() == text
+    assert "not run" not in text
+    forced = records["forced_read"]["results"]["styles"]["last_loop"]["ratio"]["wall"]
+    assert f"{forced['median']:.2f}×" in text  # the table shows the measured ratio, not a stale one
+    for name in SMOKE:
+        assert records[name]["command"] in text
