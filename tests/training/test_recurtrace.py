@@ -1,0 +1,67 @@
+"""RecurTrace training pieces: the App. D loop-count sampler, oracle labels, the Stage 2 halting head."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from workbench.halting import oracle_labels
+from workbench.surgery import retrofit
+from workbench.tasks.chase import chase_row
+from workbench.training import halting_loss, make_batch, sample_loop_counts, train
+
+# RecurTrace App. D: ~10/19/20/17/12/8/5/8 % at 1..8 loops, mean near 3.9, median 4.
+APP_D = [0.10, 0.19, 0.20, 0.17, 0.12, 0.08, 0.05, 0.08]
+
+
+def test_lognormal_poisson_sampler_matches_app_d():
+    r = sample_loop_counts(200_000, mean=4.0, sigma=0.5, max_loops=8, seed=7)
+    assert r.min() == 1 and r.max() == 8
+    assert r.mean() == pytest.approx(3.9, abs=0.05) and np.median(r) == 4
+    shares = np.bincount(r, minlength=9)[1:] / len(r)
+    assert np.abs(shares - APP_D).max() < 0.015
+    assert shares[5:].sum() == pytest.approx(0.21, abs=0.02)  # "about a fifth ... six loops or more"
+    assert np.array_equal(sample_loop_counts(50, seed=3), sample_loop_counts(50, seed=3))  # lock step across ranks
+    wide = sample_loop_counts(50_000, mean=6.0, sigma=0.5, max_loops=16, seed=1)
+    assert wide.mean() == pytest.approx(6.0, abs=0.1)
+
+
+def test_oracle_labels_mark_continue_only_where_a_deeper_loop_gains_more_than_the_margin():
+    losses = torch.tensor([[3.0, 2.0, 2.0, 1.0], [1.0, 1.0, 1.0, 1.0], [1.0, 0.995, 0.5, 0.6]])
+    labels = oracle_labels(losses, margin=0.01)
+    assert labels.tolist() == [[1, 1, 1, 0], [0, 0, 0, 0], [1, 1, 0, 0]]
+    # a depth cost charges each extra loop: 1.0 -> 0.5 two loops later no longer pays at cost 0.3
+    assert oracle_labels(losses[2:], margin=0.01, depth_cost=0.3).tolist() == [[0, 1, 0, 0]]
+
+
+@pytest.mark.parametrize("objective", ["oracle", "act", "pondernet"])
+def test_halting_objectives_train_only_the_head(tiny, objective):
+    model, tok = tiny
+    looped = retrofit(model, "2:4", reentry="inject", memory=True, halting=True)
+    for p in looped.parameters():
+        p.requires_grad_(False)
+    for p in looped.halting.parameters():
+        p.requires_grad_(True)
+    rows = [chase_row(4, d, i, 0, tokenizer=tok, split="train") for i, d in enumerate([1, 2, 3, 2])]
+    cfg = dict(objective=objective, oracle_max=4, margin=0.01, depth_cost=0.0, probe_depths=[1, 2, 4, 6],
+               act_cost=0.01, ponder_lambda=0.2, ponder_kl=0.01)
+    loss, info = halting_loss(looped, make_batch(rows, tok), cfg)
+    loss.backward()
+    assert torch.isfinite(loss) and float(loss.detach()) > 0
+    assert float(looped.halting.proj.weight.grad.abs().sum()) > 0
+    assert all(p.grad is None for n, p in looped.named_parameters() if not n.startswith("halting."))
+
+
+def test_recurtrace_stages_sampled_then_halting(write_recipe, tmp_path):
+    recipe = write_recipe(model={"block": "2:4", "reentry": "inject", "memory": True, "halting": True},
+                          train={"block": False}, sampler={"max": 4}, halting={"oracle_max": 4},
+                          stages=[{"kind": "sampled", "depths": [1, 2, 3], "steps": 2},
+                                  {"kind": "halting", "depths": [1, 2, 3], "steps": 2}])
+    train(recipe, out=tmp_path / "rt", progress=False)
+    stage1 = load_file(str(tmp_path / "rt" / "checkpoints" / "step_2" / "trainable.safetensors"))
+    final = load_file(str(tmp_path / "rt" / "trainable.safetensors"))
+    assert set(final) == set(stage1) and any(k.startswith("memory.") for k in final)
+    for k in final:  # Stage 2 moves the halting head and nothing else
+        assert torch.equal(final[k], stage1[k]) != k.startswith("halting."), k

@@ -1,0 +1,35 @@
+"""`workbench train`: train a recipe into a run directory (DESIGN.md §6)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+
+def _matrix_lines(matrix: dict) -> list[str]:
+    lines = []
+    for d in sorted(matrix, key=int):
+        cells = "  ".join(f"t{t}={matrix[d][t]:.3f}" for t in sorted(matrix[d], key=int))
+        lines.append(f"  depth {d}: {cells}")
+    return lines
+
+
+def train(
+    recipe: Path = typer.Argument(..., help="A TOML recipe (see training/*.toml)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/<recipe name>)."),
+    overrides: List[str] = typer.Option([], "--set", help="Override a recipe key: key=value (repeatable), "
+                                        "e.g. --set optim.lr=3e-4 --set stages.0.steps=50."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's latest checkpoint."),
+) -> None:
+    """Train a recipe; print the held-out depth x loop accuracy before and after."""
+    from workbench.training import train as run_training
+
+    summary = run_training(recipe, out=out, overrides=overrides, resume=resume)
+    typer.echo(f"run: {summary['run_dir']}  steps: {summary['steps']}  wall: {summary['wall_s']:.0f} s")
+    for label in ("before", "after"):
+        if summary[label]:
+            typer.echo(f"held-out active-label accuracy {label}:")
+            for line in _matrix_lines(summary[label]):
+                typer.echo(line)

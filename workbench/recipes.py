@@ -1,0 +1,301 @@
+"""Training recipes: one TOML file each, validated against a fixed schema, with `--set` overrides.
+
+A recipe is the whole record of a run (STYLE.md 6): every key has a default here, every key a
+user writes must be one of them (a misspelled option is an error naming it and the nearest
+known key, never silently ignored), and the resolved recipe, overrides included, is written
+back into the run directory as `recipe.toml`.
+
+Stages run in order. Each is one of:
+  - `chain`: per-loop cross-entropy on the active loops of each row (loop t against x_t, t <= d,
+    over the task's candidate symbols, read through `looped.read`), intermediate loops weighted
+    by `chain_weight`, ramped linearly to `chain_weight_end` over the stage (the outcome-only
+    anneal of the retrofit paper Sec. 5.2: ramp to 0, then a stage at 0 grades final answers only);
+  - `sampled`: RecurTrace Stage 1 (App. D): a loop count drawn per step from the clamped
+    log-normal Poisson `[sampler]`, language-model loss on the answer token at that depth;
+  - `halting`: RecurTrace Stage 2 (App. E): everything frozen but the halting head, which is
+    distilled from the loss-improvement oracle (or trained with the ACT / PonderNet objective).
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+import os
+import tomllib
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
+STAGE_KINDS = ("chain", "sampled", "halting")
+OPTIMIZERS = ("adamw", "sgd")
+SCHEDULES = ("constant", "cosine", "linear")
+HALTING_OBJECTIVES = ("oracle", "act", "pondernet")
+
+# Every key a recipe may hold, with its default. The type of the default is the accepted type
+# (an int is accepted where a float is the default). `None` marks an optional float.
+SCHEMA: dict = {
+    "name": "run",
+    "seed": 0,
+    "model": {
+        "base": "smollm2-135m-instruct",
+        "block": "10:16",            # "A:B", or "auto" (workbench.selection.resolve_block)
+        "reentry": "bridge",         # "bridge" | "inject"
+        "memory": False,
+        "memory_window": 3,
+        "memory_heads": 4,
+        "halting": False,
+        "halting_pooling": "mean",
+        "max_loops": 8,
+        "attn": "eager",
+    },
+    "train": {"block": True},        # full-block budget: the looped block's own weights train
+    "lora": {"enabled": False, "r": 16, "alpha": 32, "dropout": 0.0},
+    "task": {"name": "chase", "alphabet": 8, "symbol_set": "letters", "surface": "symbolic",
+             "permutation": False},
+    "optim": {
+        "name": "adamw",
+        "lr": 1e-4,
+        "prelude_lr_mult": 10.0,     # the bridge's W_p in its own group (retrofit paper Sec. 5.1)
+        "weight_decay": 0.0,
+        "betas": [0.9, 0.999],
+        "eps": 1e-8,
+        "momentum": 0.9,             # sgd only
+        "grad_clip": 1.0,
+        "warmup_steps": 0,
+        "schedule": "constant",
+        "batch_size": 8,
+    },
+    "sampler": {"mean": 4.0, "sigma": 0.5, "max": 8},
+    "halting": {
+        "objective": "oracle",
+        "probe_depths": [1, 2, 4, 6],
+        "margin": 0.01,
+        "depth_cost": 0.0,
+        "oracle_max": 8,
+        "lr": 3e-4,
+        "warmup_steps": 10,
+        "act_cost": 0.01,
+        "ponder_lambda": 0.2,
+        "ponder_kl": 0.01,
+    },
+    "eval": {"every": 100, "per_depth": 64, "depths": [1, 2, 3, 4], "seed": 1, "batch_size": 16},
+    "checkpoint": {"every": 100, "keep": 2},
+    "log": {"every": 1},
+}
+STAGE_SCHEMA: dict = {
+    "name": "",
+    "kind": "chain",
+    "steps": 100,
+    "depths": [1],
+    "depth_weights": [],             # sampling weights over `depths`; empty = uniform
+    "chain_weight": 1.0,             # weight of intermediate loops t < d (the final loop has 1)
+    "chain_weight_end": None,        # ramp chain_weight linearly to this over the stage
+}
+
+
+def known_keys() -> list[str]:
+    """Every dotted key a recipe accepts (stage keys as `stages.N.key`)."""
+    keys = []
+
+    def walk(node: dict, prefix: str) -> None:
+        for k, v in node.items():
+            if isinstance(v, dict):
+                walk(v, f"{prefix}{k}.")
+            else:
+                keys.append(prefix + k)
+
+    walk(SCHEMA, "")
+    keys += [f"stages.N.{k}" for k in STAGE_SCHEMA]
+    return keys
+
+
+def _unknown(key: str) -> WorkbenchError:
+    generic = key
+    parts = key.split(".")
+    if len(parts) >= 3 and parts[0] == "stages" and parts[1].isdigit():
+        generic = ".".join(["stages", "N", *parts[2:]])
+    near = difflib.get_close_matches(generic, known_keys(), n=1, cutoff=0.5)
+    hint = ""
+    if near:
+        suggestion = near[0].replace("stages.N.", f"stages.{parts[1]}.") if generic != key else near[0]
+        hint = f"; did you mean '{suggestion}'?"
+    return WorkbenchError(f"unknown recipe key '{key}'{hint} (known keys: see workbench.recipes.SCHEMA)")
+
+
+def _check_type(key: str, value, default):
+    if default is None:
+        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+            return None if value is None else float(value)
+        raise WorkbenchError(f"recipe key '{key}' = {value!r} must be a number")
+    if isinstance(default, bool):
+        ok = isinstance(value, bool)
+    elif isinstance(default, float):
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif isinstance(default, list):
+        ok = isinstance(value, list)
+    else:
+        ok = isinstance(value, str)
+    if not ok:
+        raise WorkbenchError(f"recipe key '{key}' = {value!r} must be of type {type(default).__name__}")
+    return value
+
+
+def _merge(schema: dict, given: dict, prefix: str = "") -> dict:
+    out = copy.deepcopy(schema)
+    for key, value in given.items():
+        full = prefix + key
+        if key not in schema:
+            raise _unknown(full)
+        if isinstance(schema[key], dict):
+            if not isinstance(value, dict):
+                raise WorkbenchError(f"recipe key '{full}' must be a table, got {value!r}")
+            out[key] = _merge(schema[key], value, full + ".")
+        else:
+            out[key] = _check_type(full, value, schema[key])
+    return out
+
+
+def resolve(raw: dict) -> dict:
+    """Returns the full recipe (every key, defaults filled in) after validating `raw`.
+
+    Raises:
+        WorkbenchError: an unknown key (naming it and the nearest known key), a wrong type,
+            or a value outside what the trainer accepts.
+    """
+    raw = dict(raw)
+    stages = raw.pop("stages", None)
+    recipe = _merge(SCHEMA, raw)
+    if not isinstance(stages, list) or not stages:
+        raise WorkbenchError("a recipe needs at least one [[stages]] table")
+    recipe["stages"] = []
+    for i, stage in enumerate(stages):
+        if not isinstance(stage, dict):
+            raise WorkbenchError(f"recipe key 'stages.{i}' must be a table")
+        recipe["stages"].append(_merge(STAGE_SCHEMA, stage, f"stages.{i}."))
+    _validate(recipe)
+    return recipe
+
+
+def _choice(key: str, value: str, accepted: tuple) -> None:
+    if value not in accepted:
+        raise WorkbenchError(f"recipe key '{key}' = '{value}' is not accepted; accepted: {', '.join(accepted)}")
+
+
+def _validate(r: dict) -> None:
+    _choice("model.reentry", r["model"]["reentry"], ("bridge", "inject"))
+    _choice("task.name", r["task"]["name"], ("chase",))
+    _choice("optim.name", r["optim"]["name"], OPTIMIZERS)
+    _choice("optim.schedule", r["optim"]["schedule"], SCHEDULES)
+    _choice("halting.objective", r["halting"]["objective"], HALTING_OBJECTIVES)
+    if r["lora"]["enabled"] and r["train"]["block"]:
+        raise WorkbenchError("lora.enabled = true with train.block = true: the LoRA budget keeps the block's "
+                             "base weights frozen; set train.block = false")
+    alphabet, max_loops = r["task"]["alphabet"], r["model"]["max_loops"]
+    for key in ("optim.batch_size", "eval.per_depth", "checkpoint.every", "checkpoint.keep", "log.every"):
+        section, name = key.split(".")
+        if r[section][name] < 1:
+            raise WorkbenchError(f"recipe key '{key}' = {r[section][name]} must be >= 1")
+    for i, s in enumerate(r["stages"]):
+        _choice(f"stages.{i}.kind", s["kind"], STAGE_KINDS)
+        if s["steps"] < 1:
+            raise WorkbenchError(f"recipe key 'stages.{i}.steps' = {s['steps']} must be >= 1")
+        _check_depths(f"stages.{i}.depths", s["depths"], alphabet, max_loops)
+        w = s["depth_weights"]
+        if w and (len(w) != len(s["depths"]) or min(w) < 0 or sum(w) <= 0):
+            raise WorkbenchError(f"recipe key 'stages.{i}.depth_weights' = {w} needs one weight >= 0 per depth "
+                                 f"({len(s['depths'])}) with a positive sum")
+        if s["kind"] == "halting" and not r["model"]["halting"]:
+            raise WorkbenchError(f"stage {i} is a halting stage but model.halting = false")
+    _check_depths("eval.depths", r["eval"]["depths"], alphabet, max_loops)
+    kinds = {s["kind"] for s in r["stages"]}
+    for key, kind in (("sampler.max", "sampled"), ("halting.oracle_max", "halting")):
+        section, name = key.split(".")
+        if kind in kinds and not 1 <= r[section][name] <= max_loops:
+            raise WorkbenchError(f"recipe key '{key}' = {r[section][name]} must lie in "
+                                 f"1..model.max_loops = {max_loops}")
+
+
+def _check_depths(key: str, depths: list, alphabet: int, max_loops: int) -> None:
+    if not depths or not all(isinstance(d, int) and 1 <= d < alphabet and d <= max_loops for d in depths):
+        raise WorkbenchError(f"recipe key '{key}' = {depths} must be depths in 1..{min(alphabet - 1, max_loops)} "
+                             "(below the alphabet, within model.max_loops)")
+
+
+def parse_override(item: str) -> tuple[str, object]:
+    """Returns (dotted key, value) from "key=value"; the value is read as TOML, else as a string."""
+    if "=" not in item:
+        raise WorkbenchError(f"--set '{item}' is not of the form key=value (e.g. optim.lr=3e-4)")
+    key, text = (s.strip() for s in item.split("=", 1))
+    try:
+        value = tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = text
+    return key, value
+
+
+def apply_overrides(raw: dict, overrides: list[str] | dict | None) -> dict:
+    """Returns a copy of the raw recipe with `--set key=value` items applied (before validation)."""
+    raw = copy.deepcopy(raw)
+    items = overrides.items() if isinstance(overrides, dict) else map(parse_override, overrides or [])
+    for key, value in items:
+        parts = key.split(".")
+        node = raw
+        for j, part in enumerate(parts[:-1]):
+            if isinstance(node, list):
+                if not part.isdigit() or int(part) >= len(node):
+                    raise WorkbenchError(f"--set '{key}': stage index '{part}' is outside 0..{len(node) - 1}")
+                node = node[int(part)]
+            else:
+                if part != "stages" and part not in SCHEMA and node is raw:
+                    raise _unknown(key)
+                node = node.setdefault(part, [] if part == "stages" else {})
+        if isinstance(node, list):
+            raise WorkbenchError(f"--set '{key}' must name a key inside a stage, e.g. stages.0.steps")
+        node[parts[-1]] = value
+    return raw
+
+
+def load_recipe(path: str | os.PathLike, overrides: list[str] | dict | None = None) -> dict:
+    """Returns the resolved recipe of a TOML file with overrides applied.
+
+    Raises:
+        WorkbenchError: a missing file, bad TOML, or an invalid recipe.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WorkbenchError(f"recipe '{path}' does not exist")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise WorkbenchError(f"recipe '{path}' is not valid TOML: {err}") from err
+    return resolve(apply_overrides(raw, overrides))
+
+
+def dumps(recipe: dict) -> str:
+    """Returns the resolved recipe as TOML text (None values left out: TOML has no null)."""
+    import tomli_w
+
+    def strip(node):
+        if isinstance(node, dict):
+            return {k: strip(v) for k, v in node.items() if v is not None}
+        if isinstance(node, list):
+            return [strip(v) for v in node]
+        return node
+
+    return tomli_w.dumps(strip(recipe))
+
+
+def needed_loops(recipe: dict) -> int:
+    """The largest loop count any stage or evaluation runs."""
+    loops = [max(recipe["eval"]["depths"])]
+    for s in recipe["stages"]:
+        if s["kind"] == "chain":
+            loops.append(max(s["depths"]))
+        elif s["kind"] == "sampled":
+            loops.append(recipe["sampler"]["max"])
+        else:
+            loops.append(recipe["halting"]["oracle_max"])
+    return max(loops)

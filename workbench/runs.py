@@ -1,0 +1,331 @@
+"""Run directories (DESIGN.md §6): what a training run writes, and strict loading of it.
+
+    runs/<name>/
+      trainable.safetensors   the trained tensors only (block + bridge for full-block runs; LoRA
+                              tensors + bridge for LoRA runs; + memory / halting when present),
+                              named as in `LoopedLM.named_parameters()`; never the base again
+      retrofit.json           base spec + SHA-256 of its weights, split, re-entry, `looped.settings`
+      recipe.toml             the resolved recipe, overrides included
+      provenance.json         SHA-256 of every file above and of metrics.jsonl, row manifests,
+                              code version, package versions, seeds
+      metrics.jsonl           one JSON object per logged step / evaluation
+      checkpoints/step_N/     resumable state: trainable.safetensors, optimizer.safetensors +
+                              optimizer.json, scheduler.json, rng.safetensors, state.json
+
+No pickle anywhere: tensors go through safetensors, everything else through JSON. Every file
+is written to a temporary name and `os.replace`d. Loading is strict: a file whose hash differs
+from provenance.json, a base whose weights differ from retrofit.json, or a missing /
+unexpected / misshapen tensor is a `WorkbenchError` naming the file or tensor.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from workbench.errors import WorkbenchError
+from workbench.io import sha256_file, write_json_atomic
+
+TRAINABLE = "trainable.safetensors"
+RETROFIT = "retrofit.json"
+RECIPE = "recipe.toml"
+PROVENANCE = "provenance.json"
+METRICS = "metrics.jsonl"
+CHECKPOINTS = "checkpoints"
+RUN_FILES = (TRAINABLE, RETROFIT, RECIPE, METRICS)
+FORMAT = "workbench-run-v1"
+PACKAGES = ("torch", "transformers", "peft", "safetensors", "accelerate", "transformer-lens", "workbench")
+
+
+# ----------------------------------------------------------------------------- atomic files
+def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict | None = None) -> None:
+    """Writes a safetensors file atomically (contiguous CPU copies of the tensors)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+    os.replace(tmp, path)
+
+
+# ----------------------------------------------------------------------------- what is saved
+class _StateView:
+    """Duck-types `state_dict()` for `weights_sha256` over a filtered state."""
+
+    def __init__(self, state: dict):
+        self._state = state
+
+    def state_dict(self) -> dict:
+        return self._state
+
+
+def base_sha256(base: torch.nn.Module) -> str:
+    """Returns `weights_sha256` of the base's own (non-LoRA) weights.
+
+    peft renames a wrapped projection's weight `x.base_layer.weight`; the name is mapped back,
+    so the hash of a base with an adapter injected equals the hash of the untouched base.
+    """
+    from workbench.models import weights_sha256
+
+    state = {k.replace(".base_layer.", "."): v for k, v in base.state_dict().items() if "lora_" not in k}
+    return weights_sha256(_StateView(state))
+
+
+def trained_groups(settings: dict, block_trainable: bool) -> list[str]:
+    """The parameter groups (`surgery.parameter_groups`) a run trains and saves."""
+    groups = ["block"] if block_trainable else []
+    if "lora" in settings:
+        groups.append("lora")
+    groups.append("reentry")
+    groups += [g for g in ("memory", "halting") if settings.get(g)]
+    return groups
+
+
+def trained_state(looped, groups: list[str]) -> dict[str, torch.Tensor]:
+    """Returns {parameter name: tensor} for every parameter of `groups`."""
+    from workbench.surgery import parameter_groups
+
+    named = parameter_groups(looped)
+    return {name: p for g in groups for name, p in named[g]}
+
+
+def load_trained(looped, path: Path, groups: list[str]) -> None:
+    """Copies the tensors of `path` into `looped`, strictly (load_state_dict(strict=True) semantics).
+
+    Raises:
+        WorkbenchError: a tensor the model expects is missing, the file holds one it does not
+            expect, or a shape / dtype differs; the message names the file and the tensor.
+    """
+    expected = trained_state(looped, groups)
+    loaded = load_file(str(path))
+    missing = sorted(set(expected) - set(loaded))
+    unexpected = sorted(set(loaded) - set(expected))
+    if missing:
+        raise WorkbenchError(f"{path}: missing tensor '{missing[0]}' ({len(missing)} missing) for groups {groups}")
+    if unexpected:
+        raise WorkbenchError(f"{path}: unexpected tensor '{unexpected[0]}' ({len(unexpected)} unexpected) "
+                             f"for groups {groups}")
+    with torch.no_grad():
+        for name, param in expected.items():
+            value = loaded[name]
+            if value.shape != param.shape or value.dtype != param.dtype:
+                raise WorkbenchError(f"{path}: tensor '{name}' is {tuple(value.shape)} {value.dtype}, "
+                                     f"the model has {tuple(param.shape)} {param.dtype}")
+            param.copy_(value)
+
+
+# ----------------------------------------------------------------------------- run files
+def retrofit_record(looped, base_spec: str, base_hash: str, groups: list[str]) -> dict:
+    """Returns the content of retrofit.json: enough to rebuild the model without the recipe."""
+    cfg = looped.config
+    return {
+        "format": FORMAT,
+        "base": {"spec": base_spec, "sha256": base_hash, "model_type": cfg.model_type,
+                 "n_layers": looped.n_layers, "d_model": cfg.hidden_size,
+                 "dtype": str(next(looped.parameters()).dtype).removeprefix("torch."),
+                 "attn_implementation": cfg._attn_implementation},
+        "split": {"prelude": [0, looped.a], "block": [looped.a, looped.b], "coda": [looped.b, looped.n_layers]},
+        "reentry": looped.settings["reentry"],
+        "settings": looped.settings,
+        "trained_groups": groups,
+        "tensors": {k: list(v.shape) for k, v in trained_state(looped, groups).items()},
+    }
+
+
+def code_version() -> str | None:
+    """`git describe --always --dirty` of the workbench source tree, or None outside a checkout."""
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() or None if out.returncode == 0 else None
+
+
+def package_versions() -> dict[str, str | None]:
+    """Installed versions of the packages a run depends on."""
+    versions = {}
+    for name in PACKAGES:
+        try:
+            versions[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            versions[name] = None
+    return versions
+
+
+def write_provenance(run_dir: Path, manifests: dict, seeds: dict, extra: dict | None = None) -> dict:
+    """Writes provenance.json over the run files present; returns it."""
+    run_dir = Path(run_dir)
+    record = {
+        "format": FORMAT,
+        "files": {name: sha256_file(run_dir / name) for name in RUN_FILES if (run_dir / name).exists()},
+        "manifests": manifests,
+        "code_version": code_version(),
+        "packages": package_versions(),
+        "seeds": seeds,
+        **(extra or {}),
+    }
+    write_json_atomic(run_dir / PROVENANCE, record)
+    return record
+
+
+def verify_files(run_dir: Path) -> dict:
+    """Returns provenance.json after checking every file it lists (and every run file) by hash."""
+    run_dir = Path(run_dir)
+    prov_path = run_dir / PROVENANCE
+    if not prov_path.is_file():
+        raise WorkbenchError(f"'{run_dir}' is not a finished run directory: {PROVENANCE} is missing")
+    prov = json.loads(prov_path.read_text())
+    for name in (TRAINABLE, RETROFIT, RECIPE):
+        if name not in prov.get("files", {}):
+            raise WorkbenchError(f"{prov_path}: no SHA-256 recorded for '{name}'")
+    for name, digest in prov["files"].items():
+        path = run_dir / name
+        if not path.is_file():
+            raise WorkbenchError(f"{path}: file listed in {PROVENANCE} is missing")
+        if sha256_file(path) != digest:
+            raise WorkbenchError(f"{path}: SHA-256 differs from the one recorded in {PROVENANCE}")
+    return prov
+
+
+def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.dtype | None = None):
+    """Returns `(looped, tokenizer, info)` rebuilt from a run directory, strictly checked.
+
+    Args:
+        run_dir: a finished run directory (or a shipped keeper such as training/keepers/smollm2-chase).
+        base: load the base from here instead of retrofit.json's spec (its hash must still match).
+        dtype: parameter dtype; default the one recorded in retrofit.json.
+    Returns:
+        looped: the LoopedLM in eval mode; tokenizer: the base's; info: dict with `retrofit`,
+        `provenance`, `recipe` (the resolved recipe) and `run_dir`.
+    Raises:
+        WorkbenchError: a file whose hash differs from provenance.json, a base whose SHA-256
+            differs from retrofit.json, or a missing / unexpected tensor.
+    """
+    import tomllib
+
+    from workbench.models import load_base
+    from workbench.surgery import attach_lora, retrofit
+
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise WorkbenchError(f"run directory '{run_dir}' does not exist")
+    prov = verify_files(run_dir)
+    record = json.loads((run_dir / RETROFIT).read_text())
+    spec = base or record["base"]["spec"]
+    dtype = dtype or getattr(torch, record["base"]["dtype"])
+    model, tok = load_base(spec, dtype=dtype, attn_implementation=record["base"]["attn_implementation"])
+    digest = base_sha256(model)
+    if digest != record["base"]["sha256"]:
+        raise WorkbenchError(f"base model '{spec}' has weights SHA-256 {digest[:12]}..., but {run_dir / RETROFIT} "
+                             f"records {record['base']['sha256'][:12]}... (a different base)")
+    settings = dict(record["settings"])
+    lora = settings.pop("lora", None)
+    looped = retrofit(model, **settings)
+    if lora is not None:
+        attach_lora(looped, r=lora["r"], alpha=lora["alpha"], dropout=lora["dropout"], targets=tuple(lora["targets"]))
+    load_trained(looped, run_dir / TRAINABLE, record["trained_groups"])
+    looped.eval()
+    for p in looped.parameters():
+        p.requires_grad_(False)
+    recipe = tomllib.loads((run_dir / RECIPE).read_text())
+    return looped, tok, {"retrofit": record, "provenance": prov, "recipe": recipe, "run_dir": str(run_dir)}
+
+
+def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
+    """Copies a finished run without its checkpoints (a keeper to ship), after verifying it.
+
+    Raises:
+        WorkbenchError: the run fails its provenance check, or `dest` already exists.
+    """
+    run_dir, dest = Path(run_dir), Path(dest)
+    prov = verify_files(run_dir)
+    if dest.exists():
+        raise WorkbenchError(f"'{dest}' already exists; remove it or choose another destination")
+    tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for name in [*prov["files"], PROVENANCE]:
+        shutil.copy2(run_dir / name, tmp / name)
+    os.replace(tmp, dest)
+    return dest
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def _flatten_optimizer(state: dict, names: list[list[str]]) -> tuple[dict, dict]:
+    tensors, scalars = {}, {}
+    for idx, entry in state["state"].items():
+        for key, value in entry.items():
+            slot = f"state.{idx}.{key}"
+            if torch.is_tensor(value):
+                tensors[slot] = value
+            else:
+                scalars[slot] = value
+    return tensors, {"param_groups": state["param_groups"], "param_names": names, "scalars": scalars}
+
+
+def _unflatten_optimizer(tensors: dict, meta: dict) -> dict:
+    state: dict[int, dict] = {}
+    for slot, value in [*tensors.items(), *meta["scalars"].items()]:
+        _, idx, key = slot.split(".", 2)
+        state.setdefault(int(idx), {})[key] = value
+    groups = [{k: tuple(v) if k == "betas" else v for k, v in g.items()} for g in meta["param_groups"]]
+    return {"state": state, "param_groups": groups}
+
+
+def save_checkpoint(run_dir: Path, step: int, looped, groups: list[str], optimizer, scheduler,
+                    trainer_state: dict, keep: int = 2) -> Path:
+    """Writes checkpoints/step_N/ atomically (a temporary directory renamed into place)."""
+    root = Path(run_dir) / CHECKPOINTS
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step}"
+    tmp = root / f".step_{step}.tmp{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_tensors(tmp / TRAINABLE, trained_state(looped, groups))
+    names = [[optimizer.param_names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
+    tensors, meta = _flatten_optimizer(optimizer.state_dict(), names)
+    save_tensors(tmp / "optimizer.safetensors", tensors)
+    write_json_atomic(tmp / "optimizer.json", meta)
+    write_json_atomic(tmp / "scheduler.json", scheduler.state_dict())  # LambdaLR: numbers and [None] lambdas
+    save_tensors(tmp / "rng.safetensors", {"torch_cpu": torch.get_rng_state()})
+    write_json_atomic(tmp / "state.json", {**trainer_state, "step": step})
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in sorted(checkpoints(run_dir))[:-keep]:
+        shutil.rmtree(root / f"step_{old}")
+    return final
+
+
+def checkpoints(run_dir: Path) -> list[int]:
+    """Steps of the complete checkpoints in a run directory, ascending."""
+    root = Path(run_dir) / CHECKPOINTS
+    if not root.is_dir():
+        return []
+    return sorted(int(p.name[5:]) for p in root.iterdir() if p.name.startswith("step_") and p.name[5:].isdigit())
+
+
+def read_checkpoint_state(ckpt: Path) -> dict:
+    """The trainer state (state.json) of a checkpoint directory."""
+    return json.loads((Path(ckpt) / "state.json").read_text())
+
+
+def load_checkpoint(ckpt: Path, looped, groups: list[str], optimizer, scheduler) -> dict:
+    """Restores trained tensors, optimizer, scheduler and RNG from `ckpt`; returns its trainer state."""
+    ckpt = Path(ckpt)
+    load_trained(looped, ckpt / TRAINABLE, groups)
+    meta = json.loads((ckpt / "optimizer.json").read_text())
+    names = [[optimizer.param_names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
+    if names != meta["param_names"]:
+        raise WorkbenchError(f"{ckpt / 'optimizer.json'}: optimizer parameters differ from this run's groups")
+    optimizer.load_state_dict(_unflatten_optimizer(load_file(str(ckpt / "optimizer.safetensors")), meta))
+    scheduler.load_state_dict(json.loads((ckpt / "scheduler.json").read_text()))
+    torch.set_rng_state(load_file(str(ckpt / "rng.safetensors"))["torch_cpu"])
+    return read_checkpoint_state(ckpt)

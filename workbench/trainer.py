@@ -1,0 +1,343 @@
+"""The trainer behind `workbench.training.train`: setup, stages of steps, checkpoints, the run directory.
+
+It reads like a table of contents (STYLE.md 4): `setup` (recipe → base → surgery → groups →
+held-out rows → run files), `run` (for each step: fresh hashed rows, loss, gradients summed over
+ranks, liveness, clip, step, realized movement; periodic held-out evaluation and checkpoints),
+`finish` (trained tensors, the base-hash assertion for frozen-base runs, provenance).
+
+Under `accelerate launch` every rank builds the same global batch from hashed seeds and takes
+its shard; each shard's loss is divided by the global normaliser and gradients are summed
+across ranks before clipping, so N processes compute what one process computes on the batch.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from workbench.errors import WorkbenchError
+from workbench.io import write_bytes_atomic, write_json_atomic
+from workbench.training import (answer_loss, chain_loss, check_prelude_group, evaluate, group_rms, halting_loss,
+                                liveness, make_batch, make_optimizer, sample_loop_counts)
+
+
+def _lr_factor(warmup: int, total: int, schedule: str):
+    def factor(step: int) -> float:  # a plain function: LambdaLR then saves no lambda state
+        if step < warmup:
+            return (step + 1) / warmup
+        frac = (step - warmup) / max(total - warmup, 1)
+        return {"constant": 1.0, "linear": 1.0 - frac, "cosine": 0.5 * (1 + math.cos(math.pi * frac))}[schedule]
+    return factor
+
+
+def _hashed_seed(kind: str, step: int, seed: int) -> int:
+    from workbench.tasks.seeding import row_seed
+
+    return row_seed(f"workbench-train-{kind}", "train", 0, 0, step, seed) % (2 ** 63)
+
+
+class Trainer:
+    """One run of one resolved recipe into `run_dir`: setup, train (stages), save."""
+
+    def __init__(self, recipe: dict, run_dir: Path, resume: bool = False, progress: bool = True):
+        from accelerate import Accelerator
+
+        self.recipe, self.run_dir, self.resume, self.progress = recipe, Path(run_dir), resume, progress
+        self.acc = Accelerator(cpu=not torch.cuda.is_available())
+        self.stages = recipe["stages"]
+        self.total = sum(s["steps"] for s in self.stages)
+        self.main_total = sum(s["steps"] for s in self.stages if s["kind"] != "halting")
+        self.state = {"live_projections": None, "live_gate": None, "elapsed_s": 0.0, "optimizer": None}
+
+    # -------------------------------------------------------------- setup
+    def setup(self) -> None:
+        from workbench import runs
+        from workbench.models import load_base
+        from workbench.recipes import dumps
+        from workbench.surgery import attach_lora, retrofit
+        from workbench.tasks.chase import chase_rows
+
+        r, m = self.recipe, self.recipe["model"]
+        self._check_run_dir(dumps(r))
+        self.acc.wait_for_everyone()  # every rank checks before the main process writes
+        torch.manual_seed(r["seed"])  # LoRA's A matrices are drawn from it
+        base, self.tok = load_base(m["base"], attn_implementation=m["attn"])
+        block, self.block_record = m["block"], {"source": "given", "block": m["block"]}
+        if block == "auto":  # angular distance + Kneedle + window ablation (workbench.selection)
+            from workbench.selection import resolve_block
+
+            block, self.block_record = resolve_block(base, self.tok, block)
+        self.base_hash = runs.base_sha256(base)
+        self.looped = retrofit(base, block, reentry=m["reentry"], memory=m["memory"], max_loops=m["max_loops"],
+                               memory_window=m["memory_window"], memory_heads=m["memory_heads"],
+                               halting=m["halting"], halting_pooling=m["halting_pooling"])
+        if r["lora"]["enabled"]:
+            attach_lora(self.looped, r=r["lora"]["r"], alpha=r["lora"]["alpha"], dropout=r["lora"]["dropout"])
+        self.looped.to(self.acc.device).train()
+        for p in self.looped.parameters():
+            p.requires_grad_(False)
+        self.groups = runs.trained_groups(self.looped.settings, r["train"]["block"])
+        t = r["task"]
+        self.task_options = dict(tokenizer=self.tok, surface=t["surface"], symbol_set=t["symbol_set"],
+                                 permutation=t["permutation"])
+        e = r["eval"]
+        self.heldout = chase_rows(t["alphabet"], e["depths"], e["per_depth"], e["seed"], split="test",
+                                  **self.task_options)
+        if self.acc.is_main_process and not self.resume:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.run_dir / runs.RETROFIT,
+                            {**runs.retrofit_record(self.looped, m["base"], self.base_hash, self.groups),
+                             "block_selection": self.block_record})
+            write_bytes_atomic(self.run_dir / runs.RECIPE, dumps(r).encode())
+            write_bytes_atomic(self.run_dir / runs.METRICS, b"")
+        self.acc.wait_for_everyone()
+
+    def _check_run_dir(self, recipe_text: str) -> None:
+        from workbench import runs
+
+        recipe_file = self.run_dir / runs.RECIPE
+        if self.resume:
+            if not recipe_file.is_file():
+                raise WorkbenchError(f"--resume: '{self.run_dir}' holds no {runs.RECIPE}; nothing to resume")
+            if recipe_file.read_text() != recipe_text:
+                raise WorkbenchError(f"--resume: the resolved recipe differs from {recipe_file}; "
+                                     "resume with the same recipe and --set overrides")
+        elif recipe_file.exists() or (self.run_dir / runs.CHECKPOINTS).exists():
+            raise WorkbenchError(f"run directory '{self.run_dir}' already holds a run; pass --resume or another --out")
+
+    def build_optimizer(self, kind: str) -> None:
+        """The main optimizer (every trained group but the halting head) or Stage 2's (head only)."""
+        for p in self.looped.parameters():
+            p.requires_grad_(False)
+        r = self.recipe
+        if kind == "halting":
+            h = r["halting"]
+            cfg = {**r["optim"], "name": "adamw", "lr": h["lr"], "prelude_lr_mult": 1.0, "weight_decay": 0.0}
+            self.opt = make_optimizer(self.looped, ["halting"], cfg)
+            steps = sum(s["steps"] for s in self.stages if s["kind"] == "halting")
+            factor = _lr_factor(h["warmup_steps"], steps, "cosine")
+        else:
+            self.opt = make_optimizer(self.looped, [g for g in self.groups if g != "halting"], r["optim"])
+            check_prelude_group(self.opt, self.looped, r["optim"]["lr"], r["optim"]["prelude_lr_mult"])
+            factor = _lr_factor(r["optim"]["warmup_steps"], self.main_total, r["optim"]["schedule"])
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
+        self.params = [p for g in self.opt.param_groups for p in g["params"]]
+        self.state["optimizer"] = "halting" if kind == "halting" else "main"
+
+    # -------------------------------------------------------------- one step
+    def stage_at(self, step: int) -> tuple[int, dict, int]:
+        """(stage index, stage, step within the stage) of a global step."""
+        start = 0
+        for i, s in enumerate(self.stages):
+            if step < start + s["steps"]:
+                return i, s, step - start
+            start += s["steps"]
+        raise IndexError(step)
+
+    def rows(self, step: int, stage: dict) -> list[dict]:
+        """The global batch of a step: fresh training rows from hashed seeds, the same on every rank."""
+        from workbench.tasks.chase import chase_row
+
+        B, alphabet, seed = self.recipe["optim"]["batch_size"], self.recipe["task"]["alphabet"], self.recipe["seed"]
+        rng = random.Random(_hashed_seed("depths", step, seed))
+        depths = rng.choices(stage["depths"], weights=stage["depth_weights"] or None, k=B)
+        return [chase_row(alphabet, d, step * B + i, seed, split="train", **self.task_options)
+                for i, d in enumerate(depths)]
+
+    def step(self, step: int) -> dict:
+        _, stage, local = self.stage_at(step)
+        rows = self.rows(step, stage)
+        shard = rows[self.acc.process_index::self.acc.num_processes]
+        end = stage["chain_weight"] if stage["chain_weight_end"] is None else stage["chain_weight_end"]
+        cw = stage["chain_weight"] + (end - stage["chain_weight"]) * local / max(stage["steps"] - 1, 1)
+        batch = make_batch(shard, self.tok, chain_weight=cw, device=self.acc.device)
+        info: dict = {"chain_weight": cw}
+        self.opt.zero_grad(set_to_none=True)
+        if stage["kind"] == "chain":
+            loops = max(r["depth"] for r in rows)
+            denom = sum(cw * (r["depth"] - 1) + 1.0 for r in rows)
+            loss, per_loop = chain_loss(self.looped, batch, denominator=denom)
+            info["loop_ce"] = [round(float(v), 5) for v in per_loop]
+        elif stage["kind"] == "sampled":
+            s = self.recipe["sampler"]
+            loops = int(sample_loop_counts(1, s["mean"], s["sigma"], s["max"], _hashed_seed("loops", step, 0))[0])
+            loss = answer_loss(self.looped, batch, loops, denominator=len(rows))
+        else:
+            loops = self.recipe["halting"]["oracle_max"]
+            loss, extra = halting_loss(self.looped, batch, self.recipe["halting"], denominator=len(rows))
+            info.update(extra)
+        loss.backward()
+        total_loss = self._reduce_grads(loss.detach())
+        if stage["kind"] != "halting" and loops >= 2 and "reentry" in self.groups:
+            self._check_liveness(step, info)
+        clip = self.recipe["optim"]["grad_clip"] if stage["kind"] != "halting" else 1.0
+        grad_rms = group_rms(self.opt, lambda p: p.grad)
+        norm = torch.nn.utils.clip_grad_norm_(self.params, clip) if clip > 0 else torch.tensor(float("nan"))
+        before = {id(p): p.detach().clone() for p in self.params}
+        lr = {g["name"]: g["lr"] for g in self.opt.param_groups}
+        self.opt.step()
+        self.sched.step()
+        move = group_rms(self.opt, lambda p: p.detach() - before[id(p)])
+        return {"kind": "train", "step": step + 1, "stage": stage["name"] or stage["kind"], "loops": loops,
+                "loss": float(total_loss), "lr": lr, "grad_norm": float(norm),
+                "grad_rms": grad_rms, "move_rms": move, **info}
+
+    def _reduce_grads(self, loss: torch.Tensor) -> torch.Tensor:
+        """Sums gradients and the loss over ranks (each shard's loss is divided by the global total)."""
+        if self.acc.num_processes == 1:
+            return loss
+        # A tensor no rank touched (a memory gate on a one-loop step) keeps grad None, as in one process.
+        touched = self.acc.reduce(torch.tensor([float(p.grad is not None) for p in self.params]), reduction="sum")
+        flat = torch.cat([(torch.zeros_like(p) if p.grad is None else p.grad).flatten() for p in self.params])
+        flat = self.acc.reduce(flat, reduction="sum")
+        offset = 0
+        for p, hit in zip(self.params, touched.tolist()):
+            p.grad = flat[offset: offset + p.numel()].view_as(p).clone() if hit else None
+            offset += p.numel()
+        return self.acc.reduce(loss, reduction="sum")
+
+    def _check_liveness(self, step: int, info: dict) -> None:
+        """W_p / W_s (or alpha) must get gradient on the first step through the re-entry; the gate on a
+        later one (its gradient is (translated - h) * dL/du, exactly zero until W_p or W_s move)."""
+        grads = liveness(self.looped)
+        if self.state["live_projections"] is None:
+            need = [n for n in ("prelude_proj.weight", "state_proj.weight", "alpha") if n in grads]
+            dead = [n for n in need if grads[n] == 0.0]
+            if dead:
+                raise WorkbenchError(f"liveness: the re-entry's {dead[0]} got exactly zero gradient at step {step + 1}")
+            self.state["live_projections"] = step + 1
+            info["liveness"] = grads
+        elif "gate" in grads and self.state["live_gate"] is None:
+            if grads["gate"] == 0.0:
+                raise WorkbenchError(f"liveness: the bridge gate got exactly zero gradient at step {step + 1}, "
+                                     "after W_p / W_s had moved")
+            self.state["live_gate"] = step + 1
+            info["liveness"] = grads
+
+    # -------------------------------------------------------------- the run
+    def run(self, stop_after: int | None = None) -> dict:
+        """Sets up (unless done), trains every remaining step, saves; returns the summary (`training.train`)."""
+        if not hasattr(self, "looped"):
+            self.setup()
+        start = self._restore() if self.resume else 0
+        t0 = time.perf_counter() - self.state["elapsed_s"]
+        self.latest_acc = None  # "worst/mean" held-out cell, shown on the progress bar
+        if start == 0:
+            self._evaluate(0)
+        bar = tqdm(total=self.total, initial=start, desc=self.recipe["name"], dynamic_ncols=True,
+                   disable=not (self.progress and self.acc.is_main_process))
+        step = start
+        while step < self.total:
+            kind = "halting" if self.stage_at(step)[1]["kind"] == "halting" else "main"
+            if self.state["optimizer"] != kind:
+                self.build_optimizer(kind)
+            record = self.step(step)
+            step += 1
+            self.state["elapsed_s"] = time.perf_counter() - t0
+            if step % self.recipe["log"]["every"] == 0 or step == self.total:
+                self._log({**record, "elapsed_s": round(self.state["elapsed_s"], 2)})
+            if step % self.recipe["eval"]["every"] == 0 or step == self.total:
+                self._evaluate(step)
+            if step % self.recipe["checkpoint"]["every"] == 0 or step == self.total:
+                self._checkpoint(step)
+            bar.update(1)
+            bar.set_postfix(loss=f"{record['loss']:.3f}", acc=self.latest_acc or "-", stage=record["stage"])
+            if stop_after is not None and step >= stop_after and step < self.total:
+                bar.close()
+                return self._summary(step, finished=False)
+        bar.close()
+        self.finish()
+        return self._summary(step, finished=True)
+
+    def _log(self, record: dict) -> None:
+        from workbench.runs import METRICS
+
+        if self.acc.is_main_process:
+            with open(self.run_dir / METRICS, "a") as f:
+                f.write(json.dumps(record, sort_keys=True) + "\n")
+
+    def _evaluate(self, step: int) -> None:
+        """Depth × loop active-label accuracy on the held-out rows, into metrics.jsonl (main process)."""
+        if self.acc.is_main_process:
+            matrix, _ = evaluate(self.looped, self.tok, self.heldout, self.recipe["eval"]["batch_size"])
+            cells = [v for row in matrix.values() for v in row.values()]
+            self.latest_acc = f"{min(cells):.2f}/{sum(cells) / len(cells):.2f}"  # worst / mean cell
+            self._log({"kind": "eval", "step": step, "acc": matrix, "min_active": min(cells),
+                       "mean_active": sum(cells) / len(cells)})
+        self.acc.wait_for_everyone()
+
+    def _checkpoint(self, step: int) -> None:
+        from workbench.runs import save_checkpoint
+
+        if self.acc.is_main_process:
+            save_checkpoint(self.run_dir, step, self.looped, self.groups, self.opt, self.sched, dict(self.state),
+                            keep=self.recipe["checkpoint"]["keep"])
+        self.acc.wait_for_everyone()
+
+    def _restore(self) -> int:
+        """Loads the latest checkpoint; drops metrics lines logged after it. Returns its step."""
+        from workbench.runs import CHECKPOINTS, METRICS, checkpoints, load_checkpoint, read_checkpoint_state
+
+        done = checkpoints(self.run_dir)
+        if not done:
+            raise WorkbenchError(f"--resume: '{self.run_dir}' has no checkpoint to resume from")
+        ckpt = self.run_dir / CHECKPOINTS / f"step_{done[-1]}"
+        self.build_optimizer(read_checkpoint_state(ckpt)["optimizer"])
+        self.state.update(load_checkpoint(ckpt, self.looped, self.groups, self.opt, self.sched))
+        step = self.state.pop("step")
+        if self.acc.is_main_process:
+            kept = []
+            for line in (self.run_dir / METRICS).read_text().split("\n"):
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError:  # empty, or a line cut short by the kill
+                    continue
+                if record["step"] <= step:
+                    kept.append(line + "\n")
+            write_bytes_atomic(self.run_dir / METRICS, "".join(kept).encode())
+        self.acc.wait_for_everyone()
+        return step
+
+    def finish(self) -> None:
+        """Writes the trained tensors and provenance; asserts a frozen base is bit-for-bit unchanged."""
+        from workbench import runs
+        from workbench.tasks.manifest import row_ids_sha256, rows_sha256
+
+        base_unchanged = None
+        if "block" not in self.groups:
+            digest = runs.base_sha256(self.looped.base)
+            if digest != self.base_hash:
+                raise WorkbenchError(f"the base weights changed during a frozen-base run ({self.base_hash[:12]}... -> "
+                                     f"{digest[:12]}...)")
+            base_unchanged = True
+        if self.acc.is_main_process:
+            runs.save_tensors(self.run_dir / runs.TRAINABLE, runs.trained_state(self.looped, self.groups))
+            t, e = self.recipe["task"], self.recipe["eval"]
+            manifests = {
+                "heldout": {"rows": len(self.heldout), "rows_sha256": rows_sha256(self.heldout),
+                            "row_ids_sha256": row_ids_sha256(self.heldout), "split": "test",
+                            "depths": e["depths"], "per_depth": e["per_depth"], "seed": e["seed"]},
+                "train": {"generator": "workbench.tasks.chase.chase_row", "split": "train", "alphabet": t["alphabet"],
+                          "seed": self.recipe["seed"], "rows": self.total * self.recipe["optim"]["batch_size"]},
+            }
+            runs.write_provenance(self.run_dir, manifests, {"recipe": self.recipe["seed"], "eval": e["seed"]},
+                                  {"steps": self.total, "wall_s": round(self.state["elapsed_s"], 1),
+                                   "processes": self.acc.num_processes, "base_unchanged": base_unchanged,
+                                   "liveness": {"projections_step": self.state["live_projections"],
+                                                "gate_step": self.state["live_gate"]}})
+        self.acc.wait_for_everyone()
+
+    def _summary(self, step: int, finished: bool) -> dict:
+        from workbench.runs import METRICS
+
+        evals = [json.loads(line) for line in (self.run_dir / METRICS).read_text().splitlines() if '"eval"' in line]
+        evals = [e for e in evals if e["kind"] == "eval"]
+        return {"run_dir": str(self.run_dir), "steps": step, "finished": finished,
+                "before": evals[0]["acc"] if evals and evals[0]["step"] == 0 else None,
+                "after": evals[-1]["acc"] if evals else None, "wall_s": round(self.state["elapsed_s"], 1)}
