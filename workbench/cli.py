@@ -49,14 +49,14 @@ def run() -> None:
             raise
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
-    except (typer.Exit, SystemExit) as err:
-        raise err
-    except Exception as err:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(err, click.exceptions.ClickException):
+    except Exception as err:  # usage errors arrive here in non-standalone mode
+        # typer vendors its own click; recognise its exceptions by their interface
+        if type(err).__name__ == "NoArgsIsHelpError":
+            typer.echo(err.ctx.get_help() if getattr(err, "ctx", None) else "see: workbench --help")
+            sys.exit(0)
+        if hasattr(err, "show") and hasattr(err, "exit_code"):
             err.show()
-            sys.exit(2)
-        if isinstance(err, click.exceptions.Abort):
+            sys.exit(err.exit_code)
+        if type(err).__name__ == "Abort":
             sys.exit(130)
         raise

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from workbench.errors import WorkbenchError
 from workbench.surgery import attach_lora, retrofit
 
 # A small built-in prompt set: short and long, plain and chat-like, so padding is exercised.
@@ -48,6 +49,8 @@ def identity_report(base, tokenizer, block, loops: int = 3, prompts=IDENTITY_PRO
     The LoRA variant (B = 0 at init) is checked last because attaching it edits the base
     model's block projections in place.
     """
+    if not isinstance(loops, int) or not 1 <= loops <= 64:
+        raise WorkbenchError(f"loops={loops!r} is outside 1..64 for the identity check")
     enc = tokenizer(list(prompts), return_tensors="pt", padding=True)
     ref = base_logits(base, enc.input_ids, enc.attention_mask)
     rows = []

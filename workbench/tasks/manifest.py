@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from workbench.errors import WorkbenchError
+from workbench.io import write_bytes_atomic
 
 SIDECAR_SUFFIX = ".manifest.json"
 
@@ -104,14 +105,27 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     for p in (path, side):
         if not p.exists():
             raise WorkbenchError(f"manifest file '{p}' does not exist")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise WorkbenchError(f"manifest '{path}' is not UTF-8 text (byte {err.start})") from None
     rows = []
     # split on "\n" only: str.splitlines would also split inside text at U+2028 and friends
-    for n, line in enumerate(path.read_bytes().decode().split("\n")[:-1], 1):
+    for n, line in enumerate(text.split("\n")[:-1], 1):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError as err:
-            raise WorkbenchError(f"manifest '{path}' line {n} is not JSON: {err.msg}") from err
-    sidecar = json.loads(side.read_text())
+            raise WorkbenchError(f"manifest '{path}' line {n} is not JSON: {err.msg}") from None
+    bad_row = next((n for n, r in enumerate(rows, 1) if not isinstance(r, dict)), None)
+    if bad_row is not None:
+        raise WorkbenchError(f"manifest '{path}' line {bad_row} is not a JSON object")
+    _check_rows(rows, path)
+    try:
+        sidecar = json.loads(side.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise WorkbenchError(f"manifest sidecar '{side}' is not valid JSON") from None
+    if not isinstance(sidecar, dict):
+        raise WorkbenchError(f"manifest sidecar '{side}' is not a JSON object")
     expected = summarize(rows, path.name, sidecar.get("meta"))
     bad = [k for k in ("rows", "depth_counts", "row_ids_sha256", "rows_sha256") if sidecar.get(k) != expected[k]]
     if bad:
@@ -120,15 +134,13 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
 
 
 def _check_rows(rows: list[dict], path: Path) -> None:
-    missing = [i for i, r in enumerate(rows) if "row_id" not in r or "depth" not in r]
+    missing = [i for i, r in enumerate(rows) if not isinstance(r.get("row_id"), str)
+               or not isinstance(r.get("depth"), int) or isinstance(r.get("depth"), bool)]
     if missing:
-        raise WorkbenchError(f"rows for '{path}' lack row_id or depth (first at index {missing[0]})")
+        raise WorkbenchError(f"rows for '{path}' lack a string row_id or an integer depth (first at index {missing[0]})")
     dupes = [rid for rid, n in Counter(r["row_id"] for r in rows).items() if n > 1]
     if dupes:
         raise WorkbenchError(f"rows for '{path}' repeat row ids, e.g. '{dupes[0]}'")
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+_write_atomically = write_bytes_atomic
