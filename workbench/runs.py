@@ -329,3 +329,12 @@ def load_checkpoint(ckpt: Path, looped, groups: list[str], optimizer, scheduler)
     scheduler.load_state_dict(json.loads((ckpt / "scheduler.json").read_text()))
     torch.set_rng_state(load_file(str(ckpt / "rng.safetensors"))["torch_cpu"])
     return read_checkpoint_state(ckpt)
+
+
+def read_retrofit_block(run_dir: str | os.PathLike) -> tuple[int, int]:
+    """Returns the looped block (a, b) recorded in a run directory's retrofit.json."""
+    path = Path(run_dir) / RETROFIT
+    if not path.exists():
+        raise WorkbenchError(f"'{run_dir}' is not a run directory: {RETROFIT} is missing")
+    a, b = json.loads(path.read_text())["settings"]["block"]
+    return int(a), int(b)
