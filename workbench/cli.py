@@ -11,8 +11,12 @@ import sys
 
 import typer
 
+from workbench.commands.compare import compare
 from workbench.commands.demo import demo
+from workbench.commands.figures import figures
 from workbench.commands.identity import identity
+from workbench.commands.probe import probe
+from workbench.commands.report import report
 from workbench.commands.rows import rows
 from workbench.commands.select_block import select_block
 from workbench.commands.train import train
@@ -38,6 +42,10 @@ app.command("demo")(demo)
 app.command("rows")(rows)
 app.command("select-block")(select_block)
 app.command("train")(train)
+app.command("probe")(probe)
+app.command("compare")(compare)
+app.command("report")(report)
+app.command("figures")(figures)
 
 
 def run() -> None:

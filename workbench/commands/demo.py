@@ -1,4 +1,8 @@
-"""`workbench demo`: the main job on the embedded default, end to end."""
+"""`workbench demo`: the main job on the embedded default, end to end.
+
+Select the block, retrofit, check loop-1 identity, probe the shipped keeper (or a short
+training run when asked), and write the report; print its path and the headline numbers.
+"""
 
 from __future__ import annotations
 
@@ -6,46 +10,78 @@ import json
 import time
 from pathlib import Path
 
-import torch
 import typer
 
-DEMO_PROMPT = "A -> C\nB -> E\nC -> H\nD -> A\nE -> B\nF -> D\nG -> F\nH -> G\nStart at B. Apply the table 2 times.\nAnswer:"
+KEEPER = Path("training/keepers/smollm2-chase")
+BATTERY = Path("probes/default.toml")
+RECIPE = Path("training/smollm2_lora_chase.toml")
+
+
+def _step(title: str) -> float:
+    typer.echo(f"\n== {title}")
+    return time.perf_counter()
 
 
 def demo(
     out: Path = typer.Option(Path("results/demo"), "--out", help="Directory for the demo's outputs."),
-    block: str = typer.Option("10:16", "--block", help="Layers to loop, A:B."),
-    loops: int = typer.Option(4, "--loops", help="Loops to read for the per-loop top tokens."),
+    train_steps: int = typer.Option(0, "--train-steps",
+                                    help="Train a short run of the default recipe with this many steps "
+                                         "and probe it, instead of probing the shipped keeper."),
+    skip_selection: bool = typer.Option(False, "--skip-selection", help="Skip the block-selection sweep."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
 ) -> None:
-    """Load the embedded default, retrofit it, check loop-1 identity, show each loop's top tokens."""
+    """The main job on the embedded default: select, retrofit, identity, probe, report."""
     from workbench.identity import identity_report
+    from workbench.io import check_out_dir, write_json_atomic
     from workbench.models import EMBEDDED_DEFAULT, load_base
-    from workbench.surgery import parameter_report, retrofit
+    from workbench.probes.battery import run_battery
+    from workbench.runs import read_retrofit_block
+    from workbench.selection import select_block
 
+    check_out_dir(out, overwrite)
     start = time.perf_counter()
     base, tok = load_base(EMBEDDED_DEFAULT)
     typer.echo(f"loaded {EMBEDDED_DEFAULT}: {base.config.num_hidden_layers} layers, width {base.config.hidden_size}")
-    identity = identity_report(base, tok, block, loops=2, lora=False)
-    worst = max(r["max_abs_diff"] for r in identity)
-    typer.echo(f"loop-1 identity, block {block}, bridge/inject x memory off/on: max |Δlogit| = {worst}")
-    looped = retrofit(base, block, reentry="bridge")
-    report = parameter_report(looped)
-    typer.echo(f"parameters: total {report['total']:,}; added by the bridge {report['added']['reentry']:,}")
-    enc = tok(DEMO_PROMPT, return_tensors="pt")
-    with torch.no_grad():
-        scores = looped.read(enc.input_ids, enc.attention_mask, loops=loops).scores[0, :, 0]  # [T, vocab]
-    probs = scores.softmax(-1)
-    typer.echo("untrained retrofit, per-loop top tokens after 'Answer:' (answer: ' H'):")
-    top = []
-    for t in range(loops):
-        p, ids = probs[t].topk(5)
-        tokens = [(tok.decode(int(i)), round(float(q), 4)) for q, i in zip(p, ids)]
-        top.append({"loop": t + 1, "top": tokens})
-        typer.echo(f"  loop {t + 1}: " + "  ".join(f"{s!r} {q:.3f}" for s, q in tokens))
-    out.mkdir(parents=True, exist_ok=True)
-    summary = {"model": EMBEDDED_DEFAULT, "block": block, "identity": identity, "parameters": report,
-               "prompt": DEMO_PROMPT, "per_loop_top": top, "seconds": round(time.perf_counter() - start, 1)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
-    typer.echo(f"wrote {out / 'summary.json'} in {summary['seconds']} s")
-    if worst != 0.0:
+    headline: dict = {"model": EMBEDDED_DEFAULT}
+
+    if not skip_selection:
+        t0 = _step("1. block selection (angular distance, Kneedle, window ablation)")
+        sel = select_block(base, tok)
+        headline["selection"] = {"prelude_end": sel.prelude_end, "coda_start": sel.coda_start,
+                                 "recommended": list(sel.recommended)}
+        out.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(out / "block_selection.json", sel.to_dict())
+        typer.echo(f"span {sel.prelude_end}:{sel.coda_start}, recommended window {sel.recommended[0]}:"
+                   f"{sel.recommended[1]}  ({time.perf_counter() - t0:.0f} s)")
+
+    checkpoint = KEEPER
+    if train_steps > 0:
+        from workbench.training import train
+
+        t0 = _step(f"2. training the default recipe for {train_steps} steps")
+        overrides = [f"stages.{i}.steps={max(1, train_steps // 3)}" for i in range(3)]
+        summary = train(RECIPE, out=out / "run", overrides=overrides)
+        checkpoint = Path(summary["run_dir"])
+        typer.echo(f"trained {summary['steps']} steps in {time.perf_counter() - t0:.0f} s")
+    block = read_retrofit_block(checkpoint)
+
+    t0 = _step(f"3. loop-1 identity at the keeper's block {block[0]}:{block[1]}")
+    rows = identity_report(base, tok, block, loops=2, lora=False)
+    headline["identity_max_abs_diff"] = max(r["max_abs_diff"] for r in rows)
+    typer.echo(f"bridge/inject x memory off/on: max |Δlogit| = {headline['identity_max_abs_diff']}"
+               f"  ({time.perf_counter() - t0:.0f} s)")
+
+    t0 = _step(f"4. probing {checkpoint} with {BATTERY}")
+    summary = run_battery(str(checkpoint), BATTERY, out / "probe", overwrite=overwrite)
+    headline["probes"] = summary["probes"]
+    typer.echo(f"probes done in {time.perf_counter() - t0:.0f} s")
+
+    _step("5. headline numbers")
+    for name, numbers in summary["probes"].items():
+        typer.echo(f"  {name}: {json.dumps(numbers, default=str)[:300]}")
+    headline["seconds"] = round(time.perf_counter() - start, 1)
+    write_json_atomic(out / "demo.json", headline)
+    typer.echo(f"\nreport: {out / 'probe' / 'report.html'}\nsummary: {out / 'demo.json'}  "
+               f"(total {headline['seconds']:.0f} s)")
+    if headline["identity_max_abs_diff"] != 0.0:
         raise typer.Exit(1)

@@ -1,0 +1,153 @@
+"""The battery runner, checkpoints (run directories and untrained controls), and `compare`."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import tomli_w
+
+from workbench.commands.compare import compare_results
+from workbench.errors import WorkbenchError
+from workbench.io import sha256_file
+from workbench.probes import parse_only
+from workbench.probes.battery import load_battery, load_checkpoint, run_battery
+from workbench.tasks import build_rows
+from workbench.tasks.executors import PerfectExecutor, ShuffledExecutor
+from workbench.tasks.manifest import read_manifest, write_manifest
+from workbench.tasks.reader import read_rows
+
+UNTRAINED = "untrained:tiny-llama:2:4"
+
+
+def write_battery(path, manifest, **probes) -> str:
+    path.write_text(tomli_w.dumps({"battery": {"manifest": str(manifest), "batch_size": 8}, "probes": probes}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def manifests(tmp_path_factory, tok):
+    root = tmp_path_factory.mktemp("manifests")
+    for seed in (7, 8):
+        write_manifest(build_rows("chase", [1, 2, 3], 4, seed, alphabet=4, tokenizer=tok), root / f"rows{seed}.jsonl")
+    return root / "rows7.jsonl", root / "rows8.jsonl"
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, manifests):
+    root = tmp_path_factory.mktemp("results")
+    battery = write_battery(root / "b.toml", manifests[0], depth_matrix={}, overshoot={"extra": 2}, halting={},
+                            splice={"depths": [2, 3], "k0s": [1], "horizon": 1, "sites": ["state"], "spans": ["all"]})
+    summary = run_battery(UNTRAINED, battery, root / "out", seed=1, progress=False)
+    return root / "out", summary
+
+
+def test_the_battery_writes_one_table_per_file_and_a_summary(results, manifests):
+    out, summary = results
+    names = {p.name for p in out.iterdir()}
+    assert {"depth_matrix.parquet", "depth_matrix__frontier.parquet", "overshoot.parquet", "overshoot__cost.parquet",
+            "splice.parquet", "splice__verdict.parquet", "summary.json", "report.html"} <= names
+    assert "halting.parquet" not in names and not any(n.startswith(".") for n in names)
+    frame = pd.read_parquet(out / "depth_matrix.parquet")
+    assert len(frame) == 12 * 3 and not frame.duplicated(["row_id", "loop"]).any()  # (row, loop <= 3)
+    saved = json.loads((out / "summary.json").read_text())
+    assert saved == json.loads(json.dumps(summary))
+    sidecar = read_manifest(manifests[0]).sidecar
+    assert saved["manifests"][str(manifests[0])] == {k: sidecar[k] for k in ("rows_sha256", "row_ids_sha256")}
+    assert saved["probe_runs"]["depth_matrix"]["rows"]["rows_sha256"] == sidecar["rows_sha256"]
+    assert saved["probe_runs"]["splice"]["rows"]["n"] == 8 and saved["probe_runs"]["splice"]["rows"]["depths"] == [2, 3]
+    assert saved["probes"]["halting"]["status"] == "not_applicable"
+    assert saved["checkpoint"]["kind"] == "untrained" and len(saved["checkpoint"]["provenance_sha256"]) == 64
+    assert saved["probes"]["depth_matrix"]["final_total"] == 12 and saved["probes"]["depth_matrix"]["wall_s"] >= 0
+    assert saved["model"]["block"] == [2, 4]
+
+
+def test_a_full_results_directory_is_refused_without_overwrite(results, manifests, tmp_path):
+    out, _ = results
+    battery = write_battery(tmp_path / "b.toml", manifests[0], depth_matrix={})
+    with pytest.raises(WorkbenchError, match="--overwrite"):
+        run_battery(UNTRAINED, battery, out, progress=False)
+
+
+def test_unknown_probes_and_options_are_errors(tmp_path, manifests):
+    with pytest.raises(WorkbenchError, match="known probes: identity, depth_matrix"):
+        load_battery(write_battery(tmp_path / "a.toml", manifests[0], depth_matrics={}))
+    with pytest.raises(WorkbenchError, match="known probes:"):
+        parse_only("depth_matrix,splices")
+    assert parse_only("depth_matrix, splice") == ["depth_matrix", "splice"]
+    battery = write_battery(tmp_path / "b.toml", manifests[0], overshoot={"extras": 2})
+    with pytest.raises(WorkbenchError, match="probe 'overshoot' has no option 'extras'; accepted: extra"):
+        run_battery(UNTRAINED, battery, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()  # a failed battery leaves nothing behind
+    with pytest.raises(WorkbenchError, match="untrained:BASE:A:B"):
+        load_checkpoint("untrained:tiny-llama:2")
+
+
+def test_rows_and_only_override_the_battery(tmp_path, manifests):
+    battery = write_battery(tmp_path / "b.toml", manifests[0], depth_matrix={}, overshoot={})
+    summary = run_battery(UNTRAINED, battery, tmp_path / "out", rows=str(manifests[1]), only=["depth_matrix"],
+                          progress=False)
+    assert list(summary["probes"]) == ["depth_matrix"] and list(summary["manifests"]) == [str(manifests[1])]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    from workbench.training import train
+
+    root = tmp_path_factory.mktemp("run")
+    recipe = {"name": "tiny", "seed": 3, "model": {"base": "tiny-llama", "block": "2:4", "max_loops": 6},
+              "task": {"alphabet": 4}, "optim": {"lr": 1e-3, "batch_size": 4},
+              "eval": {"every": 1000, "per_depth": 2, "depths": [1, 2]}, "checkpoint": {"every": 100},
+              "stages": [{"name": "a", "depths": [1], "steps": 1}, {"name": "b", "depths": [1, 2], "steps": 1}]}
+    (root / "recipe.toml").write_text(tomli_w.dumps(recipe))
+    train(root / "recipe.toml", out=root / "run", progress=False)
+    return root / "run"
+
+
+def test_a_run_directory_and_its_untrained_control(tiny_run, manifests, tmp_path):
+    battery = write_battery(tmp_path / "b.toml", manifests[0], depth_matrix={})
+    trained = run_battery(str(tiny_run), battery, tmp_path / "trained", progress=False)
+    assert trained["checkpoint"]["kind"] == "run" and trained["checkpoint"]["support"] == 2
+    assert trained["checkpoint"]["provenance_sha256"] == sha256_file(tiny_run / "provenance.json")
+    assert trained["probes"]["depth_matrix"]["support"] == 2
+    control = run_battery(f"untrained:{tiny_run}", battery, tmp_path / "control", progress=False)
+    assert control["checkpoint"]["kind"] == "untrained" and control["model"]["settings"]["max_loops"] == 6
+    assert control["probes"]["depth_matrix"]["support"] == 3  # no trained support: the rows' max depth
+    table = compare_results(tmp_path / "control", tmp_path / "trained")
+    assert list(table["depth"].iloc[:-1]) == [1, 2, 3] and table["n"].iloc[-1] == 12
+    assert (table["helped"] + table["hurt"] + table["tied"] == table["n"]).all()
+
+
+def test_compare_refuses_different_manifests(results, manifests, tmp_path):
+    battery = write_battery(tmp_path / "b.toml", manifests[1], depth_matrix={})
+    run_battery(UNTRAINED, battery, tmp_path / "other", progress=False)
+    with pytest.raises(WorkbenchError, match="different manifests"):
+        compare_results(results[0], tmp_path / "other")
+
+
+def fake_results(path, tok, rows, model):
+    """A results directory holding only a depth matrix and its summary."""
+    path.mkdir()
+    result = read_rows(model, tok, rows, loops=3)
+    result.frame().to_parquet(path / "depth_matrix.parquet")
+    (path / "summary.json").write_text(json.dumps(
+        {"probe_runs": {"depth_matrix": {"rows": {"rows_sha256": result.manifest_sha256}}}}))
+    return result
+
+
+def test_compare_counts_helped_and_hurt(tok, manifests, tmp_path):
+    from workbench.commands.compare import compare
+
+    rows = read_manifest(manifests[0]).rows
+    perfect = fake_results(tmp_path / "perfect", tok, rows, PerfectExecutor(tok))
+    shuffled = fake_results(tmp_path / "shuffled", tok, rows, ShuffledExecutor(PerfectExecutor(tok), seed=2))
+    wrong = int((~shuffled.frame().query("loop == depth")["correct"].astype(bool)).sum())
+    assert 3 <= wrong <= 12  # chance is 1 in 4
+    compare(tmp_path / "shuffled", tmp_path / "perfect", out=tmp_path / "cmp")
+    table = pd.read_parquet(tmp_path / "cmp" / "compare.parquet")
+    pooled = table.iloc[-1]
+    assert pooled["helped"] == wrong and pooled["hurt"] == 0 and pooled["tied"] == 12 - wrong
+    saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
+    assert saved["depths"][-1]["helped"] == wrong and saved["depths"][-1]["depth"] is None
+    assert perfect.manifest_sha256 == shuffled.manifest_sha256

@@ -1,0 +1,106 @@
+"""identity, halting, gradient_audit and latency on tiny models and a halting executor with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.looped import LoopReadout
+from workbench.models import load_base
+from workbench.probes import NotApplicable, gradient_audit, halting, identity, latency
+from workbench.surgery import retrofit
+from workbench.tasks.executors import PerfectExecutor, parse_chase
+
+
+class HaltingPerfect(PerfectExecutor):
+    """The perfect executor with a halting head that says stop (p = 0) exactly at the row's depth."""
+
+    halting = True
+
+    def read(self, input_ids, attention_mask=None, loops=1, positions=None, candidates=None, return_states=False):
+        scores = super().read(input_ids, attention_mask, loops, positions, candidates).scores
+        depths = [parse_chase(text).depth for text in self._texts(input_ids, attention_mask)]
+        probs = torch.tensor([[1.0 if t < d else 0.0 for t in range(1, loops + 1)] for d in depths])
+        return LoopReadout(scores=scores, positions=None, halt_probs=probs)
+
+
+def test_a_head_that_stops_at_the_depth_is_exact(tok, rows):
+    tables = halting.run(HaltingPerfect(tok), tok, rows, loops=6)
+    f = tables["halting"]
+    for method in ("head", "act", "pondernet"):
+        g = f[f["method"] == method]
+        assert len(g) == 9 and (g["accuracy"] == 1.0).all() and np.allclose(g["mean_loops"], 2.5)
+    oracle = f[f["method"] == "oracle"].iloc[0]
+    assert oracle["accuracy"] == 1.0 and oracle["mean_loops"] == 2.5
+    fixed = f[f["method"] == "fixed_k"].set_index("mean_loops")["accuracy"]
+    assert list(fixed.index) == [1, 2, 3, 4, 5, 6] and fixed[1] >= 0.25 and (fixed < 1.0).all()
+    # One-hot scores give softmax max e / (e + 7) = 0.28 at every loop: below it stop at 1, above it never.
+    conf = f[f["method"] == "confidence"].set_index("threshold")["mean_loops"]
+    assert conf[0.2] == 1.0 and conf[0.3] == 6.0
+    per_row = tables["halting__rows"]
+    assert len(per_row) == len(rows) * 6 and set(per_row["continue_prob"]) == {0.0, 1.0}
+
+
+def test_halting_is_not_applicable_without_a_head(tiny_looped, rows):
+    looped, tok = tiny_looped
+    with pytest.raises(NotApplicable, match="no halting head"):
+        halting.run(looped, tok, rows)
+
+
+def test_halting_on_a_tiny_retrofit_with_a_head(rows):
+    model, tok = load_base("tiny-llama")
+    looped = retrofit(model, "2:4", halting=True, max_loops=6).eval()
+    tables = halting.run(looped, tok, rows[::4], thresholds=(0.5,))
+    assert set(tables["halting"]["method"]) == {"oracle", "fixed_k", "head", "act", "pondernet", "confidence"}
+    probs = tables["halting__rows"]["continue_prob"]
+    assert ((probs > 0) & (probs < 1)).all()
+
+
+def test_identity_is_exact_until_the_block_changes(rows):
+    model, tok = load_base("tiny-llama")
+    looped = retrofit(model, "2:4", max_loops=4).eval()
+    f = identity.run(looped, tok, rows, base="tiny-llama", loops=1, n_rows=1, lora=False)
+    assert set(f["variant"]) == {"checkpoint_self", "checkpoint_vs_base", "fresh"}
+    assert (f["max_abs_diff"] == 0.0).all() and len(f) == 6
+    with torch.no_grad():
+        looped.layers[2].mlp.down_proj.weight.mul_(1.5)       # a "trained" block
+    f = identity.run(looped, tok, rows, base="tiny-llama", loops=1, n_rows=1, fresh=False).set_index("variant")
+    assert list(f.index) == ["checkpoint_self", "checkpoint_vs_base"]
+    assert f.loc["checkpoint_self", "max_abs_diff"] == 0.0      # loop 1 is still a plain forward
+    assert f.loc["checkpoint_vs_base", "max_abs_diff"] > 1e-4   # but no longer the base model's
+
+
+def test_gradient_audit_reaches_the_bridge_only_from_loop_2(tiny_looped, rows):
+    looped, tok = tiny_looped
+    tables = gradient_audit.run(looped, tok, [r for r in rows if r["depth"] <= 2], n_rows=2)
+    g = tables["gradient_audit"].set_index(["loop", "group"])
+    assert g.loc[(1, "reentry.prelude_proj"), "grad_rms"] == 0.0
+    assert g.loc[(1, "reentry.prelude_proj"), "zero_fraction"] == 1.0
+    assert g.loc[(2, "reentry.prelude_proj"), "grad_rms"] > 0
+    assert g.loc[(1, "block"), "grad_rms"] > 0 and g.loc[(1, "coda"), "grad_rms"] > 0
+    fd = tables["gradient_audit__fd"].iloc[0]
+    # The floor is the eager softmax, fp32 even in the fp64 copy (0.008 here, with a small derivative
+    # along the re-entry alone); a broken path disagrees at order 1.
+    assert fd["rel_error"] < 0.05 and abs(fd["autograd"]) > 1e-4
+    assert all(not p.requires_grad for p in looped.parameters())  # flags restored
+
+
+def test_gradient_audit_spreads_its_batch_over_depths(rows):
+    picked = gradient_audit.spread(rows, 4)
+    assert [r["depth"] for r in picked] == [4, 3, 2, 1]
+
+
+def test_latency_ratios_and_the_cost_model(tiny_looped, rows):
+    looped, tok = tiny_looped
+    f = latency.run(looped, tok, rows, loops=3, batch_size=2, repeats=1)
+    assert list(f["what"]) == ["loops"] * 3 + ["forced_read", "reruns"]
+    assert (f["seconds"] > 0).all() and f.iloc[0]["ratio"] == 1.0
+    cost = latency.CostModel.of(looped)
+    layer = sum(p.numel() for p in looped.layers[0].parameters())
+    assert (cost.a, cost.block, cost.coda, cost.layer) == (2, 2, 2, layer)
+    reruns = f[f["what"] == "reruns"].iloc[0]
+    expected = sum((2 + 2 * t + 2) * layer + cost.head for t in (1, 2, 3)) / ((2 + 3 * 4) * layer)
+    assert reruns["predicted_ratio"] == pytest.approx(expected)
+    assert reruns["ratio"] > 1.5  # three full-vocabulary forwards against one candidate-only read
+    assert reruns["seconds"] == pytest.approx(f[f["what"] == "loops"]["seconds"].sum())

@@ -1,0 +1,77 @@
+"""`workbench compare`: pair two results directories row by row (final answers) with exact McNemar tests."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+import typer
+
+from workbench.errors import WorkbenchError
+
+
+@dataclass
+class _Result:
+    """A results directory's depth matrix as `workbench.stats.paired_compare` takes it."""
+
+    manifest_sha256: str
+    table: pd.DataFrame
+
+    def frame(self) -> pd.DataFrame:
+        return self.table
+
+
+def load_result(results_dir: Path) -> _Result:
+    """Returns the depth matrix of a results directory with the digest of the rows it was computed on.
+
+    Raises:
+        WorkbenchError: no summary.json or depth_matrix.parquet in the directory.
+    """
+    summary_path, table_path = Path(results_dir) / "summary.json", Path(results_dir) / "depth_matrix.parquet"
+    for p in (summary_path, table_path):
+        if not p.is_file():
+            raise WorkbenchError(f"'{results_dir}' is not a probe results directory with a depth matrix: {p.name} is missing")
+    summary = json.loads(summary_path.read_text())
+    rows = summary.get("probe_runs", {}).get("depth_matrix", {}).get("rows", {})
+    if "rows_sha256" not in rows:
+        raise WorkbenchError(f"{summary_path}: no rows digest recorded for depth_matrix")
+    return _Result(rows["rows_sha256"], pd.read_parquet(table_path))
+
+
+def compare_results(results_a: Path, results_b: Path) -> pd.DataFrame:
+    """Returns per-depth helped / hurt / tied and exact McNemar p of B against A (last row: pooled).
+
+    Raises:
+        WorkbenchError: the two depth matrices were computed on different rows (manifest digests differ).
+    """
+    from workbench.stats import paired_compare
+
+    return paired_compare(load_result(results_a), load_result(results_b))
+
+
+def compare(
+    results_a: Path = typer.Argument(..., help="Results directory A (the reference)."),
+    results_b: Path = typer.Argument(..., help="Results directory B (helped = B right, A wrong)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Directory for compare.json and compare.parquet "
+                                       "(default: RESULTS_B)."),
+) -> None:
+    """Compare two probe results row by row at the final answer (loop = depth): helped/hurt/tied, McNemar p."""
+    from workbench.io import write_json_atomic
+
+    table = compare_results(results_a, results_b)
+    target = Path(out) if out is not None else Path(results_b)
+    target.mkdir(parents=True, exist_ok=True)
+    records = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in table.to_dict("records")]
+    write_json_atomic(target / "compare.json", {"a": str(results_a), "b": str(results_b), "depths": records})
+    tmp = target / ".compare.parquet.tmp"
+    table.to_parquet(tmp, index=False)
+    tmp.replace(target / "compare.parquet")
+    typer.echo(f"{'depth':>6} {'n':>5} {'A':>5} {'B':>5} {'helped':>7} {'hurt':>5} {'tied':>5} {'McNemar p':>10}")
+    for r in records:
+        depth = "all" if r["depth"] is None else r["depth"]
+        typer.echo(f"{depth:>6} {r['n']:>5} {r['a_correct']:>5} {r['b_correct']:>5} {r['helped']:>7} "
+                   f"{r['hurt']:>5} {r['tied']:>5} {r['p_mcnemar']:>10.4g}")
+    typer.echo(f"wrote {target / 'compare.json'} and {target / 'compare.parquet'}")

@@ -1,0 +1,59 @@
+"""The probe battery: one module per probe, each computing tidy DataFrames from a model and rows.
+
+Every probe module has
+
+    run(model, tokenizer, rows, **options) -> DataFrame | {"<name>": df, "<name>__<part>": df2, ...}
+    summarize(tables: dict[str, DataFrame]) -> dict      # headline numbers for summary.json
+
+`model` is a `LoopedLM` (or a stand-in with its `read` signature and hook names), `rows` are
+manifest rows (`workbench.tasks`); nothing is read from globals. A probe that does not apply
+to a model (the halting probe on a model without a halting head) raises `NotApplicable`.
+Result schemas: the module docstrings; the CLI (`workbench probe`) writes each table as
+`DIR/<table>.parquet` through `workbench.probes.battery`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from workbench.errors import WorkbenchError
+
+# name -> module path; the order is the order a battery runs them in when it names them all
+PROBES: dict[str, str] = {
+    name: f"workbench.probes.{name}"
+    for name in ("identity", "depth_matrix", "overshoot", "logit_lens", "splice", "heads", "linear_probe",
+                 "drift", "halting", "gradient_audit", "latency")
+}
+
+
+class NotApplicable(Exception):
+    """Raised by a probe whose question does not apply to the given model (the reason is the message)."""
+
+
+def get_probe(name: str) -> ModuleType:
+    """Returns the module of probe `name`.
+
+    Raises:
+        WorkbenchError: an unknown probe name, listing the known ones.
+    """
+    if name not in PROBES:
+        raise WorkbenchError(f"probe '{name}' is unknown; known probes: {', '.join(PROBES)}")
+    return importlib.import_module(PROBES[name])
+
+
+def parse_only(only: str | None) -> list[str] | None:
+    """Returns the probe names of a comma list ("depth_matrix,splice"), each checked, or None.
+
+    Raises:
+        WorkbenchError: an unknown name (listing the known ones) or an empty list.
+    """
+    if only is None:
+        return None
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    if not names:
+        raise WorkbenchError(f"--only '{only}' names no probe; known probes: {', '.join(PROBES)}")
+    unknown = [n for n in names if n not in PROBES]
+    if unknown:
+        raise WorkbenchError(f"--only names unknown probe '{unknown[0]}'; known probes: {', '.join(PROBES)}")
+    return names

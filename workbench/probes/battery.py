@@ -1,0 +1,274 @@
+"""Run a probe battery: load a checkpoint and row manifests, run each probe, write the results directory.
+
+A battery is a TOML file (`probes/default.toml` is the default one):
+
+    [battery]
+    manifest = "chase_n8_d1-7.jsonl"   # default rows of every probe; relative to the TOML file
+    batch_size = 16                    # passed to every probe that takes one
+
+    [probes.depth_matrix]              # one table per probe, run in file order
+    per_depth = 48                     # row selection: the first `per_depth` rows at each depth,
+    depths = [1, 2, 3]                 #   only `depths`, from `manifest` (all optional)
+    loops = 7                          # every other key is an option of the probe's `run`
+
+The results directory gets `<table>.parquet` per table, `summary.json` and `report.html`. It is
+written into a staging directory and moved into place at the end, so a failed battery
+leaves nothing behind. `summary.json`:
+
+    probes      {probe: {headline numbers..., "wall_s": s}} or {"status": "not_applicable", "reason"}
+    probe_runs  {probe: {"rows": {manifest, n, rows_sha256, row_ids_sha256}, "options", "tables"}}
+    manifests   {path: {rows_sha256, row_ids_sha256}}  (whole manifests, as their sidecars say)
+    checkpoint  {path, kind, provenance_sha256, support}
+    model, battery, seed, wall_s, created_by
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import time
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from workbench.errors import WorkbenchError
+from workbench.io import check_out_dir, replace_dir, sha256_bytes, sha256_file, write_json_atomic
+from workbench.probes import PROBES, NotApplicable, get_probe
+from workbench.probes.common import select_rows
+from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
+
+SELECTION_KEYS = ("manifest", "depths", "per_depth")
+BATTERY_KEYS = ("manifest", "batch_size", "name")
+UNTRAINED = "untrained:"
+
+
+# ----------------------------------------------------------------------------- the battery file
+def load_battery(path: str | os.PathLike) -> dict:
+    """Returns {"path", "manifest" (resolved or None), "batch_size", "probes": {name: {option: value}}}.
+
+    Raises:
+        WorkbenchError: a missing or malformed file, an unknown probe or top-level key.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise WorkbenchError(f"battery file '{path}' does not exist")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise WorkbenchError(f"battery file '{path}' is not valid TOML: {err}") from None
+    unknown = sorted(set(raw) - {"battery", "probes"})
+    if unknown:
+        raise WorkbenchError(f"battery file '{path}' has unknown table '{unknown[0]}'; accepted: battery, probes")
+    head = raw.get("battery", {})
+    bad = sorted(set(head) - set(BATTERY_KEYS))
+    if bad:
+        raise WorkbenchError(f"battery file '{path}': unknown key battery.{bad[0]}; accepted: {', '.join(BATTERY_KEYS)}")
+    probes = raw.get("probes", {})
+    for name in probes:
+        get_probe(name)  # unknown names are errors that list the known ones
+    resolve = lambda m: str(path.parent / m) if m is not None and not Path(m).is_absolute() else m  # noqa: E731
+    return {"path": str(path), "name": head.get("name", path.stem), "manifest": resolve(head.get("manifest")),
+            "batch_size": head.get("batch_size"),
+            "probes": {n: {**o, **({"manifest": resolve(o["manifest"])} if "manifest" in o else {})}
+                       for n, o in probes.items()}}
+
+
+def plan(battery: dict, only: list[str] | None, rows: str | None) -> dict[str, dict]:
+    """Returns {probe: options} to run: the battery's probes (or `only`), each with its manifest resolved.
+
+    `rows` (a manifest path) replaces every probe's manifest. A name in `only` that the battery
+    does not configure runs with its defaults on the battery's manifest.
+    """
+    names = only if only is not None else list(battery["probes"])
+    out = {}
+    for name in names:
+        options = dict(battery["probes"].get(name, {}))
+        manifest = rows or options.get("manifest") or battery["manifest"]
+        if manifest is None:
+            raise WorkbenchError(f"probe '{name}' has no rows: give --rows or a manifest in the battery file")
+        check_options(name, {k: v for k, v in options.items() if k not in SELECTION_KEYS})
+        out[name] = {**options, "manifest": str(manifest)}
+    return out
+
+
+def check_options(name: str, options: dict) -> None:
+    """Raises WorkbenchError naming the first option probe `name`'s `run` does not take, and the accepted ones."""
+    params = inspect.signature(get_probe(name).run).parameters
+    unknown = sorted(set(options) - set(params) - {"model", "tokenizer", "rows"})
+    if unknown:
+        accepted = [p for p in params if p not in ("model", "tokenizer", "rows", "progress")]
+        raise WorkbenchError(f"probe '{name}' has no option '{unknown[0]}'; accepted: {', '.join(accepted)}")
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def load_checkpoint(spec: str):
+    """Returns (looped, tokenizer, info) for a run directory or an untrained retrofit.
+
+    `spec` is a run directory (`workbench.runs.load_run`: strictly checked) or
+    `untrained:RUN_DIR` (the run's base and architecture with fresh re-entry and untrained block,
+    the control of that run) or `untrained:BASE:A:B` (a fresh split-bridge retrofit of base
+    model BASE at block A:B, max_loops 16). `info` holds path, kind, provenance_sha256, support
+    (the max trained depth, None when untrained), base and settings.
+    """
+    if spec.startswith(UNTRAINED):
+        return _untrained(spec)
+    from workbench.runs import PROVENANCE, base_sha256, load_run
+
+    looped, tok, info = load_run(spec)
+    stages = info["recipe"].get("stages", [])
+    depths = [d for s in stages if s.get("kind", "chain") != "halting" for d in s.get("depths", [])]
+    return looped, tok, {
+        "path": str(spec), "kind": "run", "provenance_sha256": sha256_file(Path(spec) / PROVENANCE),
+        "support": max(depths) if depths else None, "base": info["retrofit"]["base"]["spec"],
+        "base_sha256": base_sha256(looped.base), "settings": looped.settings,
+    }
+
+
+def _untrained(spec: str):
+    from workbench.models import load_base
+    from workbench.runs import RETROFIT, base_sha256
+    from workbench.surgery import attach_lora, retrofit
+
+    rest = spec[len(UNTRAINED):]
+    if (Path(rest) / RETROFIT).is_file():
+        record = json.loads((Path(rest) / RETROFIT).read_text())
+        base, settings = record["base"]["spec"], dict(record["settings"])
+        dtype, attn = getattr(torch, record["base"]["dtype"]), record["base"]["attn_implementation"]
+    else:
+        parts = rest.rsplit(":", 2)
+        if len(parts) != 3 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
+            raise WorkbenchError(f"--checkpoint '{spec}' is not untrained:RUN_DIR or untrained:BASE:A:B "
+                                 f"(e.g. untrained:smollm2-135m-instruct:10:16)")
+        base, settings = parts[0], {"block": [int(parts[1]), int(parts[2])]}
+        dtype, attn = torch.float32, "eager"
+    model, tok = load_base(base, dtype=dtype, attn_implementation=attn)
+    lora = settings.pop("lora", None)
+    looped = retrofit(model, **settings)
+    if lora is not None:  # B = 0: the adapter is present and changes nothing
+        attach_lora(looped, r=lora["r"], alpha=lora["alpha"], dropout=lora["dropout"], targets=tuple(lora["targets"]))
+    looped.eval()
+    for p in looped.parameters():
+        p.requires_grad_(False)
+    digest = base_sha256(looped.base)
+    identity = {"untrained": True, "base": base, "base_sha256": digest, "settings": looped.settings}
+    return looped, tok, {
+        "path": spec, "kind": "untrained", "support": None, "base": base, "base_sha256": digest,
+        "settings": looped.settings,
+        "provenance_sha256": sha256_bytes(json.dumps(identity, sort_keys=True).encode()),
+    }
+
+
+# ----------------------------------------------------------------------------- running
+def run_probe(name: str, model, tokenizer, rows: list[dict], options: dict, context: dict) -> dict[str, pd.DataFrame]:
+    """Runs one probe with `options` (unknown ones are errors) plus the `context` values it accepts.
+
+    Returns {table name: DataFrame}.
+    """
+    module = get_probe(name)
+    check_options(name, options)
+    params = inspect.signature(module.run).parameters
+    kwargs = {k: v for k, v in context.items() if k in params and v is not None}
+    kwargs.update(options)
+    result = module.run(model, tokenizer, rows, **kwargs)
+    return result if isinstance(result, dict) else {name: result}
+
+
+def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathLike, rows: str | None = None,
+                only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
+                progress: bool = True) -> dict:
+    """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
+
+    Args:
+        checkpoint: see `load_checkpoint`.
+        battery: the battery TOML file.
+        out: the results directory (refused if it exists and is not empty, unless `overwrite`).
+        rows: a manifest replacing every probe's rows.
+        only: run only these probes.
+        seed: passed to every probe that takes a seed (splits, pairings, nulls).
+    """
+    start = time.perf_counter()
+    out = check_out_dir(Path(out), overwrite)
+    spec = load_battery(battery)
+    todo = plan(spec, only, rows)
+    manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}
+    model, tok, info = load_checkpoint(checkpoint)
+    if torch.cuda.is_available():
+        model.to("cuda")
+    context = {"batch_size": spec["batch_size"], "seed": seed, "progress": progress, "base": info["base"],
+               "support": info["support"]}
+    staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    staging.mkdir(parents=True, exist_ok=False)
+    summary = {"probes": {}, "probe_runs": {}, "checkpoint": {k: info[k] for k in ("path", "kind", "provenance_sha256", "support")},
+               "manifests": {m: {k: man.sidecar[k] for k in ("rows_sha256", "row_ids_sha256")} for m, man in manifests.items()},
+               "model": _model_record(model, info), "battery": spec["path"], "seed": seed, "created_by": _created_by()}
+    try:
+        for name in tqdm(todo, desc="probes", disable=not progress):
+            summary["probes"][name], summary["probe_runs"][name] = _one(name, todo[name], manifests, model, tok,
+                                                                         context, staging)
+        summary["wall_s"] = round(time.perf_counter() - start, 1)
+        write_json_atomic(staging / "summary.json", summary)
+        replace_dir(staging, out)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    _write_report(out)
+    return summary
+
+
+def _one(name, options, manifests, model, tok, context, staging) -> tuple[dict, dict]:
+    options = dict(options)
+    manifest = options.pop("manifest")
+    selection = {k: options.pop(k) for k in ("depths", "per_depth") if k in options}
+    chosen = select_rows(manifests[manifest].rows, selection.get("depths"), selection.get("per_depth"))
+    record = {"rows": {"manifest": manifest, "n": len(chosen), "rows_sha256": rows_sha256(chosen),
+                       "row_ids_sha256": row_ids_sha256(chosen), **selection}, "options": options}
+    t0 = time.perf_counter()
+    try:
+        tables = run_probe(name, model, tok, chosen, options, context)
+    except NotApplicable as reason:
+        return {"status": "not_applicable", "reason": str(reason)}, {**record, "tables": []}
+    for table, frame in tables.items():
+        _write_parquet(frame, staging / f"{table}.parquet")
+    headline = get_probe(name).summarize(tables)
+    return ({**headline, "wall_s": round(time.perf_counter() - t0, 1)},
+            {**record, "tables": sorted(tables)})
+
+
+def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    frame.to_parquet(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def _model_record(model, info: dict) -> dict:
+    cfg = model.config
+    return {"base": info["base"], "base_sha256": info["base_sha256"], "block": [model.a, model.b],
+            "n_layers": model.n_layers, "d_model": cfg.hidden_size, "settings": info["settings"],
+            "dtype": str(next(model.parameters()).dtype).removeprefix("torch."), "device": str(next(model.parameters()).device)}
+
+
+def _created_by() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"workbench {version('workbench')}"
+    except PackageNotFoundError:
+        return "workbench"
+
+
+def _write_report(out: Path) -> Path | None:
+    """Writes report.html with the report writer when it is installed (`workbench.report`)."""
+    try:
+        from workbench.report import write_report
+    except ImportError:  # the report module is optional while it is being written
+        return None
+    return write_report(out)
+
+
+__all__ = ["PROBES", "load_battery", "load_checkpoint", "plan", "run_battery", "run_probe"]
