@@ -1,0 +1,338 @@
+"""Writes the numbered notebooks from the cells below, without outputs: `python notebooks/build.py`.
+
+Edit the cells here, not in Jupyter, then regenerate; `tests/test_notebooks.py` checks that the
+committed notebooks match this file and runs each one top to bottom. Every notebook imports
+only the library (plus torch, pandas and plotly) and keeps to a few rows, so each runs in
+about a minute or two on two CPU cores.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+
+HERE = Path(__file__).resolve().parent
+
+# Every notebook starts here: find the repository root from wherever Jupyter was started.
+ROOT = '''from pathlib import Path
+
+ROOT = next(p for p in (Path.cwd(), *Path.cwd().parents) if (p / "pyproject.toml").is_file())
+KEEPER = ROOT / "training" / "keepers" / "smollm2-chase"   # the shipped retrofit of the embedded default
+MANIFEST = ROOT / "probes" / "chase_n8_d1-7.jsonl"          # frozen N = 8 chase rows, depths 1-7'''
+
+KEEPER_AND_ROWS = '''from workbench.probes.common import select_rows
+from workbench.runs import load_run
+from workbench.tasks.manifest import read_manifest
+
+looped, tok, info = load_run(KEEPER)        # strict: every file's hash and the base's hash are checked
+manifest = read_manifest(MANIFEST)
+print(f"{KEEPER.name}: block {looped.a}:{looped.b} of {looped.n_layers} layers, re-entry {looped.settings['reentry']}, "
+      f"max {looped.max_loops} loops, LoRA {'lora' in looped.settings}")
+print(f"rows: {MANIFEST.name}, {manifest.sidecar['rows']} rows, rows_sha256 {manifest.sidecar['rows_sha256'][:16]}...")'''
+
+
+def md(text: str):
+    return new_markdown_cell(text.strip())
+
+
+def code(text: str):
+    return new_code_cell(text.strip())
+
+
+LOGIT_LENS = [
+    md("""
+# 01 · The per-loop logit lens
+
+A looped retrofit runs the same block `T` times and can read an answer after every loop. On the
+function-table chase the loop-`t` readout should hold the chain symbol `x_t` (the start symbol
+with the table applied `t` times): the loop is doing one lookup per pass. This notebook reads
+every loop of the shipped keeper in one forward pass and shows, loop by loop, which chain
+symbol the readout holds, through three lenses:
+
+* **coda**: the model's own readout (the Coda layers, final norm, unembedding), what it was trained to emit;
+* **raw**: final norm and unembedding applied directly to the loop state `h_t`, skipping the Coda;
+* **tuned**: a per-loop affine map fitted to predict the final loop's readout, on rows disjoint from the ones shown.
+"""),
+    code(ROOT),
+    code(KEEPER_AND_ROWS),
+    md("A row is a table of `K -> V` lines, a start symbol and a number of applications; the answer is one token."),
+    code('''rows = select_rows(manifest.rows, depths=[2, 3, 4], per_depth=4)
+print(rows[-1]["prompt"])
+print("chain:", rows[-1]["start"], "->", " -> ".join(rows[-1]["chain"]))'''),
+    md("""
+## Every loop, one pass
+
+`read_rows` runs the loop once to `T` and reads every loop through the Coda at the answer
+position, scoring only the task's candidate symbols. One row per (row, loop).
+"""),
+    code('''from workbench.tasks.reader import read_rows
+
+reads = read_rows(looped, tok, rows, loops=4).frame()
+active = reads[reads["loop"] <= reads["depth"]]
+active.groupby(["depth", "loop"])["correct"].mean().unstack("loop").round(2)'''),
+    md("## The lens, loop by loop"),
+    code('''from workbench.probes import logit_lens
+
+tables = logit_lens.run(looped, tok, rows, loops=4)
+lens, top = tables["logit_lens"], tables["logit_lens__top"]
+lens.head()'''),
+    md("""
+Each cell is the mean probability (over the task's candidates) of chain symbol `x_k` at loop `t`.
+A loop that does one lookup per pass lights up the diagonal `k = t`. Hover a cell for the loop's
+top tokens over the whole vocabulary; the slider steps through the depths.
+"""),
+    code('''from workbench.plots import lens_agreement_figure, logit_lens_figure
+
+logit_lens_figure(lens, top=top)'''),
+    code('''logit_lens_figure(lens, top=top, lens="raw")'''),
+    md("Per lens: the probability of the loop's own target `x_t` (solid) and of the next symbol `x_{t+1}` (dotted)."),
+    code('''lens_agreement_figure(lens)'''),
+    md("One row, with its symbols on the axis:"),
+    code('''row = lens[lens["depth"] == 4]["row_id"].iloc[0]
+logit_lens_figure(lens, top=top, row_id=row)'''),
+    md("""
+## The same states through hooks
+
+Every loop has its own hook points (DESIGN.md §3), so `run_with_cache` returns each loop's
+state under its own name, and the raw lens above is just the final norm and unembedding
+applied to `loop.{t}.hook_state` at the answer position.
+"""),
+    code('''import torch
+
+from workbench.tasks.reader import encode_prompts
+
+enc = encode_prompts(tok, [rows[-1]["prompt"]])
+with torch.no_grad():
+    _, cache = looped.run_with_cache(enc["input_ids"], attention_mask=enc["attention_mask"], loops=4,
+                                     names_filter=lambda name: name.endswith("hook_state"))
+    for name, h in cache.items():
+        logits = looped.base.lm_head(looped.base.model.norm(h[:, -1]))
+        print(f"{name:18s} {tuple(h.shape)}  raw-lens top token {tok.decode(logits.argmax(-1))!r}")'''),
+]
+
+BLOCK_SELECTION = [
+    md("""
+# 02 · Choosing the block before surgery
+
+Which layers should loop? The retrofit paper cuts the model where adjacent layers change the
+residual stream least: the angular distance between consecutive layers' states is large at
+both ends of the network and small through the middle. Kneedle finds the two knees; the span
+between them is loopable. Inside the span, each candidate window is applied twice (loop 2
+with a fresh, identity re-entry) and ranked by the damage it does: the relative rise in
+held-out next-token loss plus the task accuracy lost.
+
+This runs on the embedded default, SmolLM2-135M-Instruct (a 4-bit GGUF dequantized to fp32),
+with a small corpus slice and a coarse stride so it stays short; `workbench select-block`
+runs the full sweep.
+"""),
+    code(ROOT),
+    code('''from workbench.models import load_base
+from workbench.selection import load_corpus, select_block, task_rows
+
+base, tok = load_base("smollm2-135m-instruct")
+texts = load_corpus()[:16]                    # every 4th text is held out for the loss
+rows = task_rows(tok)[:8]                     # the accuracy part of the damage
+selection = select_block(base, tok, texts=texts, rows=rows, stride=10, progress=False)
+print(f"span {selection.prelude_end}:{selection.coda_start} of {selection.n_layers} layers; "
+      f"window {selection.window}; recommended {selection.recommended}")'''),
+    code('''selection.figure()'''),
+    code('''selection.windows_frame()'''),
+    md("""
+## Surgery, and the identity check
+
+`retrofit` splits the model at the chosen block. With a fresh split bridge the re-entry is an
+exact identity, so at loop 1 the retrofit must reproduce the base model bit for bit, whatever
+the settings.
+"""),
+    code('''from workbench.surgery import retrofit
+
+looped = retrofit(base, block=selection.recommended, reentry="bridge", max_loops=4)
+looped.settings'''),
+    code('''import torch
+
+enc = tok(["The capital of France is"], return_tensors="pt")
+with torch.no_grad():
+    base_logits = base(**enc).logits
+    loop1 = looped(enc["input_ids"], attention_mask=enc["attention_mask"], loops=1).logits
+print("max |Δlogit| at loop 1:", (base_logits - loop1).abs().max().item())'''),
+    md("""
+The shipped keeper (`training/keepers/smollm2-chase`) loops 12:24 rather than the window
+ranked first here: its recipe explains why (a longer block gave loop 2 more layers to turn
+one lookup's answer into the next lookup's query).
+"""),
+    code('''import tomllib
+
+print(tomllib.loads((KEEPER / "recipe.toml").read_text())["model"])'''),
+]
+
+SPLICE_OVERSHOOT = [
+    md("""
+# 03 · Splices and overshoot
+
+Two questions about what the loop state carries, on the shipped keeper:
+
+* **Overshoot**: run a depth-`d` row past `d`. Does the readout keep applying the rule
+  (*iterate*: `f^t(x0)`), hold the answer (*park*: `x_d`), or neither?
+* **Counterfactual splice**: take row B's state at loop `k0` and put it into row A in place of
+  A's own (A's Prelude is still re-injected). Does A then follow B's chain (*source orbit*),
+  apply its own table to B's symbol (*lawful*), ignore the splice (*shortcut*), or none?
+"""),
+    code(ROOT),
+    code(KEEPER_AND_ROWS),
+    md("## Overshoot"),
+    code('''from workbench.plots import overshoot_cost_figure, overshoot_figure
+from workbench.probes import overshoot
+
+rows = select_rows(manifest.rows, depths=[1, 2, 3], per_depth=4)
+tables = overshoot.run(looped, tok, rows, extra=3)
+overshoot_figure(tables["overshoot"])'''),
+    code('''overshoot_cost_figure(tables["overshoot"], tables["overshoot__cost"])'''),
+    md("""
+## Counterfactual splice
+
+Rows are paired within a depth and a token length, so the substitution is shape-safe. Sites:
+the loop state `h_k0`, one block layer's residual, and the re-entry input `u_k0`, each at the
+read position only; the state also at every position. Entries where two class symbols
+coincide are left out.
+"""),
+    code('''from workbench.plots import splice_figure
+from workbench.probes import splice
+
+pairs_rows = select_rows(manifest.rows, depths=[4], per_depth=6)
+# One splice loop keeps this short; the battery runs k0 = 1 and 2.
+spliced = splice.run(looped, tok, pairs_rows, k0s=(2,), horizon=2)
+splice_figure(spliced["splice"], verdict=spliced["splice__verdict"])'''),
+    code('''spliced["splice__verdict"]'''),
+]
+
+HEADS_DRIFT = [
+    md("""
+# 04 · Heads and drift
+
+Where inside the block does the lookup happen, and how far do the loop states move?
+
+* **Heads**: with eager attention, the attention mass from the answer position onto the table
+  line that holds the current symbol `x_{t-1}` (the line loop `t` must read), for every loop,
+  block layer and head. A head is a *retrieval head* at a loop when its mass is at least 3x its
+  layer's median on at least half the rows.
+* **Drift**: principal angles between the loop states' top-k PCA subspaces, loop to loop and
+  against loop 1, and whether the drift outside loop 1's subspace concentrates in a few
+  heads' output subspaces (against random partitions).
+"""),
+    code(ROOT),
+    code(KEEPER_AND_ROWS),
+    md("## Head specialisation"),
+    code('''from workbench.plots import head_concentration_figure, heads_figure
+from workbench.probes import heads
+
+rows = select_rows(manifest.rows, depths=[3], per_depth=8)
+h = heads.run(looped, tok, rows, n_null=50)
+heads_figure(h["heads"], summary=h["heads__summary"])'''),
+    code('''head_concentration_figure(h["heads"], h["heads__summary"])'''),
+    code('''summary = h["heads__summary"]
+summary[summary["is_retrieval"]].sort_values(["loop", "retrieval_frac"], ascending=[True, False])'''),
+    md("## Subspace drift"),
+    code('''from workbench.plots import drift_figure, drift_heads_figure
+from workbench.probes import drift
+
+rows = select_rows(manifest.rows, depths=[1, 2, 3, 4], per_depth=3)
+d = drift.run(looped, tok, rows, loops=4, k=8, max_samples=1024, n_null=50)
+drift_figure(d["drift"], concentration=d["drift__concentration"])'''),
+    code('''drift_heads_figure(d["drift"], d["drift__heads"])'''),
+]
+
+TRAINING = [
+    md("""
+# 05 · Training a small retrofit
+
+`workbench train RECIPE.toml` turns the embedded default into a looped retrofit: surgery at the
+recipe's block, LoRA on the block projections with the split bridge, per-loop supervision on
+the chase, and a depth curriculum. This notebook runs the shipped recipe for a handful of
+steps, one per curriculum stage (via `--set`-style overrides) to show the mechanics and the files a run writes, then
+compares its held-out accuracy with the shipped keeper, trained with the full recipe.
+"""),
+    code(ROOT),
+    code('''print((ROOT / "training" / "smollm2_lora_chase.toml").read_text())'''),
+    code('''import tempfile
+
+from workbench.training import train
+
+run_dir = Path(tempfile.mkdtemp(prefix="workbench-nb05-")) / "tiny-run"
+overrides = {"stages.0.steps": 1, "stages.1.steps": 1, "stages.2.steps": 1, "optim.warmup_steps": 1,
+             "eval.per_depth": 4, "eval.depths": [1, 2], "checkpoint.every": 1000}
+result = train(ROOT / "training" / "smollm2_lora_chase.toml", out=run_dir, overrides=overrides, progress=False)
+{k: result[k] for k in ("run_dir", "steps", "finished", "wall_s")}'''),
+    md("The run directory holds only the trained tensors, the resolved recipe and the provenance of every file:"),
+    code('''sorted(p.name for p in run_dir.iterdir())'''),
+    code('''import pandas as pd
+import plotly.graph_objects as go
+
+from workbench.plots import apply_theme
+
+metrics = pd.read_json(run_dir / "metrics.jsonl", lines=True)
+loss = metrics.dropna(subset=["loss"]) if "loss" in metrics else metrics
+fig = go.Figure(go.Scatter(x=loss["step"], y=loss["loss"], mode="lines+markers", name="training loss"))
+fig.update_layout(title="Training loss per step", xaxis_title="step", yaxis_title="loss", height=350)
+fig.update_xaxes(tick0=1, dtick=max(1, len(loss) // 10))
+apply_theme(fig)'''),
+    md("""
+## Held-out accuracy: three steps against the keeper
+
+Both are read with the same reader on the same held-out rows; each depth is read at its own
+loops. The keeper is the same recipe run to the end.
+"""),
+    code('''from workbench.plots import depth_matrix_figure
+from workbench.runs import load_run
+from workbench.tasks import build_rows
+from workbench.training import evaluate
+
+small, tok, _ = load_run(run_dir)
+held_out = build_rows("chase", depths=[1, 2, 3], per_depth=6, seed=7, alphabet=8, tokenizer=tok)
+_, small_frame = evaluate(small, tok, held_out)
+depth_matrix_figure(small_frame).update_layout(title="After three steps")'''),
+    code('''keeper, tok, info = load_run(KEEPER)
+_, keeper_frame = evaluate(keeper, tok, held_out)
+depth_matrix_figure(keeper_frame).update_layout(title=f"The keeper ({KEEPER.name})")'''),
+]
+
+NOTEBOOKS = {
+    "01_logit_lens.ipynb": LOGIT_LENS,
+    "02_block_selection.ipynb": BLOCK_SELECTION,
+    "03_splices_and_overshoot.ipynb": SPLICE_OVERSHOOT,
+    "04_heads_and_drift.ipynb": HEADS_DRIFT,
+    "05_training_a_small_retrofit.ipynb": TRAINING,
+}
+
+
+def notebook(name: str, cells: list) -> nbformat.NotebookNode:
+    """Returns the notebook `name` with deterministic cell ids (so regenerating changes nothing)."""
+    stem = name.split("_")[0]
+    for i, cell in enumerate(cells):
+        cell["id"] = f"nb{stem}-{i:02d}"
+    nb = new_notebook(cells=cells)
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    return nb
+
+
+def render(name: str) -> str:
+    """Returns the JSON text of notebook `name` as `build` writes it."""
+    return nbformat.writes(notebook(name, [nbformat.from_dict(c) for c in NOTEBOOKS[name]])) + "\n"
+
+
+def build(folder: Path = HERE) -> list[Path]:
+    """Writes every notebook into `folder`; returns their paths."""
+    paths = []
+    for name in NOTEBOOKS:
+        path = folder / name
+        path.write_text(render(name))
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    for p in build(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE):
+        sys.stdout.write(f"wrote {p}\n")

@@ -1,0 +1,245 @@
+"""Synthetic probe results that follow the probe schemas exactly (column names, dtypes, ranges).
+
+The numbers are drawn from a seeded generator with known structure (accuracy that falls with
+depth, a target symbol that rises with the loop), so tests can assert what a figure shows.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from workbench.stats import frontier
+
+SYMBOLS = list("ABCDEFGHIJKLMNOP")
+BLOCK = (10, 16)
+
+
+def _chain(rng, depth: int) -> list[str]:
+    return list(rng.choice(SYMBOLS, size=depth + 1, replace=False))
+
+
+def depth_matrix(rng, depths=range(1, 9), per_depth: int = 12, loops: int = 8) -> pd.DataFrame:
+    """One row per (row_id, loop); the chance of a correct read falls with depth and with t."""
+    out = []
+    for d in depths:
+        for r in range(per_depth):
+            chain = _chain(rng, d)
+            for t in range(1, loops + 1):
+                p = max(0.05, 1.0 - 0.09 * d - 0.02 * t)
+                target = chain[min(t, d)]
+                ok = bool(rng.random() < p)
+                # Past the depth there is no label: the probe writes NA (a nullable boolean column).
+                out.append(dict(row_id=f"d{d}-{r}", depth=d, loop=t, target=target if t <= d else None,
+                                predicted=target if ok else chain[0], correct=ok if t <= d else pd.NA))
+    return pd.DataFrame(out).astype({"correct": "boolean"})
+
+
+def frontier_table(dm: pd.DataFrame) -> pd.DataFrame:
+    """The depth_matrix__frontier part, computed from the matrix like the probe does."""
+    diag = dm[dm["loop"] == dm["depth"]].groupby("depth")["correct"].mean()
+    support = int(dm["depth"].max())
+    rows = []
+    for bar in (0.60, 0.71, 0.80):
+        f = frontier(diag, bar=bar)
+        rows.append(dict(bar=bar, frontier=f, support=support, frontier_over_support=f / support))
+    return pd.DataFrame(rows)
+
+
+def logit_lens(rng, depths=(2, 3, 4), per_depth: int = 3, loops: int = 5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The logit_lens table and its __top part for three lenses; x_t peaks at loop t."""
+    rows, top = [], []
+    for d in depths:
+        for r in range(per_depth):
+            chain = _chain(rng, d)
+            rid = f"d{d}-{r}"
+            for t in range(1, loops + 1):
+                for lens in ("coda", "raw", "tuned"):
+                    logits = np.array([3.0 * (k == min(t, d)) + rng.normal(0, 0.3) for k in range(1, d + 1)])
+                    prob = np.exp(logits) / (np.exp(logits).sum() + 5.0)
+                    ranks = (-prob).argsort().argsort()
+                    for k in range(1, d + 1):
+                        rows.append(dict(row_id=rid, depth=d, loop=t, lens=lens, chain_index=k, symbol=chain[k],
+                                         rank=int(ranks[k - 1]), prob=float(prob[k - 1])))
+                    words = [f" {chain[min(t, d)]}", " the", "\n", " <b>", " A"]
+                    probs = np.sort(rng.dirichlet(np.ones(5)))[::-1] * 0.9
+                    for k, (w, p) in enumerate(zip(words, probs)):
+                        top.append(dict(row_id=rid, loop=t, lens=lens, k=k, token=w, prob=float(p)))
+    return pd.DataFrame(rows), pd.DataFrame(top)
+
+
+def overshoot(rng, depths=(1, 2, 3), per_depth: int = 10, loops: int = 6) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The overshoot table (every 7th entry marked `coincide`) and its __cost part."""
+    out = []
+    for d in depths:
+        for r in range(per_depth):
+            chain = _chain(rng, d)
+            for t in range(d + 1, loops + 1):
+                cls = rng.choice(["iterate", "park", "other"], p=[0.2, 0.7, 0.1])
+                out.append(dict(row_id=f"d{d}-{r}", depth=d, loop=t, extra=t - d,
+                                predicted=chain[-1] if cls == "park" else "Z", iterate_symbol="Q",
+                                park_symbol=chain[-1], cls=str(cls), coincide=len(out) % 7 == 0))
+    df = pd.DataFrame(out)
+    cost = (df.assign(answer=df["cls"] == "park", it=df["cls"] == "iterate").groupby(["depth", "extra"])
+              .agg(n=("row_id", "size"), answer_acc=("answer", "mean"), iterate_acc=("it", "mean")).reset_index())
+    return df, cost
+
+
+SPLICE_CLASSES = ["source_orbit", "lawful", "shortcut", "other"]
+
+
+def splice(rng, pairs: int = 8) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The splice table (three sites at the read span, the state also at all positions; j = 0 always
+    coincides) and its __verdict part."""
+    out = []
+    for site, p in (("state", [0.1, 0.8, 0.05, 0.05]), ("block_resid", [0.3, 0.4, 0.2, 0.1]),
+                    ("reentry_input", [0.05, 0.1, 0.8, 0.05])):
+        for span in ("all", "read") if site == "state" else ("read",):  # "all" runs at the state only
+            for k0 in (1, 2):
+                for pair in range(pairs):
+                    for j in (0, 1, 2, 3):
+                        cls = "source_orbit" if j == 0 else str(rng.choice(SPLICE_CLASSES, p=p))
+                        out.append(dict(pair_id=pair, row_a=f"a{pair}", row_b=f"b{pair}", depth=5, site=site,
+                                        span=span, k0=k0, j=j, loop=k0 + j, predicted="C", cls=cls,
+                                        coincide=j == 0 or (pair == 0 and j == 1)))
+    df = pd.DataFrame(out)
+    verdicts = []
+    for (site, span, k0), g in df[~df["coincide"]].groupby(["site", "span", "k0"]):
+        frac = g["cls"].value_counts(normalize=True).reindex(SPLICE_CLASSES, fill_value=0.0)
+        verdict = ("source_orbit" if frac["source_orbit"] >= 0.75 else "lawful" if frac["lawful"] >= 0.75
+                   else "shortcut" if frac["shortcut"] >= 0.5 else "mixed")
+        verdicts.append(dict(site=site, span=span, k0=k0, verdict=verdict, **frac.to_dict(), n=len(g)))
+    return df, pd.DataFrame(verdicts)
+
+
+def heads(rng, loops: int = 4, rows: int = 6, heads_per_layer: int = 9) -> tuple[pd.DataFrame, pd.DataFrame]:
+    out = []
+    for t in range(1, loops + 1):
+        for r in range(rows):
+            for layer in range(*BLOCK):
+                for h in range(heads_per_layer):
+                    special = (layer, h) == (12, (3 + t) % heads_per_layer)
+                    mass = 0.6 if special else float(rng.uniform(0, 0.1))
+                    out.append(dict(row_id=f"r{r}", loop=t, layer=layer, head=h, target_mass=mass,
+                                    table_mass=min(1.0, mass + float(rng.uniform(0, 0.3)))))
+    df = pd.DataFrame(out)
+    s = df.groupby(["loop", "layer", "head"])["target_mass"].mean().reset_index()
+    s["retrieval_frac"] = (s["target_mass"] > 0.3).astype(float)
+    s["is_retrieval"] = s["retrieval_frac"] >= 0.5
+    s["share"] = s["target_mass"] / s.groupby("loop")["target_mass"].transform("sum")
+    s["concentration"] = s.groupby("loop")["share"].transform(lambda x: float((np.sort(x)[-2:] ** 2).sum()))
+    s["null_p95"] = 0.01
+    return df, s.drop(columns="target_mass")
+
+
+def linear_probe(rng, loops: int = 5) -> pd.DataFrame:
+    out = []
+    for site in ("state", "block.12", "block.14"):
+        for target in ("x_prev", "x_t", "x_next"):
+            for t in range(1, loops + 1):
+                out.append(dict(loop=t, site=site, target=target, accuracy=float(rng.uniform(0.3, 1.0)),
+                                null_p95=0.12, chance=0.0625, n_train=96, n_test=32))
+    return pd.DataFrame(out)
+
+
+def drift(rng, loops: int = 6, k: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
+    out = []
+    for comparison in ("consecutive", "vs_loop1"):
+        for t in range(2, loops + 1):
+            for i in range(k):
+                out.append(dict(loop=t, comparison=comparison, angle_index=i,
+                                angle_deg=float(np.clip(10 * t + 5 * i + rng.normal(0, 2), 0, 90))))
+    conc = pd.DataFrame(dict(loop=range(2, loops + 1), top3_share=np.linspace(0.5, 0.8, loops - 1),
+                             null_p95=0.4, null_mean=0.33, residual_frac=0.5))
+    shares = rng.dirichlet(np.ones(9), size=loops - 1)
+    heads = pd.DataFrame([dict(loop=t, layer=BLOCK[1] - 1, head=h, share=float(shares[t - 2, h]))
+                          for t in range(2, loops + 1) for h in range(9)])
+    return pd.DataFrame(out), conc, heads
+
+
+def halting() -> pd.DataFrame:
+    rows = [dict(method="halting", threshold=th, mean_loops=2 + 4 * th, accuracy=0.5 + 0.4 * th)
+            for th in (0.1, 0.3, 0.5, 0.7, 0.9)]
+    rows += [dict(method="fixed_k", threshold=np.nan, mean_loops=float(k), accuracy=0.3 + 0.1 * k) for k in (2, 4, 6)]
+    rows += [dict(method="oracle", threshold=np.nan, mean_loops=3.1, accuracy=0.95),
+             dict(method="act", threshold=np.nan, mean_loops=4.2, accuracy=0.7)]
+    return pd.DataFrame(rows)
+
+
+def gradient_audit(rng, loops: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
+    df = pd.DataFrame([dict(loop=t, group=g, grad_rms=float(s * 0.7 ** t))
+                       for t in range(1, loops + 1) for g, s in (("reentry", 1e-3), ("block", 1e-2), ("coda", 3e-2))])
+    fd = pd.DataFrame([dict(direction=i, autograd=0.5, finite_difference=0.5001, rel_error=2e-4) for i in range(3)])
+    return df, fd
+
+
+def latency() -> pd.DataFrame:
+    rows = [dict(what="loops", loops=t, seconds=0.1 * t, ratio=0.9 * t, predicted_ratio=float(t)) for t in (1, 2, 4, 8)]
+    rows += [dict(what="forced_read", loops=t, seconds=0.2, ratio=1.0, predicted_ratio=1.0) for t in (4, 8)]
+    rows += [dict(what="reruns", loops=t, seconds=0.2 * t, ratio=t / 2, predicted_ratio=t / 1.8) for t in (4, 8)]
+    return pd.DataFrame(rows)
+
+
+def identity() -> pd.DataFrame:
+    return pd.DataFrame([dict(variant="fresh", reentry=r, memory=m, lora=lo, max_abs_diff=0.0)
+                         for r in ("bridge", "inject") for m in (False, True) for lo in (False, True)])
+
+
+def all_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
+    """Every probe result and part, keyed by file stem."""
+    rng = np.random.default_rng(seed)
+    dm = depth_matrix(rng)
+    ov, cost = overshoot(rng)
+    lens, top = logit_lens(rng)
+    sp, verdict = splice(rng)
+    hd, hsum = heads(rng)
+    dr, conc, drift_heads = drift(rng)
+    ga, fd = gradient_audit(rng)
+    return {"identity": identity(), "logit_lens": lens, "logit_lens__top": top, "depth_matrix": dm,
+            "depth_matrix__frontier": frontier_table(dm), "overshoot": ov, "overshoot__cost": cost, "splice": sp,
+            "splice__verdict": verdict, "heads": hd, "heads__summary": hsum, "linear_probe": linear_probe(rng),
+            "drift": dr, "drift__concentration": conc, "drift__heads": drift_heads, "halting": halting(), "gradient_audit": ga,
+            "gradient_audit__fd": fd, "latency": latency()}
+
+
+def summary(tables: dict[str, pd.DataFrame]) -> dict:
+    fr = tables["depth_matrix__frontier"]
+    return {
+        "probes": {"depth_matrix": {"frontier": float(fr.loc[fr["bar"] == 0.71, "frontier"].iloc[0]),
+                                    "pooled_accuracy": float(tables["depth_matrix"]["correct"].mean()),
+                                    "rows": int(tables["depth_matrix"]["row_id"].nunique())},
+                   "identity": {"max_abs_diff": 0.0}},
+        "manifests": {"probes/n16.jsonl": {"rows_sha256": "ab" * 32, "row_ids_sha256": "cd" * 32}},
+        "checkpoint": {"path": "training/keepers/smollm2-chase", "provenance_sha256": "ef" * 32},
+        "model": {"base": "smollm2-135m-instruct", "block": [10, 16]},
+        "created_by": "workbench 0.1.0",
+    }
+
+
+def block_selection(n_layers: int = 30) -> dict:
+    """A block_selection.json as `workbench select-block` writes it (U-shaped curve, knees near 2 and 26)."""
+    curve = [0.5 * np.exp(-i / 1.5) + 0.45 * np.exp((i - n_layers + 2) / 1.5) + 0.08 for i in range(n_layers)]
+    windows = [dict(block=[a, a + 6], damage=0.05 + 0.01 * abs(a - 10), loss_loop1=2.0, loss_loop2=2.1,
+                    loss_increase=0.1, accuracy_loop1=0.9, accuracy_loop2=0.85, accuracy_drop=0.05, rank=i + 1)
+               for i, a in enumerate(range(4, 20, 3))]
+    windows.sort(key=lambda w: w["damage"])
+    return {"model": "smollm2-135m-instruct", "n_layers": n_layers, "angular_distance": curve, "prelude_end": 3,
+            "coda_start": 26, "knees": {"prelude_end": {"layer": 3, "reason": "knee"},
+                                        "coda_start": {"layer": 26, "reason": "knee"}},
+            "window": 6, "stride": 3, "windows": windows, "recommended": windows[0]["block"], "data": {},
+            "weights_sha256": "12" * 32, "corpus_sha256": "34" * 32, "seconds": 12.5}
+
+
+def write_results(path: Path, tables: dict[str, pd.DataFrame] | None = None, with_summary: bool = True) -> Path:
+    """Writes `tables` as DIR/<name>.parquet, a summary.json and a block_selection.json; returns the directory."""
+    path.mkdir(parents=True, exist_ok=True)
+    tables = all_tables() if tables is None else tables
+    for name, df in tables.items():
+        df.to_parquet(path / f"{name}.parquet", index=False)
+    if with_summary:
+        (path / "summary.json").write_text(json.dumps(summary(all_tables())))
+        (path / "block_selection.json").write_text(json.dumps(block_selection()))
+    return path

@@ -1,0 +1,125 @@
+"""Paper figure export: real PDF / SVG through kaleido and the system Chromium, CSV beside each figure."""
+
+import re
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import typer
+from typer.testing import CliRunner
+
+import synthetic
+from workbench.commands.figures import figures as figures_command
+from workbench.errors import WorkbenchError
+from workbench.figures import (FigureSpec, default_spec, export_figures, figure_data, load_spec, paper_figure)
+from workbench.plots import depth_matrix_figure, heads_figure
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return synthetic.write_results(tmp_path_factory.mktemp("results") / "run1")
+
+
+def test_paper_figure_size_and_static_slider_step(tables):
+    fig = heads_figure(tables["heads"], summary=tables["heads__summary"])
+    paper = paper_figure(fig, FigureSpec("heads", 3.5, 2.6, step=2))
+    assert (paper.layout.width, paper.layout.height) == (336, 250)  # 96 px per inch
+    assert not paper.layout.sliders and paper.layout.title.text is None
+    assert [t.name for t in paper.data if t.visible] == ["loop 3", "retrieval head"]
+    assert fig.layout.sliders and fig.data[0].visible  # the original is untouched
+    with pytest.raises(WorkbenchError, match="slider step 9 is out of range"):
+        paper_figure(fig, FigureSpec("heads", 3.5, 2.6, step=9))
+
+
+def test_figure_data_is_the_numbers_drawn(tables):
+    fig = depth_matrix_figure(tables["depth_matrix"])
+    data = figure_data(fig)
+    cells = data[data["trace"] == "accuracy"]
+    assert len(cells) == 64
+    dm = tables["depth_matrix"]
+    want = dm[(dm["depth"] == 5) & (dm["loop"] == 3)]["correct"].mean()
+    assert cells[(cells["y"] == 5) & (cells["x"] == 3)]["z"].item() == pytest.approx(want)
+    diag = data[data["trace"] == "diagonal (t = d)"]
+    assert list(diag["x"]) == list(diag["y"]) == list(range(1, 9))
+
+
+def test_export_pdf_and_svg_with_csv(results, tmp_path):
+    spec = [FigureSpec("frontier", 3.5, 2.6), FigureSpec("depth_matrix", 7.0, 3.2)]
+    pdf = export_figures([results], fmt="pdf", out=tmp_path, spec=spec[:1])
+    svg = export_figures([results], fmt="svg", out=tmp_path, spec=spec[1:])
+    frontier_pdf = tmp_path / "run1" / "frontier.pdf"
+    matrix_svg = tmp_path / "run1" / "depth_matrix.svg"
+    assert pdf.written == [frontier_pdf, tmp_path / "run1" / "frontier.csv"] and not pdf.skipped
+    assert svg.written == [matrix_svg, tmp_path / "run1" / "depth_matrix.csv"]
+    head = frontier_pdf.read_bytes()
+    assert head.startswith(b"%PDF")
+    box = re.search(rb"/MediaBox \[0 0 ([\d.]+) ([\d.]+)\]", head)
+    assert float(box.group(1)) == pytest.approx(3.5 * 72, abs=1)  # single column: 3.5 in wide
+    text = matrix_svg.read_text()
+    assert text.startswith("<svg") and 'width="672"' in text
+    csv = pd.read_csv(tmp_path / "run1" / "frontier.csv")
+    curve = csv[csv["trace"] == "final-answer accuracy"]
+    dm = pd.read_parquet(results / "depth_matrix.parquet")
+    acc = dm[dm["loop"] == dm["depth"]].groupby("depth")["correct"].mean()
+    assert list(curve["x"]) == list(acc.index) and curve["y"].to_numpy() == pytest.approx(acc.to_numpy())
+    assert ((curve["y_low"] <= curve["y"]) & (curve["y"] <= curve["y_high"])).all()  # the Wilson bars
+    assert (csv[csv["trace"] == "bar 0.71"]["y"] == 0.71).all()
+
+
+def test_html_export_shares_one_plotly_js_and_skips_absent_results(tmp_path):
+    only = synthetic.write_results(tmp_path / "partial", {"overshoot": synthetic.all_tables()["overshoot"]})
+    done = export_figures([only], fmt="html", out=tmp_path / "out", spec=default_spec())
+    folder = tmp_path / "out" / "partial"
+    assert done.written == [folder / "overshoot.html", folder / "overshoot.csv"]
+    assert len(done.skipped) == len(default_spec()) - 1
+    page = (folder / "overshoot.html").read_text()
+    assert 'src="plotly.min.js"' in page and len(page) < 200_000  # plotly.js not inlined
+    assert (folder / "plotly.min.js").stat().st_size > 3e6
+
+
+def test_spec_file_and_errors(tmp_path):
+    specs, dpi = load_spec(REPO / "figures" / "paper.toml")
+    assert dpi == 300 and {s.width_in for s in specs} == {3.5, 7.0}
+    assert [s.stem for s in specs if s.name == "logit_lens"] == ["logit_lens", "logit_lens_raw"]
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[figure]]\nname = "frontier"\nsize = "triple"\n')
+    with pytest.raises(WorkbenchError, match="size 'triple' is unknown; accepted: single, double"):
+        load_spec(bad)
+    bad.write_text('[[figure]]\nname = "fronteir"\n')
+    with pytest.raises(WorkbenchError, match="figure 'fronteir' is unknown"):
+        load_spec(bad)
+    with pytest.raises(WorkbenchError, match="format 'jpeg' is unknown"):
+        export_figures([tmp_path], fmt="jpeg")
+    with pytest.raises(WorkbenchError, match="no results directory"):
+        export_figures([], fmt="pdf")
+
+
+def test_figures_command_writes_png_from_the_spec(results, tmp_path):
+    app = typer.Typer()
+    app.command()(figures_command)
+    spec = tmp_path / "one.toml"
+    spec.write_text('dpi = 150\n[[figure]]\nname = "overshoot"\nsize = "single"\n')
+    out = tmp_path / "figs"
+    res = CliRunner().invoke(app, ["--results", str(results), "--format", "png", "--out", str(out), "--spec", str(spec)])
+    assert res.exit_code == 0, res.output
+    png = out / "run1" / "overshoot.png"
+    data = png.read_bytes()
+    assert data.startswith(b"\x89PNG")
+    width = int.from_bytes(data[16:20], "big")
+    assert width == round(3.5 * 150)  # 3.5 in at 150 dpi
+    assert "wrote 1 png figure(s)" in res.output
+
+
+def test_figures_command_defaults_to_the_results_folder(results, tmp_path, monkeypatch):
+    app = typer.Typer()
+    app.command()(figures_command)
+    monkeypatch.chdir(tmp_path)
+    res = CliRunner().invoke(app, ["--format", "html"])
+    assert res.exit_code != 0 and "no --results given" in str(res.exception)
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "run1").symlink_to(results, target_is_directory=True)
+    res = CliRunner().invoke(app, ["--format", "html"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "figures" / "out" / "run1" / "frontier.html").is_file()

@@ -1,0 +1,176 @@
+"""The offline HTML report: content checks, and a real headless Chromium that must draw every figure."""
+
+import importlib.util
+import json
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+import typer
+from plotly.offline import get_plotlyjs
+from typer.testing import CliRunner
+
+from workbench.commands.report import report as report_command
+from workbench.errors import WorkbenchError
+from workbench.plots import build_all
+from workbench.report import write_report
+
+
+def _synthetic():
+    """tests/plots/synthetic.py (probe tables that follow the schemas), loaded by path."""
+    if "synthetic" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("synthetic", Path(__file__).parent / "plots" / "synthetic.py")
+        sys.modules["synthetic"] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules["synthetic"])
+    return sys.modules["synthetic"]
+
+
+synthetic = _synthetic()
+all_tables, summary, write_results = synthetic.all_tables, synthetic.summary, synthetic.write_results
+PLOTLY_SIGNATURE = "* plotly.js v"  # the bundle's licence header, once per copy of plotly.js
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
+                  "--virtual-time-budget=15000"]
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    return write_results(tmp_path_factory.mktemp("report") / "demo")
+
+
+@pytest.fixture(scope="module")
+def page(results):
+    return write_report(results)
+
+
+def chromium() -> str:
+    """Returns the Chromium binary; fails (not skips) when it is missing: the set-up installs it."""
+    path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+    if path is None:
+        pytest.fail("chromium is not installed (looked on PATH and at /usr/bin/chromium); "
+                    "run scripts/install_chromium.sh (the Makefile set-up does)")
+    return path
+
+
+def browse(html_file: Path, tmp: Path, *extra: str) -> subprocess.CompletedProcess:
+    cmd = [chromium(), *CHROMIUM_FLAGS, f"--user-data-dir={tmp / 'profile'}", *extra, html_file.resolve().as_uri()]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=180)
+
+
+class PlotDivs(HTMLParser):
+    """Collects, for each plotly div (by id), whether a drawn `main-svg` lies inside it; and the sentinels."""
+
+    def __init__(self):
+        super().__init__()
+        self.depth, self.open, self.drawn, self.sentinels, self._text_of = 0, [], {}, {}, None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        classes = (a.get("class") or "").split()
+        if tag == "div":
+            self.depth += 1
+            if "plotly-graph-div" in classes:
+                self.open.append((a["id"], self.depth))
+                self.drawn[a["id"]] = False
+        if "main-svg" in classes:
+            for div_id, _ in self.open:
+                self.drawn[div_id] = True
+        if a.get("id") in ("js-errors", "render-status"):
+            self.sentinels[a["id"]] = {"attrs": a, "text": ""}
+            self._text_of = a["id"]
+
+    def handle_endtag(self, tag):
+        if tag == "div":
+            if self.open and self.open[-1][1] == self.depth:
+                self.open.pop()
+            self.depth -= 1
+        if tag in ("pre", "span"):
+            self._text_of = None
+
+    def handle_data(self, data):
+        if self._text_of:
+            self.sentinels[self._text_of]["text"] += data
+
+
+def parse_dom(dom: str) -> PlotDivs:
+    p = PlotDivs()
+    p.feed(dom)
+    return p
+
+
+def test_report_embeds_plotly_once_and_one_div_per_figure(results, page):
+    assert page == results / "report.html"
+    text = page.read_text()
+    assert text.count(PLOTLY_SIGNATURE) == 1
+    n_figures = len(build_all(all_tables()))
+    assert text.count('class="plotly-graph-div"') == n_figures + 1 == 16  # + block selection
+    ours = text.replace(get_plotlyjs(), "")  # the bundle itself names CDNs it never fetches
+    assert len(ours) < len(text) - 4_000_000
+    assert "<script src" not in ours and "http" not in ours  # nothing to fetch: works offline
+    s = summary(all_tables())
+    frontier = s["probes"]["depth_matrix"]["frontier"]
+    assert f"<td class='num'>{frontier:.4g}</td>" in text
+    assert s["checkpoint"]["provenance_sha256"] in text and "training/keepers/smollm2-chase" in text
+    assert "ab" * 32 in text and "cd" * 32 in text and "probes/n16.jsonl" in text
+    assert "<table id='identity-table'>" in text and text.count("<td class='num'>bridge</td>") == 4
+    assert "Not in this directory" not in text
+
+
+def test_report_renders_every_figure_in_headless_chromium(page, tmp_path):
+    run = browse(page, tmp_path, "--dump-dom")
+    assert run.returncode == 0, run.stderr[-2000:]
+    dom = parse_dom(run.stdout)
+    assert len(dom.drawn) == 16
+    undrawn = [k for k, v in dom.drawn.items() if not v]
+    assert not undrawn, f"figures not drawn: {undrawn}"
+    assert dom.sentinels["js-errors"]["text"].strip() == ""
+    status = dom.sentinels["render-status"]["attrs"]
+    assert status["data-figures"] == status["data-drawn"] == "16"
+    shot = tmp_path / "report.png"
+    run = browse(page, tmp_path, f"--screenshot={shot}", "--window-size=1400,3000")
+    assert run.returncode == 0, run.stderr[-2000:]
+    png = shot.read_bytes()
+    assert png.startswith(b"\x89PNG") and int.from_bytes(png[16:20], "big") == 1400
+
+
+def test_the_error_sentinel_catches_a_broken_script(page, tmp_path):
+    """The check above can fail: a script that throws is reported in #js-errors."""
+    broken = tmp_path / "broken.html"
+    broken.write_text(page.read_text().replace("</main>", "<script>throw new Error('boom-42')</script></main>"))
+    run = browse(broken, tmp_path, "--dump-dom")
+    assert "boom-42" in parse_dom(run.stdout).sentinels["js-errors"]["text"]
+
+
+def test_report_tolerates_missing_results(tmp_path):
+    partial = write_results(tmp_path / "partial", {"depth_matrix": all_tables()["depth_matrix"]}, with_summary=False)
+    text = write_report(partial, out=tmp_path / "elsewhere" / "r.html").read_text()
+    assert text.count('class="plotly-graph-div"') == 2  # the matrix and the frontier
+    assert "No headline numbers" in text and "No provenance recorded" in text
+    assert "Not in this directory: Block selection, Loop-1 identity, Per-loop logit lens" in text
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert write_report(empty).read_text().count('class="plotly-graph-div"') == 0
+    with pytest.raises(WorkbenchError, match="results directory '.*nowhere' does not exist"):
+        write_report(tmp_path / "nowhere")
+    (empty / "summary.json").write_text("{not json")
+    with pytest.raises(WorkbenchError, match="summary.json: not valid JSON"):
+        write_report(empty)
+
+
+def test_unregistered_tables_are_listed(tmp_path):
+    tables = {"depth_matrix": all_tables()["depth_matrix"], "mystery": all_tables()["latency"]}
+    text = write_report(write_results(tmp_path / "r", tables)).read_text()
+    assert "No figure registered for: <code>mystery</code> (8 rows)" in text
+
+
+def test_report_command(results, tmp_path):
+    app = typer.Typer()
+    app.command()(report_command)
+    out = tmp_path / "cli.html"
+    res = CliRunner().invoke(app, [str(results), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert f"report: {out}" in res.output and out.read_text().count(PLOTLY_SIGNATURE) == 1
+    assert json.loads((results / "summary.json").read_text())["created_by"] in out.read_text()

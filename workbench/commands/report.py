@@ -1,0 +1,20 @@
+"""`workbench report`: a results directory → one self-contained offline HTML report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def report(
+    results_dir: Path = typer.Argument(..., help="A results directory (probe parquet files and summary.json)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default RESULTS_DIR/report.html)."),
+) -> None:
+    """Write the HTML report of a results directory: figures, headline numbers, provenance; works offline."""
+    from workbench.report import load_results, write_report
+
+    path = write_report(results_dir, out)
+    n = len(load_results(results_dir))
+    typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, {n} tables)")

@@ -1,0 +1,231 @@
+"""Paper figures: static export (PDF, SVG, PNG) or standalone HTML at publication sizes, each figure
+with the CSV of the numbers it shows beside it.
+
+Static images go through kaleido and the system Chromium; one browser serves every export of
+a call (`kaleido.start_sync_server`). Nothing here downloads a browser: a missing Chromium is
+an error that says how to install one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tomllib
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from workbench.errors import WorkbenchError
+from workbench.io import write_bytes_atomic
+
+FORMATS = ("pdf", "svg", "png", "html")
+WIDTHS_IN = {"single": 3.5, "double": 7.0}
+HEIGHTS_IN = {"single": 2.6, "double": 3.2}
+CSS_PX_PER_IN = 96  # plotly's layout unit; PDF and SVG pages come out at 96 px per inch
+DPI = 300
+
+
+@dataclass(frozen=True)
+class FigureSpec:
+    """One paper figure: which registered figure, at which size, with which builder options."""
+
+    name: str
+    width_in: float
+    height_in: float
+    options: dict = field(default_factory=dict)
+    step: int | None = None  # slider step shown in a static image (default: the builder's active step)
+    file: str | None = None  # output stem; default `name`
+
+    @property
+    def stem(self) -> str:
+        return self.file or self.name
+
+
+def default_spec() -> list[FigureSpec]:
+    """Returns every registered figure at double-column width."""
+    from workbench.plots.registry import FIGURES, figure_key
+
+    return [FigureSpec(figure_key(b), WIDTHS_IN["double"], HEIGHTS_IN["double"]) for bs in FIGURES.values() for b in bs]
+
+
+def load_spec(path: str | os.PathLike) -> tuple[list[FigureSpec], int]:
+    """Returns the figures listed in a spec TOML file and its dpi (for PNG).
+
+    The file holds an optional `dpi` and `[[figure]]` tables with `name` (a registered figure),
+    `size` ("single" or "double") or `width_in`, optional `height_in`, `step`, `file`, and
+    `options` (keyword arguments of the builder).
+    """
+    from workbench.plots.registry import find_builder
+
+    path = Path(path)
+    if not path.is_file():
+        raise WorkbenchError(f"figure spec '{path}' does not exist")
+    try:
+        raw = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise WorkbenchError(f"{path}: not valid TOML ({err})") from None
+    unknown = set(raw) - {"dpi", "figure"}
+    if unknown:
+        raise WorkbenchError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; accepted: dpi, figure")
+    specs = []
+    for entry in raw.get("figure", []):
+        bad = set(entry) - {"name", "size", "width_in", "height_in", "options", "step", "file"}
+        if bad or "name" not in entry:
+            raise WorkbenchError(f"{path}: figure entry {entry} has unknown keys {sorted(bad)} or no name; accepted: "
+                                 "name, size, width_in, height_in, options, step, file")
+        find_builder(entry["name"])
+        size = entry.get("size", "double")
+        if size not in WIDTHS_IN:
+            raise WorkbenchError(f"{path}: size '{size}' is unknown; accepted: {', '.join(WIDTHS_IN)}")
+        specs.append(FigureSpec(entry["name"], float(entry.get("width_in", WIDTHS_IN[size])),
+                                float(entry.get("height_in", HEIGHTS_IN[size])), dict(entry.get("options", {})),
+                                entry.get("step"), entry.get("file")))
+    return specs, int(raw.get("dpi", DPI))
+
+
+def _show_step(fig: go.Figure, step: int | None) -> None:
+    """Keeps only one slider step's traces visible and drops the slider (it cannot move on paper)."""
+    if not fig.layout.sliders:
+        return
+    slider = fig.layout.sliders[0]
+    index = slider.active if step is None else step
+    if not 0 <= index < len(slider.steps):
+        raise WorkbenchError(f"slider step {index} is out of range; the figure has {len(slider.steps)} steps")
+    for trace, visible in zip(fig.data, slider.steps[index].args[0]["visible"]):
+        trace.visible = visible
+    fig.layout.sliders = ()  # update_layout(sliders=[]) merges and keeps the old slider
+
+
+def paper_figure(fig: go.Figure, spec: FigureSpec) -> go.Figure:
+    """Returns a copy of `fig` styled for print at the spec's size: no title (the caption says it), small fonts."""
+    fig = go.Figure(fig)  # a copy that keeps numpy arrays (deepcopy would base64-encode them)
+    _show_step(fig, spec.step)
+    small = spec.width_in < 5
+    fig.update_layout(width=round(spec.width_in * CSS_PX_PER_IN), height=round(spec.height_in * CSS_PX_PER_IN),
+                      title=None, font=dict(size=9 if small else 10),
+                      margin=dict(l=48, r=8, t=24 if fig.layout.annotations else 8, b=40),
+                      legend=dict(font=dict(size=8 if small else 9)))
+    fig.update_annotations(font_size=9 if small else 10)
+    fig.update_traces(textfont_size=7, selector=dict(type="heatmap"))
+    return fig
+
+
+def figure_data(fig: go.Figure) -> pd.DataFrame:
+    """Returns the numbers a figure shows, one row per drawn point or cell: trace, x, y, z (heatmaps),
+    y_low, y_high (interval bars).
+
+    Only visible traces count; a heatmap contributes one row per cell.
+    """
+    frames = []
+    for trace in fig.data:
+        if trace.visible is False or trace.visible == "legendonly":
+            continue
+        name = trace.name or trace.type
+        if trace.type == "heatmap":
+            z = pd.DataFrame(list(trace.z)).apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
+            x = list(trace.x) if trace.x is not None else list(range(z.shape[1]))
+            y = list(trace.y) if trace.y is not None else list(range(z.shape[0]))
+            xx, yy = np.meshgrid(x, y)
+            frames.append(pd.DataFrame({"trace": name, "x": xx.ravel(), "y": yy.ravel(), "z": z.ravel()}))
+        elif getattr(trace, "y", None) is not None:
+            frame = pd.DataFrame({"trace": name, "x": list(trace.x), "y": list(trace.y)})
+            err = getattr(trace, "error_y", None)
+            if err is not None and err.array is not None:  # interval bars drawn: their ends are numbers shown too
+                frame["y_low"] = frame["y"] - np.asarray(err.arrayminus if err.arrayminus is not None else err.array)
+                frame["y_high"] = frame["y"] + np.asarray(err.array)
+            frames.append(frame)
+    if not frames:
+        return pd.DataFrame(columns=["trace", "x", "y"])
+    return pd.concat(frames, ignore_index=True)
+
+
+@dataclass
+class Export:
+    """What `export_figures` wrote, and the figures it skipped (with the reason)."""
+
+    written: list[Path] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def _write_one(fig: go.Figure, spec: FigureSpec, fmt: str, folder: Path, dpi: int) -> list[Path]:
+    from plotly.offline import get_plotlyjs
+
+    paper = paper_figure(fig, spec)
+    image = folder / f"{spec.stem}.{fmt}"
+    if fmt == "html":
+        js = folder / "plotly.min.js"
+        if not js.exists():
+            write_bytes_atomic(js, get_plotlyjs().encode())  # one copy per folder, shared by every page: works offline
+        write_bytes_atomic(image, paper.to_html(include_plotlyjs="directory", full_html=True).encode())
+    else:
+        scale = dpi / CSS_PX_PER_IN if fmt == "png" else 1.0
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="The kopts argument is ignored")  # sizes go in the layout
+            write_bytes_atomic(image, paper.to_image(format=fmt, scale=scale))
+    table = folder / f"{spec.stem}.csv"
+    write_bytes_atomic(table, figure_data(paper).to_csv(index=False).encode())
+    return [image, table]
+
+
+class _Browser:
+    """One kaleido/Chromium server for every static export in the `with` block."""
+
+    def __enter__(self):
+        import kaleido
+
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                kaleido.start_sync_server(silence_warnings=True)
+        except Exception as err:  # choreographer raises its own types when no browser is found
+            raise WorkbenchError(f"static export needs Chromium (kaleido could not start it: {err}); "
+                                 "install it with scripts/install_chromium.sh") from None
+        return self
+
+    def __exit__(self, *exc):
+        import kaleido
+
+        kaleido.stop_sync_server(silence_warnings=True)
+
+
+def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str | os.PathLike = "figures/out",
+                   spec: list[FigureSpec] | None = None, dpi: int = DPI) -> Export:
+    """Writes each spec'd figure of each results directory to `out/<results name>/<figure>.<fmt>` plus a CSV.
+
+    Args:
+        results: results directories (probe parquet files); a figure whose tables a directory lacks is skipped.
+        fmt: pdf, svg, png (at `dpi`) or html (standalone page; plotly.min.js written once per folder).
+        out: output directory.
+        spec: figures and sizes; default every registered figure at double-column width.
+        dpi: resolution of PNG output.
+    """
+    from workbench.plots.registry import build, find_builder
+    from workbench.report import load_results
+
+    if fmt not in FORMATS:
+        raise WorkbenchError(f"format '{fmt}' is unknown; accepted: {', '.join(FORMATS)}")
+    if not results:
+        raise WorkbenchError("no results directory given; pass --results DIR")
+    spec = default_spec() if spec is None else spec
+    done = Export()
+    loaded = [(Path(r), load_results(r)) for r in results]
+    with _Browser() if fmt != "html" else contextlib.nullcontext():
+        for path, tables in loaded:
+            folder = Path(out) / path.resolve().name
+            folder.mkdir(parents=True, exist_ok=True)
+            for s in spec:
+                result, builder = find_builder(s.name)
+                try:
+                    fig = build(result, builder, tables, **s.options) if result in tables else None
+                except WorkbenchError as err:  # e.g. a lens these results lack: the other figures still go out
+                    done.skipped.append(f"{path.name}/{s.stem}: {err}")
+                    continue
+                if fig is None:
+                    done.skipped.append(f"{path.name}/{s.stem}: {result} tables absent")
+                    continue
+                done.written += _write_one(fig, s, fmt, folder, dpi)
+    return done

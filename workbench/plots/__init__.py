@@ -1,0 +1,15 @@
+"""Figures: each function takes tidy data (a DataFrame or a result object) and returns a
+`plotly.graph_objects.Figure` styled with the one workbench theme (`workbench.plots.theme`).
+Nothing here writes files or calls `.show()`.
+"""
+
+from workbench.plots.audit import gradient_audit_figure, latency_figure
+from workbench.plots.classes import overshoot_cost_figure, overshoot_figure, splice_figure
+from workbench.plots.depth import depth_matrix_figure, frontier_figure
+from workbench.plots.drift import drift_figure, drift_heads_figure
+from workbench.plots.halting import halting_figure
+from workbench.plots.heads import head_concentration_figure, heads_figure
+from workbench.plots.lens import lens_agreement_figure, logit_lens_figure
+from workbench.plots.linear_probe import linear_probe_figure
+from workbench.plots.registry import FIGURES, build_all, figure_key, find_builder
+from workbench.plots.theme import THEME, apply_theme

@@ -1,0 +1,96 @@
+"""Small helpers shared by the figure builders: column checks, sliders, reference lines, intervals."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from workbench.errors import WorkbenchError
+from workbench.plots.theme import INK
+
+# A sequential scale from white: an empty cell reads as "nothing", a dark one as "all of it".
+SEQUENTIAL = "Blues"
+CLASS_COLORS = {
+    # overshoot
+    "iterate": "#0072B2", "park": "#009E73",
+    # splice
+    "source_orbit": "#0072B2", "lawful": "#009E73", "shortcut": "#E69F00",
+    "other": "#BBBBBB",
+}
+
+
+def require(df: pd.DataFrame, columns, what: str) -> None:
+    """Raises WorkbenchError naming the missing columns when `df` lacks any of `columns`."""
+    if not isinstance(df, pd.DataFrame):
+        raise WorkbenchError(f"{what} figure needs a pandas DataFrame, got {type(df).__name__}")
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise WorkbenchError(f"{what} table lacks column(s) {', '.join(missing)}; it has {', '.join(map(str, df.columns))}")
+    if df.empty:
+        raise WorkbenchError(f"{what} table is empty; nothing to plot")
+
+
+def add_slider(fig: go.Figure, groups: list[list[int]], labels: list, prefix: str, active: int = 0) -> None:
+    """Adds a slider whose step i shows only the traces in `groups[i]` (trace indices).
+
+    Traces that belong to no group stay visible in every step.
+    """
+    grouped = {i for g in groups for i in g}
+    n = len(fig.data)
+    steps = []
+    for g, label in zip(groups, labels):
+        visible = [(i in g) or (i not in grouped) for i in range(n)]
+        steps.append(dict(method="update", args=[{"visible": visible}], label=str(label)))
+    for i, trace in enumerate(fig.data):
+        if i in grouped:
+            trace.visible = i in groups[active]
+    fig.update_layout(sliders=[dict(active=active, steps=steps, currentvalue=dict(prefix=prefix),
+                                    pad=dict(t=45), len=1.0)])
+
+
+def hline(x0: float, x1: float, y: float, name: str, dash: str = "dash", color: str = INK,
+          showlegend: bool = True, **kwargs) -> go.Scatter:
+    """Returns a horizontal reference line as a trace (so it is named, in the legend and in the CSV)."""
+    return go.Scatter(x=[x0, x1], y=[y, y], mode="lines", name=name, showlegend=showlegend,
+                      line=dict(color=color, dash=dash, width=1.5), hovertemplate=f"{name}<extra></extra>",
+                      **kwargs)
+
+
+def wilson(k: np.ndarray, n: np.ndarray, z: float = 1.96) -> tuple[np.ndarray, np.ndarray]:
+    """Returns the Wilson score interval (low, high) for k successes out of n trials."""
+    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
+    p = np.divide(k, n, out=np.zeros_like(k), where=n > 0)
+    denom = 1 + z**2 / n
+    centre = (p + z**2 / (2 * n)) / denom
+    half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
+    return centre - half, centre + half
+
+
+def class_fractions(df: pd.DataFrame, by: list[str], classes: list[str], col: str = "cls") -> pd.DataFrame:
+    """Returns one row per `by` group with the fraction of each class in `classes` and the count `n`.
+
+    Classes seen in the data but not in `classes` are pooled into the last listed class ("other").
+    """
+    cls = df[col].where(df[col].isin(classes), classes[-1])
+    counts = pd.crosstab([df[c] for c in by], cls).reindex(columns=classes, fill_value=0)
+    n = counts.sum(axis=1)
+    frac = counts.div(n, axis=0)
+    frac["n"] = n
+    return frac.reset_index()
+
+
+def fmt_number(x) -> str:
+    """Returns a short human string for a headline number (NaN as an en dash)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, (int, np.integer)):
+        return f"{int(x):,}"
+    if isinstance(x, (float, np.floating)):
+        ax = abs(float(x))
+        return f"{x:.3g}" if ax != 0 and (ax < 1e-3 or ax >= 1e5) else f"{x:.4g}"
+    return str(x)
