@@ -1,5 +1,6 @@
 #!/bin/sh
-# Installs Debian's Chromium (used by the report's browser test and by kaleido for static figure
-# export) unless a `chromium` is already on PATH. Idempotent; needs root for apt-get.
+# Installs Debian's Chromium unless a `chromium` is already on PATH (idempotent; apt-get needs root).
+# Used by the report's headless-browser test and by kaleido for static figure export (PDF/SVG/PNG);
+# nothing downloads a browser any other way.
 set -e
-command -v chromium >/dev/null 2>&1 || (apt-get update && apt-get install -y chromium)
+command -v chromium >/dev/null 2>&1 || (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
