@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from machines import TableMachine
+from tests.probes.machines import TableMachine
 from workbench.errors import WorkbenchError
 from workbench.probes import linear_probe
 from workbench.tasks import build_rows

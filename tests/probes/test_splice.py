@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from machines import TableMachine
+from tests.probes.machines import TableMachine
 from workbench.errors import WorkbenchError
 from workbench.probes import splice
 from workbench.probes.common import iterate, token_lengths
