@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 
 KEEPER = Path("training/keepers/smollm2-chase")
-BATTERY = Path("probes/default.toml")
+BATTERY = Path("probes/demo.toml")
 RECIPE = Path("training/smollm2_lora_chase.toml")
 
 
@@ -66,7 +66,7 @@ def demo(
     block = read_retrofit_block(checkpoint)
 
     t0 = _step(f"3. loop-1 identity at the keeper's block {block[0]}:{block[1]}")
-    rows = identity_report(base, tok, block, loops=2, lora=False)
+    rows = identity_report(base, tok, block, loops=1, lora=False)
     headline["identity_max_abs_diff"] = max(r["max_abs_diff"] for r in rows)
     typer.echo(f"bridge/inject x memory off/on: max |Δlogit| = {headline['identity_max_abs_diff']}"
                f"  ({time.perf_counter() - t0:.0f} s)")
