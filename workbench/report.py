@@ -24,8 +24,9 @@ BLOCK_SELECTION = "block_selection.json"
 SECTIONS = {
     "block_selection": ("Block selection", "Angular distance between adjacent layers, the Kneedle knees and the "
                                            "damage of each ablated window: where the loop was cut."),
-    "identity": ("Loop-1 identity", "max |Δlogit| between the untouched base model and the retrofit at loop 1 "
-                                    "(expected 0.0 exactly in fp32)."),
+    "identity": ("Loop-1 identity", "max |Δlogit| at loop 1 against a plain forward: 0.0 exactly in fp32 for the "
+                                    "checkpoint against its own weights and for fresh retrofits; against the "
+                                    "untouched base it measures how much training changed loop 1."),
     "logit_lens": ("Per-loop logit lens", "Which chain symbol each loop's readout holds, through the Coda and the "
                                           "raw and tuned lenses."),
     "depth_matrix": ("Depth × loop accuracy and the frontier", "Active-label accuracy at every loop t ≤ d; the "

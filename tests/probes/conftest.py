@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 from workbench.models import load_base, load_tokenizer
 from workbench.surgery import retrofit

@@ -7,17 +7,13 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-import typer
 from typer.testing import CliRunner
 
-from workbench.commands.compare import compare
+from workbench.cli import app
 from workbench.commands.probe import probe
 from workbench.errors import WorkbenchError
 
 MANIFEST = Path(__file__).parents[2] / "probes" / "chase_n8_d1-7.jsonl"
-app = typer.Typer()
-app.command("probe")(probe)
-app.command("compare")(compare)
 
 
 def test_unknown_probe_in_only_is_refused_before_any_work(tmp_path):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
 
 from workbench.errors import WorkbenchError
 from workbench.probes import heads
