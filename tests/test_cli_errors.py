@@ -93,3 +93,125 @@ def test_select_block_refuses_nonempty_out(capsys, monkeypatch, tmp_path):
     code, _, err = invoke(capsys, monkeypatch, "select-block", "--model", "tiny-llama", "--out", tmp_path)
     assert_clean_error(code, err, "not empty", "--overwrite")
     assert [p.name for p in tmp_path.iterdir()] == ["keep.txt"]
+
+
+# --- run directories and manifests handed to `workbench probe` -------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    """A finished 2-step tiny-llama run (the trainer-test recipe, shortened)."""
+    import tomli_w
+
+    from tests.training.conftest import TINY_RECIPE, merge
+    from workbench.training import train
+
+    root = tmp_path_factory.mktemp("cli_run")
+    recipe = merge(TINY_RECIPE, {"stages": [{"name": "a", "depths": [1], "steps": 1},
+                                            {"name": "b", "depths": [1, 2], "steps": 1}]})
+    (root / "recipe.toml").write_text(tomli_w.dumps(recipe))
+    train(root / "recipe.toml", out=root / "run", progress=False)
+    return root / "run"
+
+
+@pytest.fixture(scope="module")
+def tiny_manifest(tmp_path_factory):
+    from workbench.models import load_tokenizer
+    from workbench.tasks import build_rows
+    from workbench.tasks.manifest import write_manifest
+
+    path = tmp_path_factory.mktemp("cli_rows") / "rows.jsonl"
+    write_manifest(build_rows("chase", [1, 2], 2, 5, alphabet=4, tokenizer=load_tokenizer("tiny-llama")), path)
+    return path
+
+
+def copy_run(run, tmp_path):
+    import shutil
+
+    dest = tmp_path / "run"
+    shutil.copytree(run, dest)
+    return dest
+
+
+def refresh_provenance(run, name):
+    """Re-records one file's hash in provenance.json, as someone editing a run by hand would."""
+    from workbench.io import sha256_file
+
+    prov = json.loads((run / "provenance.json").read_text())
+    prov["files"][name] = sha256_file(run / name)
+    (run / "provenance.json").write_text(json.dumps(prov))
+
+
+def probe_args(checkpoint, manifest, out, *extra):
+    return ("probe", "--checkpoint", checkpoint, "--rows", manifest, "--only", "depth_matrix", "--out", out, *extra)
+
+
+def test_probe_on_a_run_with_a_missing_file(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
+    run = copy_run(tiny_run, tmp_path)
+    (run / "trainable.safetensors").unlink()
+    out = tmp_path / "out"
+    code, _, err = invoke(capsys, monkeypatch, *probe_args(run, tiny_manifest, out))
+    assert_clean_error(code, err, "trainable.safetensors", "missing")
+    assert not out.exists()
+
+
+def test_probe_on_a_tensor_file_that_differs_from_provenance(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
+    from safetensors.torch import load_file, save_file
+
+    run = copy_run(tiny_run, tmp_path)
+    tensors = load_file(str(run / "trainable.safetensors"))
+    name = sorted(tensors)[0]
+    tensors[name] = tensors[name] + 1e-3
+    save_file(tensors, str(run / "trainable.safetensors"))
+    out = tmp_path / "out"
+    code, _, err = invoke(capsys, monkeypatch, *probe_args(run, tiny_manifest, out))
+    assert_clean_error(code, err, "trainable.safetensors: SHA-256 differs from the one recorded in provenance")
+    assert not out.exists()
+
+
+def test_probe_on_a_run_built_on_another_base(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
+    run = copy_run(tiny_run, tmp_path)
+    record = json.loads((run / "retrofit.json").read_text())
+    record["base"]["spec"] = "tiny-qwen2"  # the recorded weights hash stays tiny-llama's
+    (run / "retrofit.json").write_text(json.dumps(record))
+    refresh_provenance(run, "retrofit.json")
+    out = tmp_path / "out"
+    code, _, err = invoke(capsys, monkeypatch, *probe_args(run, tiny_manifest, out))
+    assert_clean_error(code, err, "base model 'tiny-qwen2' has weights SHA-256", "a different base")
+    assert not out.exists()
+
+
+def test_probe_on_rows_that_do_not_match_their_digest(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
+    import shutil
+
+    rows = tmp_path / "rows.jsonl"
+    shutil.copy(tiny_manifest, rows)
+    shutil.copy(tiny_manifest.with_suffix(".manifest.json"), tmp_path / "rows.manifest.json")
+    lines = rows.read_text().splitlines()
+    first = json.loads(lines[0])
+    first["answer"] = first["answer"] + "x"
+    rows.write_text("\n".join([json.dumps(first), *lines[1:]]) + "\n")
+    out = tmp_path / "out"
+    code, _, err = invoke(capsys, monkeypatch, *probe_args(tiny_run, rows, out))
+    assert_clean_error(code, err, "rows.jsonl", "does not match its sidecar", "rows_sha256")
+    assert not out.exists()
+
+
+def test_probe_with_an_unknown_probe_name(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
+    out = tmp_path / "out"
+    code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", tiny_run, "--rows", tiny_manifest,
+                          "--only", "depth_matrix,logitlens", "--out", out)
+    assert_clean_error(code, err, "logitlens", "known probes: identity, depth_matrix")
+    assert not out.exists()
+
+
+def test_probe_refuses_a_nonempty_out_unless_overwrite(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    code, _, err = invoke(capsys, monkeypatch, *probe_args(tiny_run, tiny_manifest, out))
+    assert_clean_error(code, err, "not empty", "--overwrite")
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
+    code, stdout, err = invoke(capsys, monkeypatch, *probe_args(tiny_run, tiny_manifest, out, "--overwrite"))
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["depth_matrix.parquet", "depth_matrix__frontier.parquet",
+                                                     "report.html", "summary.json"]

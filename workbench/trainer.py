@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -292,6 +293,8 @@ class Trainer:
         self.state.update(load_checkpoint(ckpt, self.looped, self.groups, self.opt, self.sched))
         step = self.state.pop("step")
         if self.acc.is_main_process:
+            for stale in (self.run_dir / CHECKPOINTS).glob(".step_*.tmp*"):  # a save the kill cut short
+                shutil.rmtree(stale, ignore_errors=True)
             kept = []
             for line in (self.run_dir / METRICS).read_text().split("\n"):
                 try:

@@ -91,20 +91,6 @@ def test_rows_and_only_override_the_battery(tmp_path, manifests):
     assert list(summary["probes"]) == ["depth_matrix"] and list(summary["manifests"]) == [str(manifests[1])]
 
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    from workbench.training import train
-
-    root = tmp_path_factory.mktemp("run")
-    recipe = {"name": "tiny", "seed": 3, "model": {"base": "tiny-llama", "block": "2:4", "max_loops": 6},
-              "task": {"alphabet": 4}, "optim": {"lr": 1e-3, "batch_size": 4},
-              "eval": {"every": 1000, "per_depth": 2, "depths": [1, 2]}, "checkpoint": {"every": 100},
-              "stages": [{"name": "a", "depths": [1], "steps": 1}, {"name": "b", "depths": [1, 2], "steps": 1}]}
-    (root / "recipe.toml").write_text(tomli_w.dumps(recipe))
-    train(root / "recipe.toml", out=root / "run", progress=False)
-    return root / "run"
-
-
 def test_a_run_directory_and_its_untrained_control(tiny_run, manifests, tmp_path):
     battery = write_battery(tmp_path / "b.toml", manifests[0], depth_matrix={})
     trained = run_battery(str(tiny_run), battery, tmp_path / "trained", progress=False)
