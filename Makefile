@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml scripts/install_chromium.sh
 setup: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/workbench demo --out results/demo
+	$(BIN)/workbench demo --out results/demo --overwrite
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -62,7 +62,7 @@ def rows_for(name: str, rec: dict) -> list[list[str]]:
             label = {"last_loop": "reruns reading only loop t", "forward": "reruns via forward (full-vocab head)",
                      "read": "reruns via read(loops=t)"}[style]
             target = "within 10% of layer prediction" if style == "last_loop" else "(for reference)"
-            out.append([f"Forced read, T={r['loops']}: {label} / one pass", target, _r(v["ratio"]),
+            out.append([f"Forced read, T={r['loops']}, {rec['args']['rows']} rows: {label} / one pass", target, _r(v["ratio"]),
                         f"{p['layers']:.2f}× layers, {p['flops']:.2f}× FLOPs",
                         _met(_judge(v["vs_layers"], lambda x: abs(x) <= 0.10)) if style == "last_loop" else "–"])
         return out
@@ -124,12 +124,16 @@ def render(found: dict[str, dict]) -> str:
             lines += ["| " + " | ".join(row) + " |" for row in rows_for(name, found[name])]
         else:
             lines.append(f"| {name} | | not run | | |")
-    machines = {json.dumps({k: m["machine"][k] for k in ("nproc", "cpu", "torch", "threads")}, sort_keys=True)
-                for m in found.values()}
+    machines: dict[str, list[str]] = {}
+    for n, rec in found.items():
+        key = json.dumps({k: rec["machine"][k] for k in ("nproc", "cpu", "torch", "threads")}, sort_keys=True)
+        machines.setdefault(key, []).append(n)
     lines.append("")
-    for m in sorted(machines):
+    for m, names in sorted(machines.items()):
         d = json.loads(m)
-        lines.append(f"Machine: {d['nproc']} cores, {d['cpu']}, torch {d['torch']}, {d['threads']} torch threads.")
+        which = "" if len(machines) == 1 else f" ({', '.join(names)})"
+        lines.append(f"Machine{which}: {d['nproc']} cores, {d['cpu']}, torch {d['torch']}, "
+                     f"{d['threads']} torch threads.")
     loads = [f"{n} {rec['machine']['loadavg'][0]}" for n, rec in found.items()]
     if loads:
         lines.append("1-minute load average at the end of each run: " + ", ".join(loads) + ".")
