@@ -47,3 +47,22 @@ def test_identity_on_the_embedded_default():
     res = workbench("identity", "--model", "smollm2-135m-instruct", "--block", "10:16", "--loops", "2")
     assert res.returncode == 0, res.stderr
     assert "smollm2-135m-instruct block 10:16: max |Δlogit| over 6 prompts = 0.0" in res.stdout
+
+
+@pytest.mark.slow
+def test_demo_trains_a_short_run_probes_it_and_writes_the_report(tmp_path):
+    """`workbench demo --train-steps` end to end: the default recipe for 3 steps, identity, battery, report."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "demo"
+    res = workbench("demo", "--skip-selection", "--train-steps", "3", "--out", str(out), cwd=root)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"report: {out / 'probe' / 'report.html'}" in res.stdout
+    headline = json.loads((out / "demo.json").read_text())
+    assert headline["identity_max_abs_diff"] == 0.0 and "selection" not in headline
+    summary = json.loads((out / "probe" / "summary.json").read_text())
+    assert summary["checkpoint"]["path"] == str(out / "run") and summary["checkpoint"]["kind"] == "run"
+    assert set(headline["probes"]) == set(summary["probes"]) >= {"depth_matrix", "overshoot", "splice", "heads"}
+    assert (out / "run" / "provenance.json").exists() and (out / "probe" / "depth_matrix.parquet").exists()

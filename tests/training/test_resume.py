@@ -45,3 +45,12 @@ def test_resume_refuses_another_recipe_and_a_fresh_run_refuses_an_existing_dir(f
         train(recipe, out=out, progress=False)
     with pytest.raises(WorkbenchError, match="holds no recipe.toml; nothing to resume"):
         train(recipe, out=tmp_path / "never", resume=True, progress=False)
+
+
+def test_the_same_tiny_run_twice_gives_identical_weights(finished_run, tmp_path):
+    summary = train(finished_run / "recipe.toml", out=tmp_path / "again", progress=False)
+    assert summary["finished"] is True
+    want = load_file(str(finished_run / "trainable.safetensors"))
+    got = load_file(str(tmp_path / "again" / "trainable.safetensors"))
+    assert want.keys() == got.keys() and all(torch.equal(want[k], got[k]) for k in want)
+    assert train_losses(tmp_path / "again") == train_losses(finished_run)
