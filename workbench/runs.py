@@ -304,6 +304,12 @@ def save_checkpoint(run_dir: Path, step: int, looped, groups: list[str], optimiz
     return final
 
 
+def discard_partial_checkpoints(run_dir: Path) -> None:
+    """Removes the temporary directories of checkpoint saves that never finished (a killed run)."""
+    for partial in (Path(run_dir) / CHECKPOINTS).glob(".step_*.tmp*"):
+        shutil.rmtree(partial, ignore_errors=True)
+
+
 def checkpoints(run_dir: Path) -> list[int]:
     """Steps of the complete checkpoints in a run directory, ascending."""
     root = Path(run_dir) / CHECKPOINTS

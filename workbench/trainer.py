@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -283,7 +282,8 @@ class Trainer:
 
     def _restore(self) -> int:
         """Loads the latest checkpoint; drops metrics lines logged after it. Returns its step."""
-        from workbench.runs import CHECKPOINTS, METRICS, checkpoints, load_checkpoint, read_checkpoint_state
+        from workbench.runs import (CHECKPOINTS, METRICS, checkpoints, discard_partial_checkpoints, load_checkpoint,
+                                    read_checkpoint_state)
 
         done = checkpoints(self.run_dir)
         if not done:
@@ -293,8 +293,7 @@ class Trainer:
         self.state.update(load_checkpoint(ckpt, self.looped, self.groups, self.opt, self.sched))
         step = self.state.pop("step")
         if self.acc.is_main_process:
-            for stale in (self.run_dir / CHECKPOINTS).glob(".step_*.tmp*"):  # a save the kill cut short
-                shutil.rmtree(stale, ignore_errors=True)
+            discard_partial_checkpoints(self.run_dir)
             kept = []
             for line in (self.run_dir / METRICS).read_text().split("\n"):
                 try:
