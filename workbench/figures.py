@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tomllib
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench.errors import WorkbenchError
-from workbench.io import write_bytes_atomic
+from workbench.io import read_toml, write_bytes_atomic
 
 FORMATS = ("pdf", "svg", "png", "html")
 WIDTHS_IN = {"single": 3.5, "double": 7.0}
@@ -62,12 +61,7 @@ def load_spec(path: str | os.PathLike) -> tuple[list[FigureSpec], int]:
     from workbench.plots.registry import find_builder
 
     path = Path(path)
-    if not path.is_file():
-        raise WorkbenchError(f"figure spec '{path}' does not exist")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise WorkbenchError(f"{path}: not valid TOML ({err})") from None
+    raw = read_toml(path, "figure spec")
     unknown = set(raw) - {"dpi", "figure"}
     if unknown:
         raise WorkbenchError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; accepted: dpi, figure")

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import shutil
+import tomllib
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
@@ -76,3 +77,14 @@ def replace_dir(staging: Path, target: Path) -> None:
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging, target)
+
+
+def read_toml(path: str | os.PathLike, kind: str) -> dict:
+    """Parses a TOML file; a missing file or bad TOML is a WorkbenchError naming `kind` and the path."""
+    path = Path(path)
+    if not path.is_file():
+        raise WorkbenchError(f"{kind} '{path}' does not exist")
+    try:
+        return tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise WorkbenchError(f"{kind} '{path}' is not valid TOML: {err}") from None

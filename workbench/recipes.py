@@ -22,9 +22,9 @@ import copy
 import difflib
 import os
 import tomllib
-from pathlib import Path
 
 from workbench.errors import WorkbenchError
+from workbench.io import read_toml
 
 STAGE_KINDS = ("chain", "sampled", "halting")
 OPTIMIZERS = ("adamw", "sgd")
@@ -264,14 +264,7 @@ def load_recipe(path: str | os.PathLike, overrides: list[str] | dict | None = No
     Raises:
         WorkbenchError: a missing file, bad TOML, or an invalid recipe.
     """
-    path = Path(path)
-    if not path.is_file():
-        raise WorkbenchError(f"recipe '{path}' does not exist")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise WorkbenchError(f"recipe '{path}' is not valid TOML: {err}") from err
-    return resolve(apply_overrides(raw, overrides))
+    return resolve(apply_overrides(read_toml(path, "recipe"), overrides))
 
 
 def dumps(recipe: dict) -> str:

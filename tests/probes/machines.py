@@ -19,21 +19,11 @@ from __future__ import annotations
 import torch
 from torch import nn
 from transformer_lens import HookedRootModule
-from transformer_lens.hook_points import HookPoint
 
-from workbench.looped import LoopReadout
+from workbench.looped import LoopReadout, _Site  # the same holder the real model's hook names come from
 from workbench.tasks.chase import parse_prompt
 
 MODES = ("carry", "prelude", "shortcut")
-
-
-class _Holder(nn.Module):
-    def __init__(self, *hooks: str, **children: nn.Module):
-        super().__init__()
-        for name in hooks:
-            setattr(self, name, HookPoint())
-        for name, child in children.items():
-            setattr(self, name, child)
 
 
 class TableMachine(HookedRootModule):
@@ -45,8 +35,8 @@ class TableMachine(HookedRootModule):
         self.tokenizer, self.symbols, self.mode, self.max_loops = tokenizer, list(symbols), mode, max_loops
         self.N = len(symbols)
         self.a, self.b, self.n_layers = 0, 1, 1
-        self.loop = nn.ModuleDict({str(t): _Holder("hook_input", "hook_state",
-                                                   block=nn.ModuleDict({"0": _Holder("hook_resid_post")}))
+        self.loop = nn.ModuleDict({str(t): _Site("hook_input", "hook_state",
+                                                   block=nn.ModuleDict({"0": _Site("hook_resid_post")}))
                                    for t in range(1, max_loops + 1)})
         self.setup()
 

@@ -28,7 +28,6 @@ import inspect
 import json
 import os
 import time
-import tomllib
 from pathlib import Path
 
 import pandas as pd
@@ -36,7 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
-from workbench.io import check_out_dir, replace_dir, sha256_bytes, sha256_file, write_json_atomic
+from workbench.io import check_out_dir, read_toml, replace_dir, sha256_bytes, sha256_file, write_json_atomic
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
 from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
@@ -54,12 +53,7 @@ def load_battery(path: str | os.PathLike) -> dict:
         WorkbenchError: a missing or malformed file, an unknown probe or top-level key.
     """
     path = Path(path)
-    if not path.is_file():
-        raise WorkbenchError(f"battery file '{path}' does not exist")
-    try:
-        raw = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise WorkbenchError(f"battery file '{path}' is not valid TOML: {err}") from None
+    raw = read_toml(path, "battery file")
     unknown = sorted(set(raw) - {"battery", "probes"})
     if unknown:
         raise WorkbenchError(f"battery file '{path}' has unknown table '{unknown[0]}'; accepted: battery, probes")
