@@ -51,7 +51,7 @@ app.command("figures")(figures)
 def run() -> None:
     """Entry point: runs the app, turning WorkbenchError into one line and exit status 2."""
     try:
-        app(standalone_mode=False)
+        code = app(standalone_mode=False)  # a command's typer.Exit(code) comes back here, not as an exception
     except WorkbenchError as err:
         if _state["debug"]:
             raise
@@ -68,3 +68,5 @@ def run() -> None:
         if type(err).__name__ == "Abort":
             sys.exit(130)
         raise
+    if isinstance(code, int) and code != 0:
+        sys.exit(code)

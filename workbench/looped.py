@@ -24,6 +24,7 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 
 from workbench.attention import pattern_hook
 from workbench.errors import WorkbenchError
+from workbench.precision import autocast
 
 
 @dataclass
@@ -91,6 +92,7 @@ class LoopedLM(HookedRootModule):
         self.memory = memory
         self.memory_window = memory_window
         self.halting = halting
+        self.precision = "fp32"  # "bf16": frozen weights in bf16, forward under autocast (workbench.precision)
         self.prelude = nn.ModuleDict({str(i): _Site("hook_resid_post") for i in range(self.a)})
         self.hook_prelude = HookPoint()
         block_range, coda_range = range(self.a, self.b), range(self.b, self.n_layers)
@@ -175,12 +177,14 @@ class LoopedLM(HookedRootModule):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 loops: int = 1) -> LoopedOutput:
-        """Returns `LoopedOutput(logits=[batch, pos, vocab])` read through the Coda at loop `loops`."""
-        for t, h, ctx in self._loop(input_ids, attention_mask, loops):
-            if self.halting is not None:
-                self._halt_prob(t, h, attention_mask)
-        normed = self.loop[str(loops)].hook_readout(self._coda(loops, h, ctx))
-        return LoopedOutput(logits=self.base.lm_head(normed))
+        """Returns `LoopedOutput(logits=[batch, pos, vocab])` read through the Coda at loop `loops` (fp32)."""
+        with autocast(self.precision, input_ids.device.type):
+            for t, h, ctx in self._loop(input_ids, attention_mask, loops):
+                if self.halting is not None:
+                    self._halt_prob(t, h, attention_mask)
+            normed = self.loop[str(loops)].hook_readout(self._coda(loops, h, ctx))
+            logits = self.base.lm_head(normed)
+        return LoopedOutput(logits=logits if self.precision == "fp32" else logits.float())
 
     def read(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, loops: int = 1,
              positions: torch.Tensor | None = None, candidates: torch.Tensor | None = None,
@@ -197,6 +201,15 @@ class LoopedLM(HookedRootModule):
         Returns:
             LoopReadout with scores [batch, T, n_positions, n_candidates or vocab].
         """
+        with autocast(self.precision, input_ids.device.type):
+            out = self._read(input_ids, attention_mask, loops, positions, candidates, return_states)
+        if self.precision != "fp32":  # scores and states leave the model in fp32 whatever ran inside
+            out.scores = out.scores.float()
+            out.states = None if out.states is None else out.states.float()
+            out.halt_probs = None if out.halt_probs is None else out.halt_probs.float()
+        return out
+
+    def _read(self, input_ids, attention_mask, loops, positions, candidates, return_states) -> LoopReadout:
         positions = self._read_positions(input_ids, attention_mask, positions)
         unembed, bias = self._unembedding(candidates)
         gather = positions.unsqueeze(-1).expand(-1, -1, self.config.hidden_size)

@@ -62,7 +62,7 @@ class LoopMemoryAttention(nn.Module):
         vh = self.v_proj(xk).view(b, s, m, h, dh)
         logits = torch.einsum("bshd,bsmhd->bshm", qh, kh) / math.sqrt(dh)
         logits = logits - self.slopes[:, None] * distances.to(logits.dtype)[None, :]   # [h, m] bias
-        attn = logits.softmax(dim=-1)
+        attn = logits.float().softmax(dim=-1).to(logits.dtype)  # fp32 softmax in bf16 runs too
         mixed = torch.einsum("bshm,bsmhd->bshd", attn, vh).reshape(b, s, h * dh)
         gate = torch.sigmoid(self.gate_mlp(torch.cat([q, memory.mean(dim=2)], dim=-1)))  # [b, s, 1]
         return self.gamma * gate * self.o_proj(mixed)  # per-loop hook applied by LoopedLM

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import os
 import tomllib
 
@@ -36,6 +37,7 @@ HALTING_OBJECTIVES = ("oracle", "act", "pondernet")
 SCHEMA: dict = {
     "name": "run",
     "seed": 0,
+    "init_from": "",                 # a finished run or keeper directory to continue from ("" = fresh)
     "model": {
         "base": "smollm2-135m-instruct",
         "block": "10:16",            # "A:B", or "auto" (workbench.selection.resolve_block)
@@ -48,7 +50,19 @@ SCHEMA: dict = {
         "max_loops": 8,
         "attn": "eager",
     },
-    "train": {"block": True},        # full-block budget: the looped block's own weights train
+    "train": {"block": True,         # full-block budget: the looped block's own weights train
+              "precision": "fp32"},  # "fp32" | "bf16" (frozen weights bf16, trainables fp32; workbench.precision)
+    "guardrail": {                   # the capability guardrail at loop 1 (workbench.tasks.guardrail)
+        "enabled": True,             # scored before training and at every evaluation
+        "max_drop": 3.0,             # points below the base that stop the run (retrofit paper Sec. 4.3)
+        "every": 0,                  # also score every N steps (0: only at evaluations)
+    },
+    "preserve": {                    # KL(base || model) at loop 1 on rehearsal text (workbench.tasks.rehearsal)
+        "kl_weight": 0.0,            # 0 = off
+        "rows": 8,                   # rehearsal texts per step
+        "positions": 8,              # positions read per text
+        "sources": ["corpus", "patterns"],
+    },
     "lora": {"enabled": False, "r": 16, "alpha": 32, "dropout": 0.0},
     "task": {"name": "chase", "alphabet": 8, "symbol_set": "letters", "surface": "symbolic",
              "permutation": False},
@@ -190,6 +204,21 @@ def _validate(r: dict) -> None:
     _choice("optim.name", r["optim"]["name"], OPTIMIZERS)
     _choice("optim.schedule", r["optim"]["schedule"], SCHEDULES)
     _choice("halting.objective", r["halting"]["objective"], HALTING_OBJECTIVES)
+    _choice("train.precision", r["train"]["precision"], ("fp32", "bf16"))
+    for src in r["preserve"]["sources"]:
+        _choice("preserve.sources", src, ("corpus", "patterns"))
+    for key, low in (("guardrail.max_drop", 0.0), ("preserve.kl_weight", 0.0), ("optim.lr", 0.0)):
+        section, name = key.split(".")
+        value = r[section][name]
+        if not math.isfinite(value) or value < low or (key == "optim.lr" and value == 0):
+            raise WorkbenchError(f"recipe key '{key}' = {value} must be a finite number "
+                                 f"{'> 0' if key == 'optim.lr' else '>= 0'}")
+    for key in ("preserve.rows", "preserve.positions"):
+        section, name = key.split(".")
+        if r[section][name] < 1:
+            raise WorkbenchError(f"recipe key '{key}' = {r[section][name]} must be >= 1")
+    if r["guardrail"]["every"] < 0:
+        raise WorkbenchError(f"recipe key 'guardrail.every' = {r['guardrail']['every']} must be >= 0")
     if r["lora"]["enabled"] and r["train"]["block"]:
         raise WorkbenchError("lora.enabled = true with train.block = true: the LoRA budget keeps the block's "
                              "base weights frozen; set train.block = false")

@@ -182,6 +182,12 @@ def verify_files(run_dir: Path) -> dict:
     if not prov_path.is_file():
         raise WorkbenchError(f"'{run_dir}' is not a finished run directory: {PROVENANCE} is missing")
     prov = json.loads(prov_path.read_text())
+    if prov.get("status") == "stopped_by_guardrail":
+        g = prov.get("guardrail") or {}
+        raise WorkbenchError(f"'{run_dir}' was stopped by the capability guardrail at step {prov.get('stopped_at_step')} "
+                             f"({g.get('final')}/{g.get('total')} against the base's {g.get('base')}, allowed drop "
+                             f"{g.get('max_drop')} points) and yields no checkpoint to load or export; its last passing "
+                             f"state is {prov.get('last_passing_checkpoint')}")
     for name in (TRAINABLE, RETROFIT, RECIPE):
         if name not in prov.get("files", {}):
             raise WorkbenchError(f"{prov_path}: no SHA-256 recorded for '{name}'")
@@ -280,8 +286,11 @@ def _unflatten_optimizer(tensors: dict, meta: dict) -> dict:
 
 
 def save_checkpoint(run_dir: Path, step: int, looped, groups: list[str], optimizer, scheduler,
-                    trainer_state: dict, keep: int = 2) -> Path:
-    """Writes checkpoints/step_N/ atomically (a temporary directory renamed into place)."""
+                    trainer_state: dict, keep: int = 2, protect: int | None = None) -> Path:
+    """Writes checkpoints/step_N/ atomically (a temporary directory renamed into place).
+
+    Keeps the `keep` newest checkpoints, and step `protect` (the last one that passed the guardrail).
+    """
     root = Path(run_dir) / CHECKPOINTS
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
@@ -300,7 +309,8 @@ def save_checkpoint(run_dir: Path, step: int, looped, groups: list[str], optimiz
         shutil.rmtree(final)
     os.replace(tmp, final)
     for old in sorted(checkpoints(run_dir))[:-keep]:
-        shutil.rmtree(root / f"step_{old}")
+        if old != protect:
+            shutil.rmtree(root / f"step_{old}")
     return final
 
 

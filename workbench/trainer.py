@@ -15,16 +15,21 @@ from __future__ import annotations
 import json
 import math
 import random
+import shutil
 import time
+import tomllib
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
-from workbench.io import write_bytes_atomic, write_json_atomic
-from workbench.training import (answer_loss, chain_loss, check_prelude_group, evaluate, group_rms, halting_loss,
-                                liveness, make_batch, make_optimizer, sample_loop_counts)
+from workbench.io import sha256_file, write_bytes_atomic, write_json_atomic
+from workbench.precision import apply_precision, resolve_precision
+from workbench.training import (adapter_disabled, answer_loss, chain_loss, check_prelude_group, evaluate, group_rms,
+                                halting_loss, kl_to_base, liveness, make_batch, make_optimizer, sample_loop_counts)
+
+STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
 
 
 def _lr_factor(warmup: int, total: int, schedule: str):
@@ -45,15 +50,19 @@ def _hashed_seed(kind: str, step: int, seed: int) -> int:
 class Trainer:
     """One run of one resolved recipe into `run_dir`: setup, train (stages), save."""
 
-    def __init__(self, recipe: dict, run_dir: Path, resume: bool = False, progress: bool = True):
+    def __init__(self, recipe: dict, run_dir: Path, resume: bool = False, progress: bool = True,
+                 recipe_dir: Path | None = None):
         from accelerate import Accelerator
 
         self.recipe, self.run_dir, self.resume, self.progress = recipe, Path(run_dir), resume, progress
+        self.recipe_dir = Path(recipe_dir) if recipe_dir is not None else Path.cwd()  # init_from resolves here
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
         self.stages = recipe["stages"]
         self.total = sum(s["steps"] for s in self.stages)
         self.main_total = sum(s["steps"] for s in self.stages if s["kind"] != "halting")
-        self.state = {"live_projections": None, "live_gate": None, "elapsed_s": 0.0, "optimizer": None}
+        self.state = {"live_projections": None, "live_gate": None, "elapsed_s": 0.0, "optimizer": None,
+                      "last_passing_step": None}
+        self.status = "running"
 
     # -------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -83,6 +92,7 @@ class Trainer:
         for p in self.looped.parameters():
             p.requires_grad_(False)
         self.groups = runs.trained_groups(self.looped.settings, r["train"]["block"])
+        self.parent, self.lineage = self._check_parent(r["init_from"]) if r["init_from"] else (None, None)
         t = r["task"]
         self.task_options = dict(tokenizer=self.tok, surface=t["surface"], symbol_set=t["symbol_set"],
                                  permutation=t["permutation"])
@@ -97,6 +107,75 @@ class Trainer:
             write_bytes_atomic(self.run_dir / runs.RECIPE, dumps(r).encode())
             write_bytes_atomic(self.run_dir / runs.METRICS, b"")
         self.acc.wait_for_everyone()
+        self._set_precision()
+        # The base's reading in the run's own precision (bf16 alone moves it): loop 1 is the base until a parent loads.
+        self.guardrail_base = self._guardrail() if r["guardrail"]["enabled"] else None
+        self.teacher = self._teacher() if r["preserve"]["kl_weight"] > 0 else None  # the base, never the parent
+        if self.parent is not None:
+            runs.load_trained(self.looped, self.parent / runs.TRAINABLE, self.groups)
+
+    def _set_precision(self) -> None:
+        """Frozen weights to bf16 once (trained groups stay fp32) when the recipe asks and the hardware has it."""
+        from workbench import runs
+
+        used, self.precision_record = resolve_precision(self.recipe["train"]["precision"], self.acc.device)
+        trained = {id(p) for p in runs.trained_state(self.looped, self.groups).values()}
+        for p in self.looped.parameters():
+            p.requires_grad_(id(p) in trained)   # so that apply_precision casts exactly the frozen ones
+        self.precision_record["frozen_tensors_cast"] = apply_precision(self.looped, used)
+        for p in self.looped.parameters():
+            p.requires_grad_(False)
+        self.frozen_hash = runs.base_sha256(self.looped.base)   # in the dtype the run keeps them
+
+    def _teacher(self):
+        """The frozen base for the preservation KL: the adapter switched off, or a frozen copy (full block)."""
+        if "lora" in self.groups:
+            return lambda: adapter_disabled(self.looped)
+        import copy
+
+        teacher = copy.deepcopy(self.looped).eval()
+        for p in teacher.parameters():
+            p.requires_grad_(False)
+        return teacher
+
+    def _guardrail(self):
+        from workbench.tasks.guardrail import guardrail_counts
+
+        was_training = self.looped.training
+        self.looped.eval()
+        with torch.no_grad():
+            counts = guardrail_counts(self.looped, self.tok)
+        self.looped.train(was_training)
+        return counts
+
+    def _check_parent(self, parent: str) -> tuple[Path, dict]:
+        """Checks a parent run (hashes, same base, split and groups); returns (its directory, the lineage).
+
+        Its tensors are loaded strictly later in `setup`, after the base's guardrail reading."""
+        from workbench import runs
+
+        parent_dir = Path(parent)
+        if not parent_dir.is_absolute() and (self.recipe_dir / parent_dir).is_dir():
+            parent_dir = self.recipe_dir / parent_dir   # relative to the recipe file first, then the cwd
+        if not parent_dir.is_dir():
+            raise WorkbenchError(f"init_from: '{parent}' is not a directory (a finished run or keeper)")
+        prov = runs.verify_files(parent_dir)
+        record = json.loads((parent_dir / runs.RETROFIT).read_text())
+        if record["base"]["sha256"] != self.base_hash:
+            raise WorkbenchError(f"init_from: '{parent}' was trained on base {record['base']['sha256'][:12]}..., this "
+                                 f"recipe's base is {self.base_hash[:12]}...")
+        mine = json.loads(json.dumps(self.looped.settings))
+        if record["settings"] != mine:
+            diff = sorted(k for k in set(mine) | set(record["settings"]) if mine.get(k) != record["settings"].get(k))
+            raise WorkbenchError(f"init_from: '{parent}' has another retrofit ({', '.join(diff)} differ); "
+                                 "the recipe's [model] and [lora] must match the parent's")
+        if record["trained_groups"] != self.groups:
+            raise WorkbenchError(f"init_from: '{parent}' trained {record['trained_groups']}, this recipe trains "
+                                 f"{self.groups}")
+        lineage = [{"run": parent, "name": tomllib.loads((parent_dir / runs.RECIPE).read_text()).get("name"),
+                    "provenance_sha256": sha256_file(parent_dir / runs.PROVENANCE),
+                    "trainable_sha256": prov["files"][runs.TRAINABLE]}]
+        return parent_dir, {"parents": lineage + (prov.get("lineage") or {}).get("parents", [])}
 
     def _check_run_dir(self, recipe_text: str) -> None:
         from workbench import runs
@@ -172,6 +251,10 @@ class Trainer:
             loops = self.recipe["halting"]["oracle_max"]
             loss, extra = halting_loss(self.looped, batch, self.recipe["halting"], denominator=len(rows))
             info.update(extra)
+        if self.teacher is not None and stage["kind"] != "halting":
+            kl = kl_to_base(self.looped, self._rehearsal(step), self.teacher)
+            info["kl_base"] = round(float(kl.detach()), 6)
+            loss = loss + self.recipe["preserve"]["kl_weight"] * kl
         loss.backward()
         total_loss = self._reduce_grads(loss.detach())
         if stage["kind"] != "halting" and loops >= 2 and "reentry" in self.groups:
@@ -187,6 +270,15 @@ class Trainer:
         return {"kind": "train", "step": step + 1, "stage": stage["name"] or stage["kind"], "loops": loops,
                 "loss": float(total_loss), "lr": lr, "grad_norm": float(norm),
                 "grad_rms": grad_rms, "move_rms": move, **info}
+
+    def _rehearsal(self, step: int) -> dict:
+        """This step's rehearsal texts for the preservation KL (never the guardrail's template)."""
+        from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
+
+        p = self.recipe["preserve"]
+        texts = rehearsal_texts(step, self.recipe["seed"], p["rows"], p["sources"])
+        batch = rehearsal_batch(self.tok, texts, p["positions"])
+        return {k: v.to(self.acc.device) for k, v in batch.items()}
 
     def _reduce_grads(self, loss: torch.Tensor) -> torch.Tensor:
         """Sums gradients and the loss over ranks (each shard's loss is divided by the global total)."""
@@ -228,8 +320,11 @@ class Trainer:
         start = self._restore() if self.resume else 0
         t0 = time.perf_counter() - self.state["elapsed_s"]
         self.latest_acc = None  # "worst/mean" held-out cell, shown on the progress bar
+        self.latest_guardrail = None  # "correct/total" at loop 1
         if start == 0:
             self._evaluate(0)
+            if self.recipe["guardrail"]["enabled"] and not self._check_guardrail(0):
+                return self._stop_by_guardrail(0)  # an init_from parent that already fails
         bar = tqdm(total=self.total, initial=start, desc=self.recipe["name"], dynamic_ncols=True,
                    disable=not (self.progress and self.acc.is_main_process))
         step = start
@@ -242,12 +337,20 @@ class Trainer:
             self.state["elapsed_s"] = time.perf_counter() - t0
             if step % self.recipe["log"]["every"] == 0 or step == self.total:
                 self._log({**record, "elapsed_s": round(self.state["elapsed_s"], 2)})
-            if step % self.recipe["eval"]["every"] == 0 or step == self.total:
+            evaluated = step % self.recipe["eval"]["every"] == 0 or step == self.total
+            if evaluated:
                 self._evaluate(step)
-            if step % self.recipe["checkpoint"]["every"] == 0 or step == self.total:
+            g = self.recipe["guardrail"]
+            if g["enabled"] and (evaluated or (g["every"] and step % g["every"] == 0)):
+                if not self._check_guardrail(step):
+                    bar.close()
+                    return self._stop_by_guardrail(step)
+                self._checkpoint(step)  # the last passing checkpoint is what a stopped run keeps
+            elif step % self.recipe["checkpoint"]["every"] == 0 or step == self.total:
                 self._checkpoint(step)
             bar.update(1)
-            bar.set_postfix(loss=f"{record['loss']:.3f}", acc=self.latest_acc or "-", stage=record["stage"])
+            bar.set_postfix(loss=f"{record['loss']:.3f}", acc=self.latest_acc or "-",
+                            guard=self.latest_guardrail or "-", stage=record["stage"])
             if stop_after is not None and step >= stop_after and step < self.total:
                 bar.close()
                 return self._summary(step, finished=False)
@@ -272,12 +375,70 @@ class Trainer:
                        "mean_active": sum(cells) / len(cells)})
         self.acc.wait_for_everyone()
 
+    def _check_guardrail(self, step: int) -> bool:
+        """Scores the guardrail at loop 1 against the base; logs it; returns whether the run may go on."""
+        from workbench.tasks.guardrail import guardrail_compare
+
+        passed = True
+        if self.acc.is_main_process:
+            now = self._guardrail()
+            cmp = guardrail_compare(self.guardrail_base, now)
+            passed = cmp.drop_points <= self.recipe["guardrail"]["max_drop"]
+            self.latest_guardrail = f"{now.correct}/{now.total}"
+            self._log({"kind": "guardrail", "step": step, "correct": now.correct, "total": now.total,
+                       "base": cmp.before, "drop_points": round(cmp.drop_points, 4), "helped": cmp.helped,
+                       "hurt": cmp.hurt, "p_value": cmp.p_value, "max_drop": self.recipe["guardrail"]["max_drop"],
+                       "passed": passed})
+        passed = bool(self._broadcast(passed))
+        if passed:
+            self.state["last_passing_step"] = step
+        return passed
+
+    def _broadcast(self, value: bool) -> bool:
+        if self.acc.num_processes == 1:
+            return value
+        return bool(self.acc.reduce(torch.tensor([float(value)]), reduction="sum").item() > 0)
+
+    def _stop_by_guardrail(self, step: int) -> dict:
+        """Ends a run that lost more than guardrail.max_drop points: no trained tensors at the top level,
+        checkpoints after the last passing reading removed, provenance saying so."""
+        from workbench import runs
+
+        self.status = STOPPED_BY_GUARDRAIL
+        if self.acc.is_main_process:
+            last = self.state["last_passing_step"]
+            for old in runs.checkpoints(self.run_dir):
+                if last is None or old > last:
+                    shutil.rmtree(self.run_dir / runs.CHECKPOINTS / f"step_{old}")
+            runs.write_provenance(self.run_dir, {}, {"recipe": self.recipe["seed"]},
+                                  {"status": STOPPED_BY_GUARDRAIL, "stopped_at_step": step,
+                                   "last_passing_checkpoint": (None if last is None else "the initial state (step 0)"
+                                                               if last == 0 else f"checkpoints/step_{last}"),
+                                   "guardrail": self._guardrail_record(), "precision": self.precision_record,
+                                   "lineage": self.lineage, "wall_s": round(self.state["elapsed_s"], 1)})
+        self.acc.wait_for_everyone()
+        return self._summary(step, finished=False)
+
+    def _guardrail_record(self) -> dict | None:
+        """The guardrail readings of this run, from metrics.jsonl (the base's and every later one)."""
+        from workbench.runs import METRICS
+
+        if self.guardrail_base is None:
+            return None
+        readings = [json.loads(line) for line in (self.run_dir / METRICS).read_text().splitlines()
+                    if '"guardrail"' in line]
+        readings = [r for r in readings if r.get("kind") == "guardrail"]
+        return {"battery_sha256": self.guardrail_base.battery_sha256, "base": self.guardrail_base.correct,
+                "total": self.guardrail_base.total, "max_drop": self.recipe["guardrail"]["max_drop"],
+                "final": readings[-1]["correct"] if readings else None,
+                "readings": [[r["step"], r["correct"]] for r in readings]}
+
     def _checkpoint(self, step: int) -> None:
         from workbench.runs import save_checkpoint
 
         if self.acc.is_main_process:
             save_checkpoint(self.run_dir, step, self.looped, self.groups, self.opt, self.sched, dict(self.state),
-                            keep=self.recipe["checkpoint"]["keep"])
+                            keep=self.recipe["checkpoint"]["keep"], protect=self.state["last_passing_step"])
         self.acc.wait_for_everyone()
 
     def _restore(self) -> int:
@@ -314,8 +475,8 @@ class Trainer:
         base_unchanged = None
         if "block" not in self.groups:
             digest = runs.base_sha256(self.looped.base)
-            if digest != self.base_hash:
-                raise WorkbenchError(f"the base weights changed during a frozen-base run ({self.base_hash[:12]}... -> "
+            if digest != self.frozen_hash:
+                raise WorkbenchError(f"the base weights changed during a frozen-base run ({self.frozen_hash[:12]}... -> "
                                      f"{digest[:12]}...)")
             base_unchanged = True
         if self.acc.is_main_process:
@@ -332,7 +493,9 @@ class Trainer:
                                   {"steps": self.total, "wall_s": round(self.state["elapsed_s"], 1),
                                    "processes": self.acc.num_processes, "base_unchanged": base_unchanged,
                                    "liveness": {"projections_step": self.state["live_projections"],
-                                                "gate_step": self.state["live_gate"]}})
+                                                "gate_step": self.state["live_gate"]},
+                                   "status": "finished", "precision": self.precision_record,
+                                   "guardrail": self._guardrail_record(), "lineage": self.lineage})
         self.acc.wait_for_everyone()
 
     def _summary(self, step: int, finished: bool) -> dict:
@@ -340,6 +503,7 @@ class Trainer:
 
         evals = [json.loads(line) for line in (self.run_dir / METRICS).read_text().splitlines() if '"eval"' in line]
         evals = [e for e in evals if e["kind"] == "eval"]
-        return {"run_dir": str(self.run_dir), "steps": step, "finished": finished,
+        return {"run_dir": str(self.run_dir), "steps": step, "finished": finished, "status": self.status
+                if not finished else "finished", "guardrail": self._guardrail_record(),
                 "before": evals[0]["acc"] if evals and evals[0]["step"] == 0 else None,
                 "after": evals[-1]["acc"] if evals else None, "wall_s": round(self.state["elapsed_s"], 1)}

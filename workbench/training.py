@@ -15,6 +15,7 @@ The step loop, checkpoints and the run directory live in `workbench.trainer` and
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 from pathlib import Path
@@ -143,6 +144,47 @@ def halting_loss(looped, batch: dict, cfg: dict, denominator: float | None = Non
         prior = prior / prior.sum()
         extra = cfg["ponder_kl"] * (q * (q.clamp(min=1e-9).log() - prior.log())).sum(1)
     return (quality + extra).sum() / denom, {"mean_target": float(target.float().mean())}
+
+
+# ----------------------------------------------------------------------------- preservation
+@contextlib.contextmanager
+def adapter_disabled(looped):
+    """Runs the retrofit with its LoRA adapter switched off: loop 1 is then the frozen base exactly.
+
+    The teacher of the preservation KL costs no memory this way (the same modules, adapter off).
+    """
+    from peft.tuners.lora import LoraLayer
+
+    layers = [m for m in looped.modules() if isinstance(m, LoraLayer)]
+    if not layers:
+        raise WorkbenchError("adapter_disabled: this retrofit has no LoRA adapter to disable")
+    for m in layers:
+        m.enable_adapters(False)
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.enable_adapters(True)
+
+
+def kl_to_base(looped, batch: dict, teacher) -> torch.Tensor:
+    """Mean KL(base || model) of the next-token distribution at loop 1, over `batch["positions"]`.
+
+    `teacher` is a context manager under which `looped` computes the frozen base (`adapter_disabled`),
+    or a module with the same `read` (a frozen copy, for full-block runs). Full vocabulary, fp32
+    log-softmax; only the asked positions are unembedded, so the cost is B x P rows of the head.
+    """
+    args = dict(attention_mask=batch["attention_mask"], loops=1, positions=batch["positions"])
+    with torch.no_grad():
+        if isinstance(teacher, torch.nn.Module):
+            t_scores = teacher.read(batch["input_ids"], **args).scores
+        else:
+            with teacher():
+                t_scores = looped.read(batch["input_ids"], **args).scores
+    s_scores = looped.read(batch["input_ids"], **args).scores
+    log_t = _upcast(t_scores[:, 0]).log_softmax(-1)                     # [B, P, V]
+    log_s = _upcast(s_scores[:, 0]).log_softmax(-1)
+    return (log_t.exp() * (log_t - log_s)).sum(-1).mean()
 
 
 # ----------------------------------------------------------------------------- optimizer safeguards
@@ -354,4 +396,5 @@ def train(recipe_path, out=None, overrides=None, resume: bool = False, stop_afte
 
     recipe = load_recipe(recipe_path, overrides)
     run_dir = Path(out) if out is not None else Path("runs") / recipe["name"]
-    return Trainer(recipe, run_dir, resume=resume, progress=progress).run(stop_after=stop_after)
+    return Trainer(recipe, run_dir, resume=resume, progress=progress,
+                   recipe_dir=Path(recipe_path).resolve().parent).run(stop_after=stop_after)

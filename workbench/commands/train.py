@@ -28,8 +28,17 @@ def train(
 
     summary = run_training(recipe, out=out, overrides=overrides, resume=resume)
     typer.echo(f"run: {summary['run_dir']}  steps: {summary['steps']}  wall: {summary['wall_s']:.0f} s")
+    g = summary.get("guardrail")
+    if g:
+        typer.echo(f"guardrail at loop 1: base {g['base']}/{g['total']}, readings (step, correct): "
+                   + ", ".join(f"({s}, {c})" for s, c in g["readings"]))
     for label in ("before", "after"):
         if summary[label]:
             typer.echo(f"held-out active-label accuracy {label}:")
             for line in _matrix_lines(summary[label]):
                 typer.echo(line)
+    if summary.get("status") == "stopped_by_guardrail":
+        typer.echo(f"stopped by the capability guardrail at step {summary['steps']}: loop 1 lost more than "
+                   f"{g['max_drop']} points against the base ({g['final']}/{g['total']} vs {g['base']}/{g['total']}); "
+                   "no trained tensors were exported (exit status 3)", err=True)
+        raise typer.Exit(3)
