@@ -11,6 +11,7 @@ import sys
 
 import typer
 
+from workbench.commands.claims import claims
 from workbench.commands.compare import compare
 from workbench.commands.demo import demo
 from workbench.commands.figures import figures
@@ -46,6 +47,7 @@ app.command("probe")(probe)
 app.command("compare")(compare)
 app.command("report")(report)
 app.command("figures")(figures)
+app.command("claims")(claims)
 
 
 def run() -> None:

@@ -1,0 +1,269 @@
+"""The claims ledger: each testable claim of the two papers against a committed specimen's numbers.
+
+The claims and the papers' numbers live in `workbench/data/claims.toml` (data, not code). Each
+names a `measure` (a function below) that reads a specimen's committed battery results
+(`<specimen>/battery/summary.json` and the parquet tables beside it), and a `test` that turns
+the paper's number and ours into a verdict:
+
+- reproduced: ours meets the paper's claim under the stated test;
+- not reproduced: ours misses it (the comparison says by how much);
+- not comparable: the specimen or its results are missing, or the setting cannot answer it.
+
+The ledger is a pure function of committed files, so `workbench claims` regenerates it byte
+for byte (a test checks `claims/LEDGER.md`).
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import tomllib
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.errors import WorkbenchError
+from workbench.stats import fisher, mcnemar
+
+CLAIMS_FILE = Path(__file__).resolve().parent / "data" / "claims.toml"
+ROOT = Path(__file__).resolve().parent.parent   # the repository the specimens are committed in
+BATTERY = "battery"
+ALPHA = 0.05
+VERDICTS = ("reproduced", "not reproduced", "not comparable")
+
+
+def load_claims(path: str | Path = CLAIMS_FILE) -> list[dict]:
+    """The claims of the data file, each checked for the keys every claim needs."""
+    data = tomllib.loads(Path(path).read_text())
+    claims = data.get("claims", [])
+    for c in claims:
+        missing = [k for k in ("id", "paper", "section", "claim", "paper_value", "measure", "specimen", "test",
+                               "setting", "like_for_like") if k not in c]
+        if missing:
+            raise WorkbenchError(f"{path}: claim '{c.get('id', '?')}' lacks '{missing[0]}'")
+        if c["measure"] not in MEASURES or c["test"] not in TESTS:
+            raise WorkbenchError(f"{path}: claim '{c['id']}' names an unknown measure or test")
+    return claims
+
+
+# ----------------------------------------------------------------------------- measures
+class Missing(Exception):
+    """A specimen or one of its result files is not there: the claim is not comparable (yet)."""
+
+
+def _results(specimen: Path) -> Path:
+    folder = specimen / BATTERY
+    if not (folder / "summary.json").is_file():
+        raise Missing(f"{specimen.relative_to(ROOT) if specimen.is_relative_to(ROOT) else specimen} has no "
+                      f"{BATTERY}/summary.json")
+    return folder
+
+
+def _table(specimen: Path, name: str) -> pd.DataFrame:
+    path = _results(specimen) / f"{name}.parquet"
+    if not path.is_file():
+        raise Missing(f"no {BATTERY}/{name}.parquet")
+    return pd.read_parquet(path)
+
+
+def _summary(specimen: Path) -> dict:
+    return json.loads((_results(specimen) / "summary.json").read_text())
+
+
+def diagonal(specimen: Path, claim: dict) -> dict:
+    """Final-loop correct / rows at each depth (depth-matrix rows with loop = depth)."""
+    f = _table(specimen, "depth_matrix")
+    f = f[(f["loop"] == f["depth"]) & f["depth"].isin(claim["depths"])]
+    counts = [[int(g["correct"].sum()), len(g)] for _, g in f.groupby("depth")]
+    return {"counts": counts, "text": ", ".join(f"{k}/{n}" for k, n in counts) + f" at depths "
+            f"{claim['depths'][0]}-{claim['depths'][-1]}", "rows": sum(n for _, n in counts)}
+
+
+def intermediate(specimen: Path, claim: dict) -> dict:
+    """Active intermediate labels (loop t < depth d) correct / cells, over the claim's depths."""
+    f = _table(specimen, "depth_matrix")
+    f = f[(f["loop"] < f["depth"]) & f["depth"].isin(claim["depths"])]
+    k, n = int(f["correct"].sum()), len(f)
+    return {"counts": [[k, n]], "text": f"{k}/{n} ({k / n:.1%})", "rows": int(f["row_id"].nunique())}
+
+
+def _overshoot(specimen: Path, claim: dict, inside: bool) -> dict:
+    f = _table(specimen, "overshoot")
+    support = _summary(specimen)["checkpoint"]["support"]
+    f = f[f["depth"].isin(claim["depths"])]
+    f = f[f["loop"] <= support] if inside else f[f["loop"] > support]
+    if f.empty:
+        raise Missing(f"no overshoot loops {'inside' if inside else 'beyond'} the support of {support}")
+    it, park, n = int((f["cls"] == "iterate").sum()), int((f["cls"] == "park").sum()), len(f)
+    loops = f"loops {int(f['loop'].min())}-{int(f['loop'].max())}"
+    return {"counts": [[it, n]], "park": [park, n], "rows": int(f["row_id"].nunique()),
+            "text": f"{it}/{n} iterate ({it / n:.1%}), {park}/{n} park; {loops}, support {support}"}
+
+
+def overshoot_inside(specimen: Path, claim: dict) -> dict:
+    """Extra loops t in (d, support]: iterate / park counts."""
+    return _overshoot(specimen, claim, inside=True)
+
+
+def overshoot_beyond(specimen: Path, claim: dict) -> dict:
+    """Extra loops t > support: iterate / park counts."""
+    return _overshoot(specimen, claim, inside=False)
+
+
+def frontier_ratio(specimen: Path, claim: dict) -> dict:
+    """Frontier / support at the bars 0.60, 0.71, 0.80 (from the depth-matrix summary)."""
+    s = _summary(specimen)
+    support = s["checkpoint"]["support"]
+    frontier = s["probes"]["depth_matrix"]["frontier"]
+    ratios = {bar: (None if frontier.get(bar) is None else frontier[bar] / support) for bar in ("0.60", "0.71", "0.80")}
+    if ratios["0.71"] is None:
+        raise Missing("no frontier at 0.71")
+    spread = [v for v in ratios.values() if v is not None]
+    return {"ratios": ratios, "range": [min(spread), max(spread)], "rows": s["probe_runs"]["depth_matrix"]["rows"]["n"],
+            "text": f"{frontier['0.71']:.2f} / {support} = {ratios['0.71']:.2f} "
+                    f"({ratios['0.60'] or float('nan'):.2f} at 0.60, {ratios['0.80'] or float('nan'):.2f} at 0.80)"}
+
+
+def guardrail(specimen: Path, claim: dict) -> dict:
+    """Base vs specimen on the arithmetic guardrail at loop 1, row-paired (identity probe's table)."""
+    f = _table(specimen, "identity__guardrail")
+    base, ours = int(f["base_correct"].sum()), int(f["checkpoint_correct"].sum())
+    helped = int((~f["base_correct"] & f["checkpoint_correct"]).sum())
+    hurt = int((f["base_correct"] & ~f["checkpoint_correct"]).sum())
+    n = len(f)
+    return {"counts": [[base, n], [ours, n]], "drop": 100.0 * (base - ours) / n, "helped": helped, "hurt": hurt,
+            "p": mcnemar(helped, hurt), "rows": n,
+            "text": f"base {base}/{n} -> {ours}/{n} ({helped} helped, {hurt} hurt, McNemar p = {mcnemar(helped, hurt):.3g})"}
+
+
+def _identity(specimen: Path, variant: str) -> dict:
+    f = _table(specimen, "identity")
+    g = f[f["variant"] == variant]
+    if g.empty:
+        raise Missing(f"no identity rows of variant '{variant}'")
+    worst = float(g["max_abs_diff"].max())
+    return {"value": worst, "rows": len(g), "text": f"max |Δlogit| = {worst:g} over {len(g)} configuration(s)"}
+
+
+def identity_fresh(specimen: Path, claim: dict) -> dict:
+    return _identity(specimen, "fresh")
+
+
+def identity_adapter_off(specimen: Path, claim: dict) -> dict:
+    return _identity(specimen, "adapter_off_vs_base")
+
+
+MEASURES = {f.__name__: f for f in (diagonal, intermediate, overshoot_inside, overshoot_beyond, frontier_ratio,
+                                    guardrail, identity_fresh, identity_adapter_off)}
+
+
+# ----------------------------------------------------------------------------- tests
+def counts_not_worse(claim: dict, ours: dict) -> tuple[str, str]:
+    """Per count pair: one-sided Fisher that ours is below the paper's; reproduced when none is at p < 0.05."""
+    pairs = list(zip(claim["paper_counts"], ours["counts"]))
+    ps = [fisher(k, n, pk, pn, alternative="less") for (pk, pn), (k, n) in pairs]
+    worst = min(range(len(ps)), key=ps.__getitem__)
+    (pk, pn), (k, n) = pairs[worst]
+    how = f"one-sided Fisher, ours below the paper: smallest p = {ps[worst]:.3g} ({k}/{n} vs {pk}/{pn})"
+    return ("reproduced" if ps[worst] >= ALPHA else "not reproduced"), how
+
+
+def iterate_not_worse(claim: dict, ours: dict) -> tuple[str, str]:
+    """Iterate share not below the paper's and park share not above it (one-sided Fisher each)."""
+    (pk, pn), (k, n) = claim["paper_counts"][0], ours["counts"][0]
+    p_it = fisher(k, n, pk, pn, alternative="less")
+    (pp, ppn), (park, m) = claim["paper_park"], ours["park"]
+    p_park = fisher(park, m, pp, ppn, alternative="greater")
+    ok = p_it >= ALPHA and p_park >= ALPHA
+    return ("reproduced" if ok else "not reproduced"), (f"one-sided Fisher: iterate below the paper's p = {p_it:.3g}; "
+                                                         f"park above it p = {p_park:.3g}")
+
+
+def drop_at_most(claim: dict, ours: dict) -> tuple[str, str]:
+    drop = ours["drop"]
+    return ("reproduced" if drop <= claim["max_drop"] else "not reproduced"), \
+        f"drop {drop:+.2f} points (allowed {claim['max_drop']:g})"
+
+
+def ratio_in_band(claim: dict, ours: dict) -> tuple[str, str]:
+    lo, hi = claim["paper_band"]
+    a, b = ours["range"]
+    ok = a <= hi and b >= lo
+    return ("reproduced" if ok else "not reproduced"), \
+        f"ours spans {a:.2f}-{b:.2f} over the bars 0.60-0.80; the paper's band is {lo:.2f}-{hi:.2f}"
+
+
+def exactly_zero(claim: dict, ours: dict) -> tuple[str, str]:
+    return ("reproduced" if ours["value"] == 0.0 else "not reproduced"), "exact: max |Δlogit| must be 0.0"
+
+
+TESTS = {f.__name__: f for f in (counts_not_worse, iterate_not_worse, drop_at_most, ratio_in_band, exactly_zero)}
+
+
+# ----------------------------------------------------------------------------- the ledger
+def build_ledger(claims_file: str | Path = CLAIMS_FILE, root: str | Path = ROOT) -> list[dict]:
+    """One row per claim: id, paper, section, claim, paper_value, specimen, ours, rows, comparison, verdict, why."""
+    root = Path(root)
+    rows = []
+    for c in load_claims(claims_file):
+        specimen = root / c["specimen"]
+        row = {k: c[k] for k in ("id", "paper", "section", "claim", "paper_value", "specimen", "setting",
+                                 "like_for_like")}
+        try:
+            if not specimen.is_dir():
+                raise Missing(f"specimen {c['specimen']} is not committed")
+            ours = MEASURES[c["measure"]](specimen, c)
+            verdict, how = TESTS[c["test"]](c, ours)
+            why = how if c["like_for_like"] else f"{how}; setting differs: {c['setting']}"
+            row.update(ours=ours["text"], rows=ours["rows"], comparison=how, verdict=verdict, why=why)
+        except Missing as gap:
+            row.update(ours="-", rows=0, comparison="-", verdict="not comparable", why=str(gap))
+        rows.append(row)
+    return rows
+
+
+def ledger_markdown(rows: list[dict]) -> str:
+    """The ledger as a markdown document (deterministic: the committed claims/LEDGER.md)."""
+    out = ["# Claims ledger", "",
+           "Generated by `workbench claims` from `workbench/data/claims.toml` and the committed specimens' "
+           "battery results. Paper 000 is the retrofit paper, 002 RecurTrace. A verdict holds for the "
+           "setting named in its row; rows whose setting differs from the paper's say so.", "",
+           "| claim | paper | paper's number | ours | specimen (rows) | verdict |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        cell = lambda s: str(s).replace("|", "\\|")  # noqa: E731
+        out.append(f"| {cell(r['claim'])} | {r['paper']} {cell(r['section'])} | {cell(r['paper_value'])} | "
+                   f"{cell(r['ours'])} | `{r['specimen']}` ({r['rows']}) | **{r['verdict']}** |")
+    out += ["", "## Why each verdict", ""]
+    for r in rows:
+        like = "like for like" if r["like_for_like"] else "setting differs"
+        out.append(f"- **{r['id']}** ({r['verdict']}, {like}): {r['why']}")
+    return "\n".join(out) + "\n"
+
+
+def ledger_html(rows: list[dict]) -> str:
+    """The ledger as one self-contained HTML page (no script)."""
+    e = html.escape
+    body = "".join(
+        f"<tr><td>{e(r['claim'])}</td><td>{e(r['paper'])} {e(r['section'])}</td><td>{e(r['paper_value'])}</td>"
+        f"<td>{e(r['ours'])}</td><td><code>{e(r['specimen'])}</code> ({r['rows']})</td>"
+        f"<td class='{e(r['verdict'].replace(' ', '-'))}'>{e(r['verdict'])}</td><td>{e(r['why'])}</td></tr>"
+        for r in rows)
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>Claims ledger</title><style>"
+            "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
+            "padding:4px 8px;vertical-align:top}.reproduced{background:#e6f4ea}.not-reproduced{background:#fce8e6}"
+            ".not-comparable{background:#f1f3f4}</style></head><body><h1>Claims ledger</h1>"
+            "<table><tr><th>claim</th><th>paper</th><th>paper's number</th><th>ours</th><th>specimen (rows)</th>"
+            f"<th>verdict</th><th>why</th></tr>{body}</table></body></html>\n")
+
+
+def write_ledger(out: str | Path, rows: list[dict]) -> list[Path]:
+    """Writes LEDGER.md, ledger.html and ledger.json into `out`; returns their paths."""
+    from workbench.io import write_bytes_atomic
+
+    out = Path(out)
+    files = {"LEDGER.md": ledger_markdown(rows), "ledger.html": ledger_html(rows),
+             "ledger.json": json.dumps(rows, indent=1, sort_keys=True) + "\n"}
+    for name, text in files.items():
+        write_bytes_atomic(out / name, text.encode())
+    return [out / n for n in files]

@@ -1,0 +1,32 @@
+"""`workbench claims`: the claims ledger from the committed specimens (workbench.claims)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+
+def claims(
+    out: Optional[Path] = typer.Option(None, "--out", help="Write LEDGER.md, ledger.html and ledger.json here "
+                                       "(the committed ledger is claims/ in the repository)."),
+    claims_file: Optional[Path] = typer.Option(None, "--claims", help="A claims TOML file (default: the "
+                                               "packaged workbench/data/claims.toml)."),
+    root: Optional[Path] = typer.Option(None, "--root", help="Where the specimens named in the claims file live "
+                                        "(default: the workbench repository)."),
+) -> None:
+    """Print the claims ledger: each paper claim, the paper's number, ours, the comparison and a verdict."""
+    from workbench.claims import CLAIMS_FILE, ROOT, build_ledger, write_ledger
+
+    rows = build_ledger(claims_file or CLAIMS_FILE, root or ROOT)
+    for r in rows:
+        typer.echo(f"{r['verdict'].upper():<15} {r['id']}  [{r['paper']} {r['section']}]")
+        typer.echo(f"{'':<15} paper: {r['paper_value']}")
+        typer.echo(f"{'':<15} ours:  {r['ours']}  ({r['specimen']}, {r['rows']} rows)")
+        typer.echo(f"{'':<15} {r['why']}")
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("reproduced", "not reproduced", "not comparable")}
+    typer.echo(", ".join(f"{n} {v}" for v, n in counts.items()))
+    if out is not None:
+        for path in write_ledger(out, rows):
+            typer.echo(f"wrote {path}")
