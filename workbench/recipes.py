@@ -61,7 +61,7 @@ SCHEMA: dict = {
         "kl_weight": 0.0,            # 0 = off
         "rows": 8,                   # rehearsal texts per step
         "positions": 8,              # positions read per text
-        "sources": ["corpus", "patterns"],
+        "sources": ["corpus", "patterns", "numbers"],
     },
     "lora": {"enabled": False, "r": 16, "alpha": 32, "dropout": 0.0},
     "task": {"name": "chase", "alphabet": 8, "symbol_set": "letters", "surface": "symbolic",
@@ -206,7 +206,7 @@ def _validate(r: dict) -> None:
     _choice("halting.objective", r["halting"]["objective"], HALTING_OBJECTIVES)
     _choice("train.precision", r["train"]["precision"], ("fp32", "bf16"))
     for src in r["preserve"]["sources"]:
-        _choice("preserve.sources", src, ("corpus", "patterns"))
+        _choice("preserve.sources", src, ("corpus", "patterns", "numbers"))
     for key, low in (("guardrail.max_drop", 0.0), ("preserve.kl_weight", 0.0), ("optim.lr", 0.0)):
         section, name = key.split(".")
         value = r[section][name]

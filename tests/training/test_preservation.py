@@ -10,7 +10,7 @@ import torch
 from workbench.errors import WorkbenchError
 from workbench.runs import CHECKPOINTS, checkpoints, load_run, verify_files
 from workbench.tasks.guardrail import GUARDRAIL_VERSION, guardrail_rows
-from workbench.tasks.rehearsal import (FAMILIES, check_held_out, corpus_lines, pattern_text, rehearsal_batch,
+from workbench.tasks.rehearsal import (FAMILIES, NUMBER_FAMILIES, check_held_out, corpus_lines, pattern_text, rehearsal_batch,
                                        rehearsal_texts)
 from workbench.training import adapter_disabled, kl_to_base, train
 
@@ -22,11 +22,15 @@ def _metrics(run_dir, kind):
 
 # ----------------------------------------------------------------------------- held out
 def test_rehearsal_never_touches_the_guardrail_template():
-    """Every text the rehearsal can produce is free of digits, ' + ', ' - ' and '='; the guardrail rows are not."""
-    texts = [pattern_text(i, seed) for i in range(400) for seed in (0, 20260702)] + list(corpus_lines())
+    """Every text the rehearsal can produce is free of ' + ', ' - ' and '='; every guardrail row has them."""
+    texts = [pattern_text(i, seed, families=f) for i in range(400) for seed in (0, 20260702)
+             for f in (FAMILIES, NUMBER_FAMILIES)] + list(corpus_lines())
     texts += rehearsal_texts(step=7, seed=3, n=16)
     for text in texts:
         check_held_out(text)
+    prompts = {row["prompt"] for row in guardrail_rows()}
+    questions = {row["start"] for row in guardrail_rows()}
+    assert not prompts & set(texts) and not any(q in t for q in questions for t in texts)
     for row in guardrail_rows():
         with pytest.raises(WorkbenchError, match="guardrail"):
             check_held_out(row["prompt"])

@@ -10,11 +10,15 @@ rehearsal set has two sources, both read by the *base* model as teacher:
   read at positions spread along each line;
 - `patterns`: few-shot line patterns in which the answer after the separator is *recalled or
   transformed*, not copied (antonyms, plurals, past tenses, capitals, upper case, opposites of
-  directions, colours of things, next letters), read at the position just before each answer.
+  directions, colours of things, next letters), read at the position just before each answer;
+- `numbers`: the same few-shot shape with digits as answers in other templates than the
+  guardrail's (successor "4 -> 5", predecessor, number word <-> digit). The first run with
+  prose and word patterns alone (KL weight 5) still lost 3 of 47 rows by step 100: the
+  position that breaks is "predict a digit after few-shot lines", so the rehearsal reads it.
 
-Held out from the guardrail by construction: no text here contains a digit, '+', '-' between
-spaces, or '=' (the guardrail's template is `a + b = ` / `a - b = ` over digits); a test checks
-every text the generator can produce.
+Held out from the guardrail by construction: no text here contains '=' or a '+' / '-' between
+spaces (the guardrail's template is `a + b = ` / `a - b = `), and no text is a guardrail row; a
+test checks every text the generator can produce.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from workbench.errors import WorkbenchError
 from workbench.tasks.seeding import row_seed
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus.txt"
-SOURCES = ("corpus", "patterns")
+SOURCES = ("corpus", "patterns", "numbers")
 
 # (family, separator, pairs): the base recalls or transforms the left side into the right side.
 FAMILIES: list[tuple[str, list[tuple[str, str]]]] = [
@@ -59,6 +63,15 @@ FAMILIES: list[tuple[str, list[tuple[str, str]]]] = [
     ("next_letter", [(a, b) for a, b in zip("abcdefghijklmnopqrstuvwxy", "bcdefghijklmnopqrstuvwxyz")]),
 ]
 SEPARATORS = (" ->", ":", " is", " becomes")
+_WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
+# Digits in other templates than the guardrail's: successor, predecessor, number words. The answer is a
+# digit the base recalls at the read position (the position type the chase damaged), never "a op b = ".
+NUMBER_FAMILIES: list[tuple[str, list[tuple[str, str]]]] = [
+    ("successor", [(str(i), str(i + 1)) for i in range(9)]),
+    ("predecessor", [(str(i), str(i - 1)) for i in range(1, 10)]),
+    ("word_to_digit", [(w, str(i)) for i, w in enumerate(_WORDS)]),
+    ("digit_to_word", [(str(i), w) for i, w in enumerate(_WORDS)]),
+]
 
 
 @functools.lru_cache(maxsize=1)
@@ -75,19 +88,21 @@ def corpus_lines() -> tuple[str, ...]:
     return tuple(line for line in CORPUS.read_text().splitlines() if line.strip() and held_out(line))
 
 
-def pattern_text(index: int, seed: int, lines: int = 8) -> str:
+def pattern_text(index: int, seed: int, lines: int = 8, families=None) -> str:
     """Returns one few-shot pattern text: `lines` lines "left<sep> right" of one family, one separator."""
+    families = FAMILIES if families is None else families
     rng = random.Random(row_seed("rehearsal-pattern", "train", 0, 0, index, seed))
-    _, pairs = FAMILIES[rng.randrange(len(FAMILIES))]
+    _, pairs = families[rng.randrange(len(families))]
     sep = SEPARATORS[rng.randrange(len(SEPARATORS))]
     chosen = rng.sample(pairs, min(lines, len(pairs)))
     return "\n".join(f"{a}{sep} {b}" for a, b in chosen)
 
 
 def check_held_out(text: str) -> None:
-    """Raises if a rehearsal text could touch the guardrail: a digit, ' + ', ' - ' or '='."""
-    if any(c.isdigit() for c in text) or " + " in text or " - " in text or "=" in text:
-        raise WorkbenchError(f"rehearsal text {text[:40]!r} touches the guardrail's template (digits, + - =)")
+    """Raises if a rehearsal text could touch the guardrail's template `a + b = ` / `a - b = `: an '=', or a
+    '+' or '-' between two spaces (digits alone are allowed: the `numbers` source recalls them elsewhere)."""
+    if " + " in text or " - " in text or "=" in text:
+        raise WorkbenchError(f"rehearsal text {text[:40]!r} touches the guardrail's template (a + b = , a - b = )")
 
 
 def rehearsal_texts(step: int, seed: int, n: int, sources: list[str] | tuple[str, ...] = SOURCES) -> list[str]:
@@ -100,8 +115,10 @@ def rehearsal_texts(step: int, seed: int, n: int, sources: list[str] | tuple[str
     for i in range(n):
         source = sources[i % len(sources)]
         rng = random.Random(row_seed("rehearsal", "train", 0, 0, step * n + i, seed))
-        out.append(lines[rng.randrange(len(lines))] if source == "corpus"
-                   else pattern_text(step * n + i, seed))
+        if source == "corpus":
+            out.append(lines[rng.randrange(len(lines))])
+        else:
+            out.append(pattern_text(step * n + i, seed, families=FAMILIES if source == "patterns" else NUMBER_FAMILIES))
     return out
 
 
