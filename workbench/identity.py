@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 
 from workbench.errors import WorkbenchError
@@ -40,6 +42,42 @@ def max_abs_diff(looped, input_ids, attention_mask, reference: torch.Tensor, loo
             first = looped.read(input_ids, attention_mask, loops=loops, positions=positions).scores[:, 0]
             diff = max(diff, (first - reference).abs()[real].max().item())
     return diff
+
+
+def lora_layers(model) -> list:
+    """The peft LoRA layers inside `model` (empty when no adapter is attached)."""
+    from peft.tuners.lora import LoraLayer
+
+    return [m for m in model.modules() if isinstance(m, LoraLayer)]
+
+
+def adapter_state(model) -> str:
+    """ "none" (no LoRA adapter), "untrained" (every lora_B is zero: the adapter changes nothing) or "trained"."""
+    layers = lora_layers(model)
+    if not layers:
+        return "none"
+    trained = any(bool(p.detach().abs().max() > 0) for m in layers for d in m.lora_B.values() for p in d.parameters())
+    return "trained" if trained else "untrained"
+
+
+@contextmanager
+def adapters_disabled(model):
+    """Runs the block with every LoRA adapter switched off (peft `enable_adapters(False)`), then back on.
+
+    peft's re-enabling marks the adapter trainable; the parameters' `requires_grad` flags are
+    restored as they were.
+    """
+    layers = lora_layers(model)
+    flags = {id(p): p.requires_grad for m in layers for p in m.parameters()}
+    for m in layers:
+        m.enable_adapters(False)
+    try:
+        yield model
+    finally:
+        for m in layers:
+            m.enable_adapters(True)
+            for p in m.parameters():
+                p.requires_grad_(flags[id(p)])
 
 
 def identity_report(base, tokenizer, block, loops: int = 3, prompts=IDENTITY_PROMPTS,

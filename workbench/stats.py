@@ -1,4 +1,4 @@
-"""Paired exact tests, Fisher gates, bootstrap intervals and the validity frontier (ANALYSES.md §3-4)."""
+"""Paired exact tests, Fisher gates, Wilson and bootstrap intervals and the validity frontier (ANALYSES.md §3-4)."""
 
 from __future__ import annotations
 
@@ -56,6 +56,51 @@ class Interval:
     n_boot: int
 
 
+def wilson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
+    """Returns the Wilson score interval (low, high) of a proportion `successes` / `n`.
+
+    Raises:
+        WorkbenchError: n < 1 or successes outside 0..n.
+    """
+    if n < 1 or not 0 <= successes <= n:
+        raise WorkbenchError(f"a Wilson interval needs 0 <= successes <= n and n >= 1, got {successes} of {n}")
+    z = float(sps.norm.ppf(1 - (1 - level) / 2))
+    p, z2 = successes / n, z * z
+    centre = (p + z2 / (2 * n)) / (1 + z2 / n)
+    half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def bootstrap_mean(values, n_boot: int = 10_000, seed: int = 0, clusters=None, level: float = 0.95) -> Interval:
+    """Returns mean(values) with a percentile bootstrap interval.
+
+    Args:
+        values: per-row values, length R.
+        n_boot: bootstrap resamples.
+        seed: seed of the resampling generator.
+        clusters: optional length-R group labels; whole groups are resampled (rows that come in groups,
+            e.g. every loop of one prompt).
+        level: interval coverage.
+    """
+    values = np.asarray(values, dtype=float)
+    if values.ndim != 1 or values.size == 0:
+        raise WorkbenchError(f"a bootstrap needs a non-empty 1-D array, got shape {values.shape}")
+    rng = np.random.default_rng(seed)
+    if clusters is None:
+        sums, counts = values, np.ones_like(values)
+    else:
+        labels, inverse = np.unique(np.asarray(clusters), return_inverse=True)
+        if inverse.size != values.size:
+            raise WorkbenchError(f"clusters has {inverse.size} labels for {values.size} rows")
+        sums = np.bincount(inverse, weights=values, minlength=labels.size)
+        counts = np.bincount(inverse, minlength=labels.size).astype(float)
+    draws = rng.integers(0, sums.size, size=(n_boot, sums.size))
+    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+    tail = (1 - level) / 2
+    low, high = np.quantile(means, [tail, 1 - tail])
+    return Interval(float(values.mean()), float(low), float(high), level, n_boot)
+
+
 def paired_bootstrap(a, b, n_boot: int = 10_000, seed: int = 0, clusters=None, level: float = 0.95) -> Interval:
     """Returns mean(b − a) over paired rows with a percentile bootstrap interval.
 
@@ -71,21 +116,7 @@ def paired_bootstrap(a, b, n_boot: int = 10_000, seed: int = 0, clusters=None, l
         raise WorkbenchError(
             f"paired_bootstrap needs two non-empty 1-D arrays of equal length, got {a.shape} and {b.shape}"
         )
-    diff = b - a
-    rng = np.random.default_rng(seed)
-    if clusters is None:
-        sums, counts = diff, np.ones_like(diff)
-    else:
-        labels, inverse = np.unique(np.asarray(clusters), return_inverse=True)
-        if inverse.size != diff.size:
-            raise WorkbenchError(f"clusters has {inverse.size} labels for {diff.size} rows")
-        sums = np.bincount(inverse, weights=diff, minlength=labels.size)
-        counts = np.bincount(inverse, minlength=labels.size).astype(float)
-    draws = rng.integers(0, sums.size, size=(n_boot, sums.size))
-    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
-    tail = (1 - level) / 2
-    low, high = np.quantile(means, [tail, 1 - tail])
-    return Interval(float(diff.mean()), float(low), float(high), level, n_boot)
+    return bootstrap_mean(b - a, n_boot=n_boot, seed=seed, clusters=clusters, level=level)
 
 
 def frontier(acc_by_depth: Mapping[int, float] | pd.Series, bar: float = FRONTIER_BAR) -> float:

@@ -82,4 +82,9 @@ def test_run_on_a_tiny_retrofit(tiny_looped, rows):
     assert set(tables["drift__concentration"]["loop"]) == {2, 3, 4}
     assert np.allclose(tables["drift__heads"].groupby("loop")["share"].sum(), 1.0)
     summary = drift.summarize(tables)
-    assert set(summary) == {"consecutive", "vs_loop1", "concentration"}
+    assert set(summary) == {"consecutive", "vs_loop1", "concentration", "headline"}
+    head = drift.headline(tables)
+    assert head.to_dict() == summary["headline"]
+    assert head["consecutive_loop2"].value == round(float(tables["drift"].query("comparison == 'consecutive' and loop == 2")
+                                                          ["angle_deg"].mean()), 1)
+    assert f"at {head['concentrated_loops'].value} of 3 loops" in head.sentence

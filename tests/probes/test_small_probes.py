@@ -9,7 +9,7 @@ import torch
 from workbench.looped import LoopReadout
 from workbench.models import load_base
 from workbench.probes import NotApplicable, gradient_audit, halting, identity, latency
-from workbench.surgery import retrofit
+from workbench.surgery import attach_lora, retrofit
 from workbench.tasks.executors import PerfectExecutor, parse_chase
 
 
@@ -60,15 +60,58 @@ def test_halting_on_a_tiny_retrofit_with_a_head(rows):
 def test_identity_is_exact_until_the_block_changes(rows):
     model, tok = load_base("tiny-llama")
     looped = retrofit(model, "2:4", max_loops=4).eval()
-    f = identity.run(looped, tok, rows, base="tiny-llama", loops=1, n_rows=1, lora=False)
-    assert set(f["variant"]) == {"checkpoint_self", "checkpoint_vs_base", "fresh"}
+    tables = identity.run(looped, tok, rows, base="tiny-llama", loops=1, n_rows=1, lora=False)
+    f = tables["identity"]
+    assert set(f["variant"]) == {"checkpoint_self", "checkpoint_vs_base", "fresh"} and set(f["adapter"]) == {"none"}
     assert (f["max_abs_diff"] == 0.0).all() and len(f) == 6
+    assert "identity__guardrail" not in tables  # loop 1 unchanged: nothing to guard
+    head = identity.headline(tables)
+    assert head["vs_base"].label == "loop 1 vs base (no adapter)" and head["vs_base"].value == 0.0
+    assert "equals the untouched base exactly (0.0)" in head.sentence and "FAILS" not in head.sentence
     with torch.no_grad():
         looped.layers[2].mlp.down_proj.weight.mul_(1.5)       # a "trained" block
-    f = identity.run(looped, tok, rows, base="tiny-llama", loops=1, n_rows=1, fresh=False).set_index("variant")
+    tables = identity.run(looped, tok, rows, base="tiny-llama", loops=1, n_rows=1, fresh=False)
+    f = tables["identity"].set_index("variant")
     assert list(f.index) == ["checkpoint_self", "checkpoint_vs_base"]
     assert f.loc["checkpoint_self", "max_abs_diff"] == 0.0      # loop 1 is still a plain forward
     assert f.loc["checkpoint_vs_base", "max_abs_diff"] > 1e-4   # but no longer the base model's
+    g = tables["identity__guardrail"]
+    assert len(g) == 64 and g["row_id"].is_unique
+    head = identity.headline(tables)
+    assert head["guardrail_base"].n == 64 and head["guardrail_base"].value == g["base_correct"].mean()
+    assert head["guardrail_change"].value == pytest.approx(g["checkpoint_correct"].mean() - g["base_correct"].mean())
+
+
+def test_identity_with_an_adapter_on_and_off(rows):
+    """A trained LoRA changes loop 1; disabled, loop 1 is the base again (the detachable adapter)."""
+    model, tok = load_base("tiny-llama")
+    looped = attach_lora(retrofit(model, "2:4", max_loops=4), r=4, alpha=8).eval()
+    for p in looped.parameters():
+        p.requires_grad_(False)
+    tables = identity.run(looped, tok, rows, base="tiny-llama", loops=1, n_rows=1, fresh=False)
+    f = tables["identity"].set_index("variant")
+    assert set(f["adapter"]) == {"untrained", "disabled"} and (f["max_abs_diff"] == 0.0).all()
+    head = identity.headline(tables)
+    assert head["vs_base"].label == "loop 1 vs base, untrained retrofit (adapter B = 0)"
+    assert head.sentence.startswith("Loop 1 reproduces its own weights exactly (0.0); an untrained retrofit")
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in looped.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)                             # a "trained" adapter
+    enc = tok(["A -> B"], return_tensors="pt")
+    before = looped(enc.input_ids, loops=2).logits
+    tables = identity.run(looped, tok, rows, base="tiny-llama", loops=1, n_rows=1, fresh=False)
+    f = tables["identity"].set_index("variant")
+    assert f.loc["checkpoint_vs_base", "adapter"] == "trained" and f.loc["checkpoint_vs_base", "max_abs_diff"] > 1e-3
+    assert f.loc["adapter_off_vs_base", "adapter"] == "disabled" and f.loc["adapter_off_vs_base", "max_abs_diff"] == 0.0
+    assert f.loc["checkpoint_self", "max_abs_diff"] == 0.0
+    assert torch.equal(looped(enc.input_ids, loops=2).logits, before)  # the adapter is back on
+    assert not any(p.requires_grad for p in looped.parameters())     # and nothing was left trainable
+    head = identity.headline(tables)
+    assert head["vs_base"].label == "loop 1 vs base, trained adapter enabled"
+    assert head["adapter_off"].value == 0.0 and "the adapter is detachable" in head.sentence
+    assert len(tables["identity__guardrail"]) == 64 and "guardrail at loop 1 reads" in head.sentence
 
 
 def test_gradient_audit_reaches_the_bridge_only_from_loop_2(tiny_looped, rows):

@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 from workbench.halting import halt_depth
+from workbench.headlines import Headline, counted, measured
 from workbench.probes import NotApplicable
 from workbench.probes.common import batches, check_loops, device_of, row_candidates, shared_candidates
 
@@ -99,4 +100,26 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
         g = pick(m, 0.5)
         if len(g):
             out[m + "@0.5"] = g[["mean_loops", "accuracy"]].iloc[0].round(4).to_dict()
-    return out
+    return {**out, "headline": headline(tables).to_dict()}
+
+
+def headline(tables: dict[str, pd.DataFrame]) -> Headline:
+    """The oracle's and the head's (threshold 0.5) accuracy (Wilson over rows) and mean loops."""
+    f = tables["halting"]
+    n = int(tables["halting__rows"]["row_id"].nunique()) if "halting__rows" in tables else 0
+    numbers, words = [], []
+    for method, th, words_of in (("oracle", None, "stopping at each row's depth (the oracle)"),
+                                 ("head", 0.5, "the halting head at 0.5")):
+        g = f[(f["method"] == method) & ((f["threshold"] == th) if th is not None else True)]
+        if g.empty:
+            continue
+        r = g.iloc[0]
+        expect = "close to the oracle" if method == "head" else ""
+        acc = (counted(f"{method}_accuracy", f"accuracy, {words_of}", round(float(r["accuracy"]) * n), n, expect=expect)
+               if n else measured(f"{method}_accuracy", f"accuracy, {words_of}", float(r["accuracy"]), "proportion",
+                                  expect))
+        loops = measured(f"{method}_loops", f"mean loops, {words_of}", round(float(r["mean_loops"]), 2), expect=expect)
+        numbers += [acc, loops]
+        words.append(f"{words_of} reads {acc.text()} after {loops.value} loops on average")
+    sentence = ("; ".join(words) + (f" (n = {n} rows)." if n else ".")) if words else "No halting result."
+    return Headline("halting", numbers, sentence[0].upper() + sentence[1:])

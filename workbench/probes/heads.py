@@ -27,6 +27,7 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
+from workbench.headlines import Headline, counted, measured
 from workbench.probes.common import batches, check_loops, device_of, iterate, line_spans, require_chase
 
 
@@ -154,4 +155,30 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "concentration": round(float(g["concentration"].iloc[0]), 4),
             "null_p95": round(float(g["null_p95"].iloc[0]), 4),
         }
-    return {"per_loop": out, "rows": int(tables["heads"]["row_id"].nunique())}
+    return {"per_loop": out, "rows": int(tables["heads"]["row_id"].nunique()), "headline": headline(tables).to_dict()}
+
+
+def headline(tables: dict[str, pd.DataFrame]) -> Headline:
+    """Per loop: the top head by target-mass share and on how many rows it retrieves (Wilson), and the
+    concentration of target mass against its circular-shift null."""
+    s, frame = tables["heads__summary"], tables["heads"]
+    numbers, above, tops = [], [], []
+    for loop, g in s.groupby("loop"):
+        t = int(loop)
+        top = g.sort_values("share", ascending=False).iloc[0]
+        name = f"L{int(top['layer'])}H{int(top['head'])}"
+        n = int(frame.loc[frame["loop"] == t, "row_id"].nunique())
+        numbers.append(counted(f"top_head_loop{t}", f"loop {t}: rows on which the top head ({name}) retrieves",
+                               round(float(top["retrieval_frac"]) * n), n, expect="high if one head does the lookup"))
+        conc, null = float(g["concentration"].iloc[0]), float(g["null_p95"].iloc[0])
+        numbers.append(measured(f"concentration_loop{t}", f"loop {t}: top-2 concentration (null p95 {null:.2g})",
+                                conc, expect="above the null"))
+        if conc > null:
+            above.append(t)
+        tops.append(f"{name} at loop {t} ({float(top['share']):.2f} of the mass, retrieving on {numbers[-2].text()} "
+                    f"of {n} rows)")
+    loops = sorted(int(t) for t in s["loop"].unique())
+    sentence = (f"The head carrying most of the target-line attention is {'; '.join(tops)}; the target mass "
+                f"concentrates above its circular-shift null at {len(above)} of {len(loops)} loops"
+                + (f" ({', '.join(map(str, above))})" if above else "") + ".")
+    return Headline("heads", numbers, sentence)

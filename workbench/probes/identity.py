@@ -3,29 +3,43 @@
 Rows (`variant`):
     checkpoint_self     the probed model at loop 1 against a plain HF forward of its own weights
                         (trained block included): the architecture's identity route, always 0.0;
-    checkpoint_vs_base  the probed model at loop 1 against the untouched base (`base` given): 0.0
-                        for an untrained retrofit, the size of the change training made otherwise;
+    checkpoint_vs_base  the probed model at loop 1, adapter as loaded, against the untouched base
+                        (`base` given): 0.0 for an untrained retrofit, the size of the change
+                        training made otherwise;
+    adapter_off_vs_base the same with the LoRA adapter disabled (only when the model has one):
+                        must be 0.0, the "detachable adapter" guarantee;
     fresh               `workbench.identity.identity_report` on a freshly loaded base at the
                         probed model's block: every re-entry design, memory off/on, with and
                         without LoRA (expected 0.0).
-The prompts are the identity prompt set plus the first `n_rows` rows' prompts; later loops
-run in the same call (`loops`) and must not disturb loop 1.
+`adapter` says what the block's adapter was for that row: "trained", "untrained" (B = 0),
+"disabled" or "none". The prompts are the identity prompt set plus the first `n_rows` rows'
+prompts; later loops run in the same call (`loops`) and must not disturb loop 1.
 
-Table:
-    identity: variant, reentry, memory, lora, max_abs_diff
+When loop 1 differs from the base (a trained adapter), the capability guardrail
+(`workbench.tasks.guardrail`, 64 arithmetic rows at loop 1) is read on the base and on the
+checkpoint, row by row.
+
+Tables:
+    identity: variant, reentry, memory, lora, adapter, max_abs_diff
+    identity__guardrail: row_id, base_correct, checkpoint_correct (only when loop 1 changed)
 """
 
 from __future__ import annotations
 
 import pandas as pd
 
-from workbench.identity import IDENTITY_PROMPTS, base_logits, identity_report, max_abs_diff
+from workbench.headlines import Headline, Number, fmt, measured, proportion
+from workbench.identity import (IDENTITY_PROMPTS, adapter_state, adapters_disabled, base_logits, identity_report,
+                                max_abs_diff)
 from workbench.probes.common import device_of
+
+COLUMNS = ["variant", "reentry", "memory", "lora", "adapter", "max_abs_diff"]
 
 
 def run(model, tokenizer, rows: list[dict], base: str | None = None, loops: int = 3, n_rows: int = 4,
-        lora: bool = True, fresh: bool = True) -> pd.DataFrame:
-    """Returns the identity table (see the module docstring).
+        lora: bool = True, fresh: bool = True, guardrail: bool = True,
+        batch_size: int = 16) -> dict[str, pd.DataFrame]:
+    """Returns {"identity": the identity table, "identity__guardrail": per guardrail row} (see the module docstring).
 
     Args:
         base: the base model spec (`workbench.models.load_base`) for the vs-base and fresh rows;
@@ -34,15 +48,19 @@ def run(model, tokenizer, rows: list[dict], base: str | None = None, loops: int 
         n_rows: row prompts added to the identity prompt set.
         lora: include the fresh LoRA variants.
         fresh: include the fresh-retrofit variants (needs `base`).
+        guardrail: read the arithmetic guardrail on base and checkpoint when loop 1 changed.
+        batch_size: guardrail batch size.
     """
     prompts = list(IDENTITY_PROMPTS) + [r["prompt"] for r in rows[:n_rows]]
     device = device_of(model)
     enc = tokenizer(prompts, return_tensors="pt", padding=True).to(device)
     ids, mask = enc["input_ids"], enc["attention_mask"]
     settings = getattr(model, "settings", {})
+    adapter = adapter_state(model)
     own = dict(reentry=settings.get("reentry"), memory=bool(settings.get("memory")), lora="lora" in settings)
-    records = [dict(variant="checkpoint_self", **own,
+    records = [dict(variant="checkpoint_self", **own, adapter=adapter,
                     max_abs_diff=max_abs_diff(model, ids, mask, base_logits(model.base, ids, mask), loops))]
+    out = {}
     if base is not None:
         from workbench.models import load_base
 
@@ -50,15 +68,126 @@ def run(model, tokenizer, rows: list[dict], base: str | None = None, loops: int 
                                        attn_implementation=model.config._attn_implementation)
         reference_model.to(device)
         reference = base_logits(reference_model, ids, mask)
-        records.append(dict(variant="checkpoint_vs_base", **own,
+        records.append(dict(variant="checkpoint_vs_base", **own, adapter=adapter,
                             max_abs_diff=max_abs_diff(model, ids, mask, reference, loops)))
+        if adapter != "none":
+            with adapters_disabled(model):
+                records.append(dict(variant="adapter_off_vs_base", **own, adapter="disabled",
+                                    max_abs_diff=max_abs_diff(model, ids, mask, reference, loops)))
+        if guardrail and records[1]["max_abs_diff"] != 0.0:
+            out["identity__guardrail"] = guardrail_table(model, reference_model, tokenizer, batch_size)
         if fresh:
-            records += [dict(variant="fresh", **r) for r in identity_report(
-                reference_model, tokenizer, (model.a, model.b), loops=loops, prompts=prompts, lora=lora)]
-    return pd.DataFrame.from_records(records, columns=["variant", "reentry", "memory", "lora", "max_abs_diff"])
+            records += [dict(variant="fresh", **r, adapter="untrained" if r["lora"] else "none")
+                        for r in identity_report(reference_model, tokenizer, (model.a, model.b), loops=loops,
+                                                 prompts=prompts, lora=lora)]
+    out["identity"] = pd.DataFrame.from_records(records, columns=COLUMNS)
+    return {"identity": out["identity"], **{k: v for k, v in out.items() if k != "identity"}}
+
+
+def guardrail_table(model, reference_model, tokenizer, batch_size: int = 16) -> pd.DataFrame:
+    """The guardrail read at loop 1 on the untouched base (a fresh retrofit of it) and on `model`, per row."""
+    from workbench.surgery import retrofit
+    from workbench.tasks.guardrail import guardrail_counts
+
+    on_base = guardrail_counts(retrofit(reference_model, (model.a, model.b), max_loops=1).eval(), tokenizer,
+                               batch_size=batch_size)
+    on_model = guardrail_counts(model, tokenizer, batch_size=batch_size)
+    return pd.DataFrame({"row_id": list(on_base.per_row), "base_correct": list(on_base.per_row.values()),
+                         "checkpoint_correct": [on_model.per_row[r] for r in on_base.per_row]})
 
 
 def summarize(tables: dict[str, pd.DataFrame]) -> dict:
-    """Headline numbers: the worst |Δlogit| per variant."""
+    """Headline numbers: the worst |Δlogit| per variant, the guardrail counts, and the headline."""
     f = tables["identity"]
-    return {v: float(g["max_abs_diff"].max()) for v, g in f.groupby("variant")}
+    out = {v: float(g["max_abs_diff"].max()) for v, g in f.groupby("variant", sort=False)}
+    if "identity__guardrail" in tables:
+        g = tables["identity__guardrail"]
+        out["guardrail"] = {"base": int(g["base_correct"].sum()), "checkpoint": int(g["checkpoint_correct"].sum()),
+                            "total": len(g)}
+    return {**out, "headline": headline(tables).to_dict()}
+
+
+LABELS = {
+    "trained": ("loop 1 vs base, trained adapter enabled", "differs: training changed loop 1"),
+    "untrained": ("loop 1 vs base, untrained retrofit (adapter B = 0)", "0.0"),
+    "none": ("loop 1 vs base (no adapter)", "0.0 unless the block was trained"),
+}
+
+
+def headline(tables: dict[str, pd.DataFrame]) -> Headline:
+    """Loop 1 against its own weights, against the base with the adapter on and off, fresh retrofits, guardrail."""
+    f = tables["identity"]
+    worst = {v: float(g["max_abs_diff"].max()) for v, g in f.groupby("variant", sort=False)}
+    if "adapter" in f:
+        adapter = f["adapter"].iloc[0]
+    else:  # tables written before the adapter column: a LoRA checkpoint whose loop 1 changed was trained
+        lora = bool(f["lora"].iloc[0])
+        adapter = "none" if not lora else "trained" if worst.get("checkpoint_vs_base", 0.0) != 0.0 else "untrained"
+    numbers, words, failed = [], [], []
+    if "checkpoint_self" in worst:
+        numbers.append(measured("self", "loop 1 vs its own weights (plain forward)", worst["checkpoint_self"],
+                                expect="0.0"))
+        if worst["checkpoint_self"] != 0.0:
+            failed.append(f"loop 1 against its own weights is {fmt(worst['checkpoint_self'])}, not 0.0")
+    if "checkpoint_vs_base" in worst:
+        label, expect = LABELS.get(adapter, LABELS["none"])
+        diff = worst["checkpoint_vs_base"]
+        numbers.append(measured("vs_base", label, diff, expect=expect))
+        if adapter == "trained":
+            words.append(f"with the trained adapter enabled loop 1 differs from the base by up to {fmt(diff)} "
+                         f"in logits, as training the block is expected to do")
+        elif diff == 0.0:
+            words.append("an untrained retrofit: loop 1 equals the untouched base exactly (0.0)"
+                         if adapter == "untrained" else "loop 1 equals the untouched base exactly (0.0)")
+        elif adapter == "untrained":
+            failed.append(f"the untrained retrofit's loop 1 differs from the base by {fmt(diff)}")
+        else:
+            words.append(f"loop 1 differs from the base by up to {fmt(diff)} (no adapter: the block itself changed)")
+    if "adapter_off_vs_base" in worst:
+        off = worst["adapter_off_vs_base"]
+        numbers.append(measured("adapter_off", "loop 1 vs base, adapter disabled", off,
+                                expect="0.0: the adapter is detachable"))
+        if off == 0.0:
+            words.append("with the adapter disabled it equals the base exactly (0.0: the adapter is detachable)")
+        else:
+            failed.append(f"with the adapter disabled loop 1 differs from the base by {fmt(off)}, not 0.0")
+    if "fresh" in worst:
+        fresh = f[f["variant"] == "fresh"]
+        numbers.append(measured("fresh", f"fresh retrofits at this block ({len(fresh)} designs)", worst["fresh"],
+                                expect="0.0"))
+        if worst["fresh"] == 0.0:
+            words.append(f"{len(fresh)} fresh retrofits at this block read 0.0")
+        else:
+            failed.append(f"a fresh retrofit reads {fmt(worst['fresh'])}, not 0.0")
+    if "identity__guardrail" in tables:
+        numbers += _guardrail(tables["identity__guardrail"], words)
+    sentence = "; ".join(words) if words else "loop 1 was compared with its own weights only"
+    if worst.get("checkpoint_self") == 0.0:
+        sentence = "Loop 1 reproduces its own weights exactly (0.0); " + sentence
+    if failed:
+        sentence = "IDENTITY FAILS: " + "; ".join(failed) + ". " + sentence
+    return Headline("identity", numbers, sentence[0].upper() + sentence[1:] + ".")
+
+
+def _guardrail(g: pd.DataFrame, words: list[str]) -> list[Number]:
+    from workbench.headlines import pair
+    from workbench.tasks.guardrail import MAX_DROP_POINTS
+
+    g = g.set_index("row_id")
+    before = proportion("guardrail_base", "guardrail at loop 1: the base", g["base_correct"],
+                        expect="the embedded default: 49/64")
+    after = proportion("guardrail_checkpoint", "guardrail at loop 1: checkpoint, adapter enabled",
+                       g["checkpoint_correct"], expect="at most 3 points below the base")
+    change = pair(before, after)
+    p = change.p_mcnemar
+    diff = Number("guardrail_change", f"guardrail change, checkpoint − base (McNemar p = {p:.2g})", change.diff,
+                  len(g), change.low, change.high, "paired bootstrap", "difference",
+                  "≥ −0.03 (the paper's stop: a drop over 3 points)")
+    k0, k1 = int(g["base_correct"].sum()), int(g["checkpoint_correct"].sum())
+    drop = 100.0 * (k0 - k1) / len(g)
+    verdict = (f": a drop of {drop:.0f} points, past the paper's {MAX_DROP_POINTS:.0f}-point stop"
+               if drop > MAX_DROP_POINTS else f": within the paper's {MAX_DROP_POINTS:.0f}-point stop")
+    words.append(f"the arithmetic guardrail at loop 1 reads {k1}/{len(g)} = {after.text()} on the checkpoint "
+                 f"against {k0}/{len(g)} = {before.text()} on the base (change {diff.text()}, McNemar p = {p:.2g})"
+                 + verdict)
+    return [before, after, diff]

@@ -28,6 +28,7 @@ from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
+from workbench.headlines import Headline, counted, ranges
 from workbench.probes.common import batches, check_loops, device_of, iterate, require_chase, split_rows
 
 TARGETS = {"x_prev": -1, "x_t": 0, "x_next": 1}
@@ -133,4 +134,30 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
         out.setdefault(f"{r.site}/{r.target}", {})[str(int(r.loop))] = {
             "accuracy": None if np.isnan(r.accuracy) else round(float(r.accuracy), 4),
             "null_p95": None if np.isnan(r.null_p95) else round(float(r.null_p95), 4)}
-    return {"probes": out}
+    return {"probes": out, "headline": headline(tables).to_dict()}
+
+
+TARGET_WORDS = {"x_t": "x_t", "x_prev": "x_{t−1}", "x_next": "x_{t+1}"}
+
+
+def headline(tables: dict[str, pd.DataFrame]) -> Headline:
+    """Per target, at the loop state: the worst loop's held-out accuracy (Wilson over its test rows) and the
+    largest null p95 (block-layer sites are in the figure)."""
+    f = tables["linear_probe"].dropna(subset=["accuracy"])
+    f = f[f["site"] == "state"]
+    numbers, words = [], []
+    for target in [t for t in TARGET_WORDS if t in set(f["target"])]:
+        g = f[f["target"] == target]
+        worst = g.loc[g["accuracy"].idxmin()]
+        t, n = int(worst["loop"]), int(worst["n_test"])
+        null = float(g["null_p95"].max())
+        num = counted(f"state/{target}", f"{TARGET_WORDS[target]} from loop t's state, worst t = {t} "
+                                         f"(null p95 ≤ {null:.2f})",
+                      round(float(worst["accuracy"]) * n), n,
+                      expect="above the null" + (" (≈ 1 if the state holds x_t)" if target == "x_t" else ""))
+        numbers.append(num)
+        words.append(f"{TARGET_WORDS[target]} at {num.text()} or better (worst t = {t}, n = {n} test rows; "
+                     f"null p95 ≤ {null:.2f})")
+    sentence = (f"A logistic probe on loop t's state at the read position (t = {ranges(f['loop'])}, held-out rows) "
+                f"decodes " + "; ".join(words) + ".") if words else "No linear probe was fitted on the loop state."
+    return Headline("linear_probe", numbers, sentence)

@@ -25,6 +25,7 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
+from workbench.headlines import Headline, clustered_mean, ranges
 from workbench.probes.common import batches, check_loops, device_of, row_candidates, shared_candidates, split_rows
 
 LENSES = ("coda", "raw", "tuned")
@@ -167,4 +168,29 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
         by_loop = g.groupby("loop").agg(top1=("rank", lambda r: float((r == 0).mean())), prob=("prob", "mean"))
         out[lens] = {"top1": round(float((g["rank"] == 0).mean()), 4), "mean_prob": round(float(g["prob"].mean()), 4),
                      "top1_by_loop": {str(int(t)): round(float(v), 4) for t, v in by_loop["top1"].items()}}
-    return {"lenses": out, "rows": int(f["row_id"].nunique())}
+    return {"lenses": out, "rows": int(f["row_id"].nunique()), "headline": headline(tables).to_dict()}
+
+
+LENS_WORDS = {"coda": "the Coda readout", "raw": "the raw lens (no Coda)", "tuned": "the tuned lens"}
+
+
+def headline(tables: dict[str, pd.DataFrame]) -> Headline:
+    """Per lens: how often x_t ranks first among the candidates at loop t (t <= d), row bootstrap over entries."""
+    f = tables["logit_lens"]
+    diag = f[f["chain_index"] == f["loop"]]
+    diag = diag.set_index(diag["row_id"] + "@" + diag["loop"].astype(str))
+    numbers = []
+    for lens in [x for x in LENSES if x in set(diag["lens"])] + sorted(set(diag["lens"]) - set(LENSES)):
+        g = diag[diag["lens"] == lens]
+        numbers.append(clustered_mean(f"top1_{lens}", f"{LENS_WORDS.get(lens, lens)} ranks x_t first at loop t",
+                                      g["rank"] == 0, g["row_id"],
+                                      expect="high for the Coda if each loop holds x_t" if lens == "coda" else ""))
+    n_rows = diag["row_id"].nunique()
+    words = [f"{LENS_WORDS.get(n.key.removeprefix('top1_'), n.key)} in {n.text()}" for n in numbers]
+    sentence = f"At loop t (t ≤ d, d = {ranges(diag['depth'])})"
+    if numbers:
+        first = LENS_WORDS.get(numbers[0].key.removeprefix("top1_"), numbers[0].key)
+        sentence += (f" {first} ranks x_t first among the task's candidates in {numbers[0].text()} of {numbers[0].n} "
+                     f"(row, loop) entries from {n_rows} rows" + "".join(f"; {w}" for w in words[1:]))
+    sentence += "."
+    return Headline("logit_lens", numbers, sentence)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from workbench.headlines import Headline, clustered_mean, proportion, ranges
 from workbench.probes.common import check_loops, iterate, require_chase
 from workbench.tasks.reader import read_rows
 
@@ -67,4 +68,31 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
              for c in ("iterate", "park", "other")}
     cost = tables["overshoot__cost"].groupby("extra")["answer_acc"].mean()
     return {"extra_loops": n, "split": split, "coincide": int(frame["coincide"].sum()),
-            "answer_acc_by_extra": {str(int(k)): round(float(v), 4) for k, v in cost.items()}}
+            "answer_acc_by_extra": {str(int(k)): round(float(v), 4) for k, v in cost.items()},
+            "headline": headline(tables).to_dict()}
+
+
+def headline(tables: dict[str, pd.DataFrame]) -> Headline:
+    """Iterate and park shares over every extra loop (row bootstrap), and iterate at the first and last extra loop (Wilson)."""
+    f = tables["overshoot"]
+    entries = f.set_index(f["row_id"] + "@" + f["loop"].astype(str))
+    clusters = entries["row_id"]
+    iterate_all = clustered_mean("iterate", "iterate the rule, every extra loop", entries["cls"] == "iterate", clusters,
+                                 expect="high if the loop keeps applying the rule (paper: 0.93)")
+    park_all = clustered_mean("park", "park on the answer x_d, every extra loop", entries["cls"] == "park", clusters,
+                              expect="low (paper: 1 of 384)")
+    first, last = int(f["extra"].min()), int(f["extra"].max())
+    at = {k: proportion(f"iterate_k{k}", f"iterate at extra loop k = {k} (loop d + {k})",
+                        f[f["extra"] == k].set_index("row_id")["cls"] == "iterate") for k in (first, last)}
+    n_rows = f["row_id"].nunique()
+    loops = f"loops {ranges(f['loop'])}"
+    sentence = (f"Forced past their depth (d = {ranges(f['depth'])}, {loops}), rows iterate the rule in "
+                f"{iterate_all.text()} of {iterate_all.n} extra loops from {n_rows} rows and park on the answer in "
+                f"{park_all.text()}; iterate reads {at[first].text()} at the first extra loop")
+    if last != first:
+        sentence += f" and {at[last].text()} at extra loop {last}"
+    sentence += f" (n = {at[last].n} rows)"
+    coincide = int(f["coincide"].sum())
+    if coincide:
+        sentence += f"; {coincide} extra loops where the chain returns to x_d count as iterate"
+    return Headline("overshoot", [iterate_all, park_all, *at.values()], sentence + ".")

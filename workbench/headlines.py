@@ -1,0 +1,388 @@
+"""Headlines: the few named numbers each probe declares, with n, a 95% interval and one sentence.
+
+Every probe module has `headline(tables) -> Headline`, computed from its own tables only, so a
+results directory can be read again without the model. The battery stores `Headline.to_dict()`
+in summary.json (`probes.<name>.headline`); the CLI (`print_headlines`), the report and the
+claims ledger all read the same objects. Intervals, where a number has one:
+
+    Wilson           a proportion over independent rows (`proportion`, `counted`);
+    row bootstrap    a mean over entries that come in groups (every loop of one prompt), whole
+                     groups resampled (`clustered_mean`); when every entry agrees, Wilson over
+                     the number of rows instead (the bootstrap would collapse to a point);
+    paired bootstrap a difference between two specimens over the same rows (`pair`), with the
+                     exact McNemar p when the values are 0/1 and one per row.
+
+A `Number` keeps its per-row values (`units`, never written to JSON), so two specimens probed on
+the same rows can be compared number by number (`compare_headlines`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from workbench.stats import bootstrap_mean, mcnemar, paired_bootstrap, wilson
+
+LEVEL = 0.95
+N_BOOT = 4_000
+
+
+@dataclass
+class Number:
+    """One headline number.
+
+    Attributes:
+        key: stable name, the same across specimens ("final_d5"); numbers are paired by it.
+        label: what it is, in words ("final answer (t = d), d = 5").
+        value: the estimate (None when undefined, e.g. no frontier).
+        n: how many units it is over (rows, entries); None for measured values.
+        low, high: the 95% interval, when it has one.
+        method: "Wilson", "row bootstrap", or "" (an exact or measured value).
+        kind: "proportion" (printed to 2 decimals), "difference" (signed, 2 decimals), "value" (4
+            significant digits), "ratio" (2 decimals and ×), "count" (an integer), or "text".
+        expect: what the mechanism (or a guarantee) predicts for it, in a few words.
+        units: per-unit values indexed by unit id (row id), for paired tests; not serialised.
+        clusters: unit id -> group (row id) when units come in groups; not serialised.
+    """
+
+    key: str
+    label: str
+    value: float | str | None
+    n: int | None = None
+    low: float | None = None
+    high: float | None = None
+    method: str = ""
+    kind: str = "value"
+    expect: str = ""
+    units: pd.Series | None = field(default=None, repr=False, compare=False)
+    clusters: pd.Series | None = field(default=None, repr=False, compare=False)
+
+    def text(self) -> str:
+        """The value with its interval: "0.94 [0.80, 0.98]", "6.02", "1.50×", "–"."""
+        value = fmt(self.value, self.kind)
+        if self.low is None or self.high is None:
+            return value
+        return f"{value} [{fmt(self.low, self.kind)}, {fmt(self.high, self.kind)}]"
+
+    def to_dict(self) -> dict:
+        out = {k: getattr(self, k) for k in ("key", "label", "value", "n", "low", "high", "method", "kind", "expect")}
+        return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Number":
+        return cls(**{k: d.get(k) for k in ("key", "label", "value", "n", "low", "high")},
+                   method=d.get("method") or "", kind=d.get("kind") or "value", expect=d.get("expect") or "")
+
+
+@dataclass
+class Headline:
+    """A probe's headline: its numbers and one sentence that reads them."""
+
+    probe: str
+    numbers: list[Number]
+    sentence: str
+
+    def __getitem__(self, key: str) -> Number:
+        for n in self.numbers:
+            if n.key == key:
+                return n
+        raise KeyError(f"headline '{self.probe}' has no number '{key}'; it has {[n.key for n in self.numbers]}")
+
+    def keys(self) -> list[str]:
+        return [n.key for n in self.numbers]
+
+    def to_dict(self) -> dict:
+        return {"probe": self.probe, "sentence": self.sentence, "numbers": [n.to_dict() for n in self.numbers]}
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Headline":
+        return cls(d["probe"], [Number.from_dict(n) for n in d.get("numbers", [])], d.get("sentence", ""))
+
+    def frame(self) -> pd.DataFrame:
+        """One row per number: quantity, value, 95% interval, n, interval method, expected."""
+        return pd.DataFrame([{"quantity": n.label, "value": fmt(n.value, n.kind),
+                              "95% interval": _interval(n), "n": "" if n.n is None else n.n,
+                              "method": n.method, "expected": n.expect} for n in self.numbers])
+
+    def __str__(self) -> str:
+        lines = [f"{self.probe}: {self.sentence}"]
+        lines += [f"  {n.label}: {n.text()}" + (f"  (n = {n.n})" if n.n is not None else "") for n in self.numbers]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:  # notebooks
+        import html
+
+        return (f"<p><b>{html.escape(self.probe)}</b>: {html.escape(self.sentence)}</p>"
+                + self.frame().to_html(index=False, escape=True))
+
+
+# ----------------------------------------------------------------------------- building numbers
+def fmt(x, kind: str = "value") -> str:
+    """A number as the headlines print it (None and NaN as an en dash)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if kind == "text" or isinstance(x, str):
+        return str(x)
+    if kind == "proportion":
+        return f"{float(x):.2f}"
+    if kind == "difference":
+        return f"{float(x):+.2f}"
+    if kind == "ratio":
+        return f"{float(x):.2f}×"
+    if kind == "count":
+        return f"{int(x):,}"
+    from workbench.plots.base import fmt_number
+
+    return fmt_number(x)
+
+
+def _interval(n: Number) -> str:
+    if n.low is None or n.high is None:
+        return ""
+    return f"[{fmt(n.low, n.kind)}, {fmt(n.high, n.kind)}]"
+
+
+def proportion(key: str, label: str, values: pd.Series, expect: str = "") -> Number:
+    """A proportion of 0/1 `values` (indexed by row id, one per row) with its Wilson interval."""
+    values = values.astype(float)
+    n = int(len(values))
+    if n == 0:
+        return Number(key, label, None, 0, kind="proportion", expect=expect)
+    k = int(values.sum())
+    low, high = wilson(k, n, LEVEL)
+    return Number(key, label, k / n, n, low, high, "Wilson", "proportion", expect, units=values)
+
+
+def counted(key: str, label: str, k: int, n: int, expect: str = "") -> Number:
+    """A proportion k / n from counts alone (no per-row values, so never paired) with its Wilson interval."""
+    if n < 1:
+        return Number(key, label, None, 0, kind="proportion", expect=expect)
+    low, high = wilson(int(k), int(n), LEVEL)
+    return Number(key, label, k / n, int(n), low, high, "Wilson", "proportion", expect)
+
+
+def clustered_mean(key: str, label: str, values: pd.Series, clusters: pd.Series, expect: str = "",
+                   kind: str = "proportion", seed: int = 0) -> Number:
+    """A mean over entries grouped in `clusters` (same index) with a row-bootstrap interval.
+
+    When every entry is 0 (or every one 1) the bootstrap collapses to a point; the interval is then
+    the Wilson interval over the number of rows.
+    """
+    values = values.astype(float)
+    if len(values) == 0:
+        return Number(key, label, None, 0, kind=kind, expect=expect)
+    groups = clusters.loc[values.index]
+    iv = bootstrap_mean(values.to_numpy(), n_boot=N_BOOT, seed=seed, clusters=groups.to_numpy(), level=LEVEL)
+    low, high = iv.low, iv.high
+    if iv.estimate in (0.0, 1.0):  # every entry agrees: the bootstrap collapses to a point
+        rows = int(groups.nunique())
+        low, high = wilson(int(iv.estimate) * rows, rows, LEVEL)
+    return Number(key, label, iv.estimate, int(len(values)), low, high, "row bootstrap", kind, expect,
+                  units=values, clusters=groups)
+
+
+def measured(key: str, label: str, value, kind: str = "value", expect: str = "", n: int | None = None) -> Number:
+    """A number without an interval (an exact check, a ratio of measured values, a count)."""
+    if isinstance(value, (np.floating, np.integer)):
+        value = value.item()
+    return Number(key, label, value, n, kind=kind, expect=expect)
+
+
+def span(values: Iterable[float], kind: str = "proportion") -> str:
+    """ "0.06-0.16" (or one value when they are all equal)."""
+    values = [v for v in values if v is not None and not (isinstance(v, float) and math.isnan(v))]
+    if not values:
+        return "–"
+    lo, hi = min(values), max(values)
+    return fmt(lo, kind) if fmt(lo, kind) == fmt(hi, kind) else f"{fmt(lo, kind)}-{fmt(hi, kind)}"
+
+
+def ranges(ints: Iterable[int]) -> str:
+    """ "1-4", "1-3, 5", "2"."""
+    ints = sorted(set(int(i) for i in ints))
+    out, start = [], None
+    for i, v in enumerate(ints):
+        if start is None:
+            start = v
+        if i + 1 == len(ints) or ints[i + 1] != v + 1:
+            out.append(str(start) if start == v else f"{start}-{v}")
+            start = None
+    return ", ".join(out)
+
+
+# ----------------------------------------------------------------------------- comparing specimens
+@dataclass
+class Pairing:
+    """B − A for one number over the rows both were computed on."""
+
+    key: str
+    diff: float | None
+    low: float | None
+    high: float | None
+    p_mcnemar: float | None
+    n: int | None
+    note: str = ""
+
+    def text(self) -> str:
+        if self.diff is None:
+            return self.note or "–"
+        return f"{self.diff:+.2f} [{self.low:+.2f}, {self.high:+.2f}]"
+
+
+def pair(a: Number, b: Number, seed: int = 0) -> Pairing:
+    """Returns b − a with a paired bootstrap interval over the shared rows, and McNemar's p for 0/1 rows.
+
+    A pairing needs both numbers to carry their per-row values over the same row ids; otherwise
+    the result says why there is no paired test.
+    """
+    if a.units is None or b.units is None:
+        return Pairing(a.key, None, None, None, None, None, "")
+    if set(a.units.index) != set(b.units.index):
+        return Pairing(a.key, None, None, None, None, None, "rows differ")
+    ua, ub = a.units.sort_index(), b.units.loc[a.units.sort_index().index]
+    clusters = a.clusters.loc[ua.index].to_numpy() if a.clusters is not None else None
+    iv = paired_bootstrap(ua.to_numpy(), ub.to_numpy(), n_boot=N_BOOT, seed=seed, clusters=clusters, level=LEVEL)
+    p = None
+    binary = set(np.unique(np.concatenate([ua.to_numpy(), ub.to_numpy()]))) <= {0.0, 1.0}
+    if binary and clusters is None:
+        helped = int(((ub == 1) & (ua == 0)).sum())
+        hurt = int(((ua == 1) & (ub == 0)).sum())
+        p = mcnemar(helped, hurt)
+    return Pairing(a.key, iv.estimate, iv.low, iv.high, p, int(len(ua)))
+
+
+def compare_headlines(a: Mapping[str, Headline], b: Mapping[str, Headline]) -> list[dict]:
+    """Returns one record per (probe, number) in either: label, A's and B's text, B − A, McNemar p.
+
+    Probes and numbers keep B's order, then A's extras.
+    """
+    out = []
+    for probe in list(b) + [p for p in a if p not in b]:
+        ha, hb = a.get(probe), b.get(probe)
+        keys = (hb.keys() if hb else []) + [k for k in (ha.keys() if ha else []) if not hb or k not in hb.keys()]
+        for key in keys:
+            na = ha[key] if ha and key in ha.keys() else None
+            nb = hb[key] if hb and key in hb.keys() else None
+            ref = nb or na
+            pairing = pair(na, nb) if na is not None and nb is not None else None
+            out.append({"probe": probe, "key": key, "label": ref.label, "kind": ref.kind,
+                        "a": na.text() if na else "–", "n_a": na.n if na else None,
+                        "a_value": fmt(na.value, na.kind) if na else "–",
+                        "b": nb.text() if nb else "–", "n_b": nb.n if nb else None,
+                        "b_value": fmt(nb.value, nb.kind) if nb else "–",
+                        "diff": pairing.text() if pairing else "–",
+                        "diff_value": pairing.diff if pairing else None,
+                        "diff_low": pairing.low if pairing else None, "diff_high": pairing.high if pairing else None,
+                        "p_mcnemar": pairing.p_mcnemar if pairing else None})
+    return out
+
+
+# ----------------------------------------------------------------------------- reading results
+def headlines_from_tables(tables: Mapping[str, pd.DataFrame]) -> dict[str, Headline]:
+    """Returns {probe: Headline} for every probe whose main table is present, in battery order."""
+    from workbench.probes import PROBES, get_probe
+
+    out = {}
+    for name in PROBES:
+        if name in tables:
+            module = get_probe(name)
+            parts = {k: v for k, v in tables.items() if k == name or k.startswith(name + "__")}
+            out[name] = module.headline(parts)
+    return out
+
+
+def headlines_from_summary(summary: Mapping) -> dict[str, Headline]:
+    """Returns {probe: Headline} from a summary.json's stored headlines (no per-row values)."""
+    return {name: Headline.from_dict(p["headline"]) for name, p in (summary.get("probes") or {}).items()
+            if isinstance(p, Mapping) and "headline" in p}
+
+
+def read_headlines(results_dir) -> dict[str, Headline]:
+    """Returns {probe: Headline} of a results directory, recomputed from its tables (with per-row values)."""
+    from workbench.report import load_results
+
+    return headlines_from_tables(load_results(results_dir))
+
+
+# ----------------------------------------------------------------------------- the terminal
+WIDTH = 100
+
+
+def console(width: int = WIDTH):
+    """A rich Console that never wraps wider than `width` columns and writes plain text when piped."""
+    from rich.console import Console
+
+    return Console(width=width, highlight=False, soft_wrap=False)
+
+
+def headline_table(headlines: Mapping[str, Headline], extra: Mapping[str, str] | None = None, title: str | None = None):
+    """Returns a rich Table: probe, quantity, value [95% interval], n; `extra` adds a line per probe."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, expand=False, title_justify="left")
+    table.add_column("probe", style="bold", no_wrap=True)
+    table.add_column("quantity", overflow="fold", ratio=1)
+    table.add_column("value [95% CI]", no_wrap=True, justify="right")
+    table.add_column("n", justify="right", no_wrap=True)
+    for name in list(headlines) + [n for n in (extra or {}) if n not in headlines]:
+        rows = [(n.label, n.text(), "" if n.n is None else str(n.n)) for n in headlines[name].numbers] \
+            if name in headlines else []
+        if extra and name in extra:
+            rows.append((extra[name], "", ""))
+        for i, (label, value, n) in enumerate(rows):
+            table.add_row(_escape(name) if i == 0 else "", _escape(label), _escape(value), n)
+        table.add_section()
+    return table
+
+
+def print_headlines(headlines: Mapping[str, Headline], skipped: Mapping[str, str] | None = None,
+                    width: int = WIDTH, title: str | None = None, out=None) -> None:
+    """Prints the headline table, then each probe's sentence, within `width` columns."""
+    con = console(width) if out is None else out
+    con.print(headline_table(headlines, extra={k: f"not applicable: {v}" for k, v in (skipped or {}).items()},
+                             title=title))
+    for name, h in headlines.items():
+        con.print(f"[bold]{_escape(name)}[/bold]: {_escape(h.sentence)}")
+
+
+def print_comparison(records: list[dict], name_a: str, name_b: str, width: int = WIDTH, out=None) -> None:
+    """Prints `compare_headlines` records as a table within `width` columns."""
+    from rich import box
+    from rich.table import Table
+
+    con = console(width) if out is None else out
+    con.print(f"A = {_escape(name_a)}\nB = {_escape(name_b)}\nB − A: paired bootstrap over the rows both read "
+              f"(95% CI); McNemar p where the rows are 0/1, one per row. The report (`workbench report B --control A`) "
+              f"gives each side's own interval.")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("quantity", overflow="fold", ratio=1)
+    table.add_column("A", justify="right", no_wrap=True)
+    table.add_column("B", justify="right", no_wrap=True)
+    table.add_column("B − A [95% CI]", justify="right", no_wrap=True)
+    table.add_column("McNemar p", justify="right", no_wrap=True)
+    probe = None
+    for r in records:
+        if r["probe"] != probe:
+            if probe is not None:
+                table.add_section()
+            table.add_row(f"[bold]{_escape(r['probe'])}[/bold]", "", "", "", "")
+            probe = r["probe"]
+        p = "" if r["p_mcnemar"] is None else f"{r['p_mcnemar']:.2g}"
+        table.add_row(_escape(r["label"]), _escape(r["a_value"]), _escape(r["b_value"]), _escape(r["diff"]), p)
+    con.print(table)
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+__all__ = ["Headline", "Number", "Pairing", "clustered_mean", "compare_headlines", "counted", "headlines_from_summary",
+           "headlines_from_tables", "measured", "pair", "print_comparison", "print_headlines", "proportion",
+           "read_headlines", "span"]
