@@ -1,7 +1,9 @@
 """The offline HTML report: content checks, and a real headless Chromium that must draw every figure."""
 
+import html
 import importlib.util
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -15,8 +17,10 @@ from typer.testing import CliRunner
 
 from workbench.commands.report import report as report_command
 from workbench.errors import WorkbenchError
-from workbench.plots import build_all
-from workbench.report import write_report
+from workbench.headlines import headlines_from_tables
+from workbench.plots import FIGURES, build_all
+from workbench.plots.registry import figure_key
+from workbench.report import FIGURE_CAPTIONS, write_report
 
 
 def _synthetic():
@@ -111,12 +115,120 @@ def test_report_embeds_plotly_once_and_one_div_per_figure(results, page):
     assert len(ours) < len(text) - 4_000_000
     assert "<script src" not in ours and "http" not in ours  # nothing to fetch: works offline
     s = summary(all_tables())
-    frontier = s["probes"]["depth_matrix"]["frontier"]
-    assert f"<td class='num'>{frontier:.4g}</td>" in text
+    frontier = headlines_from_tables(all_tables())["depth_matrix"]["frontier_0.71"]
+    assert frontier.value == round(s["probes"]["depth_matrix"]["frontier"], 2)
+    assert f"<td>{html.escape(frontier.label)}</td><td class='num'>{frontier.text()}</td>" in text
     assert s["checkpoint"]["provenance_sha256"] in text and "training/keepers/smollm2-chase" in text
     assert "ab" * 32 in text and "cd" * 32 in text and "probes/n16.jsonl" in text
     assert "<table id='identity-table'>" in text and text.count("<td class='num'>bridge</td>") == 4
     assert "Not in this directory" not in text
+
+
+class ElementText(HTMLParser):
+    """The text inside the element with a given id, cell by cell (a tab between cells, a newline between rows)."""
+
+    def __init__(self, element_id: str):
+        super().__init__()
+        self.element_id, self.depth, self.text = element_id, 0, []
+
+    def handle_starttag(self, tag, attrs):
+        if self.depth:
+            self.depth += 1
+            self.text.append("\n" if tag == "tr" else "\t" if tag in ("td", "th") else "")
+        elif dict(attrs).get("id") == self.element_id:
+            self.depth = 1
+
+    def handle_endtag(self, tag):
+        if self.depth:
+            self.depth -= 1
+
+    def handle_data(self, data):
+        if self.depth:
+            self.text.append(data)
+
+
+def element_text(dom: str, element_id: str) -> str:
+    p = ElementText(element_id)
+    p.feed(dom)
+    return "".join(p.text)
+
+
+RAW_JSON = re.compile(r"""[{\[]\s*["']|["']\s*:\s*[{\["'\d]""")  # {"key": ..., ["a", ...
+
+
+def test_headline_section_in_headless_chromium_holds_the_declared_headlines(page, tmp_path):
+    """Rendered by Chromium: every probe's sentence and every number (label, value [interval], n), no raw JSON."""
+    run = browse(page, tmp_path, "--dump-dom")
+    assert run.returncode == 0, run.stderr[-2000:]
+    text = element_text(run.stdout, "headline")
+    declared = headlines_from_tables(all_tables())
+    assert len(declared) == 11 and len(text) > 2000
+    for name, head in declared.items():
+        assert f"\t{name}\n" in text and head.sentence in text
+        for n in head.numbers:
+            low_high = "" if n.low is None else n.text().removeprefix(n.text().split(" [")[0]).strip()
+            row = f"\t{n.label}\t{n.text().split(' [')[0]}\t{low_high}\t{'' if n.n is None else n.n}\t"
+            assert row in text, row
+    assert not RAW_JSON.search(text), RAW_JSON.search(text)
+    assert RAW_JSON.search('x\t{"rows": 56, "matrix": {"1": {"1": 1.0}') is not None  # the check can fail
+
+
+def test_every_figure_has_a_caption(page):
+    keys = [figure_key(b) for bs in FIGURES.values() for b in bs] + ["block_selection", "identity"]
+    assert set(keys) <= set(FIGURE_CAPTIONS)
+    text = page.read_text()
+    for key in keys:
+        assert f"data-figure='{key}'" in text
+        assert "Predicted:" in FIGURE_CAPTIONS[key]
+
+
+def test_claims_ledger_rows_appear_with_their_verdicts(tmp_path):
+    results = write_results(tmp_path / "with-claims", {"depth_matrix": all_tables()["depth_matrix"],
+                                                        "depth_matrix__frontier": all_tables()["depth_matrix__frontier"]})
+    rows = [{"claim": "frontier / support is 1.44-1.50", "paper": "retrofit §5", "ours": "1.44× (n = 8 per depth)",
+             "verdict": "reproduced", "why": "within the paper's range"},
+            {"claim": "overshoot iterates 93% of extra loops", "paper": "retrofit §5.2", "ours": "0.51 [0.39, 0.65]",
+             "verdict": "partly", "why": "iterates, but less often <than> the paper"}]
+    (results / "claims.json").write_text(json.dumps(rows))
+    text = write_report(results).read_text()
+    ledger = element_text(text, "claims")
+    assert ledger.count("\n") == 3  # header and two rows
+    assert "\treproduced\t" in ledger and "\tpartly\t" in ledger and "less often <than> the paper" in ledger
+    assert "<td class='verdict'>partly</td>" in text and "&lt;than&gt;" in text
+    (results / "claims.json").write_text(json.dumps([{"claim": "x", "paper": "y"}]))
+    with pytest.raises(WorkbenchError, match="row 0 lacks 'ours'"):
+        write_report(results)
+    (results / "claims.json").unlink()
+    assert "id='claims'" not in write_report(results).read_text()
+
+
+def test_control_side_by_side_with_paired_tests(tmp_path):
+    tables = all_tables()
+    keeper = write_results(tmp_path / "keeper", {k: tables[k] for k in ("depth_matrix", "depth_matrix__frontier",
+                                                                         "overshoot", "overshoot__cost")})
+    dm = tables["depth_matrix"].copy()
+    dm["correct"] = dm["correct"].where(dm["correct"].isna(), False).astype("boolean")  # a control that is always wrong
+    control = write_results(tmp_path / "control", {"depth_matrix": dm, "depth_matrix__frontier": tables["depth_matrix__frontier"],
+                                                   "overshoot": tables["overshoot"], "overshoot__cost": tables["overshoot__cost"]})
+    for d in (keeper, control):  # compare_results pairs only results computed on the same rows
+        (d / "summary.json").write_text(json.dumps({"probe_runs": {"depth_matrix": {"rows": {"rows_sha256": "ab" * 32}}}}))
+    app = typer.Typer()
+    app.command()(report_command)
+    out = tmp_path / "side-by-side.html"
+    res = CliRunner().invoke(app, [str(keeper), "--control", str(control), "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    text = out.read_text()
+    table = element_text(text, "headline")
+    assert "this − control [95% CI]" in table and "\tcontrol: " in table
+    mine, theirs = headlines_from_tables(tables)["depth_matrix"], headlines_from_tables(
+        {"depth_matrix": dm, "depth_matrix__frontier": tables["depth_matrix__frontier"]})["depth_matrix"]
+    d1 = mine["final_d1"]
+    assert theirs["final_d1"].value == 0.0
+    line = next(x for x in table.split("\n") if x.startswith(f"\t{d1.label}\t"))
+    cells = line.split("\t")
+    assert cells[2] == d1.text() and cells[4] == theirs["final_d1"].text()
+    assert cells[6].startswith(f"{d1.value:+.2f} [") and float(cells[7]) < 0.05  # paired: McNemar p
+    assert "id='paired-depths'" in text and "McNemar" in text
 
 
 def test_report_renders_every_figure_in_headless_chromium(page, tmp_path):
@@ -148,11 +260,14 @@ def test_report_tolerates_missing_results(tmp_path):
     partial = write_results(tmp_path / "partial", {"depth_matrix": all_tables()["depth_matrix"]}, with_summary=False)
     text = write_report(partial, out=tmp_path / "elsewhere" / "r.html").read_text()
     assert text.count('class="plotly-graph-div"') == 2  # the matrix and the frontier
-    assert "No headline numbers" in text and "No provenance recorded" in text
+    assert "No provenance recorded" in text  # no summary.json: the headline is read from the tables themselves
+    assert headlines_from_tables({"depth_matrix": all_tables()["depth_matrix"]})["depth_matrix"].sentence in \
+        html.unescape(text)
     assert "Not in this directory: Block selection, Loop-1 identity, Per-loop logit lens" in text
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert write_report(empty).read_text().count('class="plotly-graph-div"') == 0
+    text = write_report(empty).read_text()
+    assert text.count('class="plotly-graph-div"') == 0 and "No headline numbers" in text
     with pytest.raises(WorkbenchError, match="results directory '.*nowhere' does not exist"):
         write_report(tmp_path / "nowhere")
     (empty / "summary.json").write_text("{not json")

@@ -4,6 +4,11 @@ plotly.js is embedded once, in one `<script>` tag; each figure is a div plus a s
 that draws it. The page records any JavaScript error in `#js-errors` and, once every figure
 is drawn, writes the count of drawn figures into `#render-status`, so a headless browser can
 check the page without a debugger.
+
+The page reads like a results section: each probe's headline (`workbench.headlines`) with its
+sentence, numbers, n and 95% intervals; with a control (`control=`), the control's numbers beside
+them with paired tests over the shared rows; the claims ledger rows when the directory holds a
+`claims.json`; and a caption under every figure saying what it shows and what the mechanism predicts.
 """
 
 from __future__ import annotations
@@ -43,6 +48,46 @@ SECTIONS = {
                                          "finite differences."),
     "latency": ("Latency", "Measured cost ratios against the ratios the layer count predicts."),
 }
+
+# One line per figure: what it shows, then what the looped mechanism predicts if it is there.
+FIGURE_CAPTIONS = {
+    "block_selection": "Angular distance between consecutive layers, the knees and each window's damage. "
+                       "Predicted: large distances at both ends, a flat middle span to loop.",
+    "identity": "max |Δlogit| at loop 1 per comparison. Predicted: 0.0 against the model's own weights, with the "
+                "adapter disabled and for every fresh retrofit; non-zero against the base only with a trained adapter.",
+    "depth_matrix": "Active-label accuracy at every loop t ≤ d, the diagonal outlined. Predicted: every cell near 1 "
+                    "within the trained support, the diagonal falling only past it.",
+    "frontier": "Final-answer accuracy per depth with Wilson 95% intervals and the bar. Predicted: the diagonal crosses "
+                "the bar past the trained support (frontier / support > 1; the paper: 1.44-1.50).",
+    "overshoot": "Class of the read symbol at each loop past the depth. Predicted: mostly iterate (the rule keeps "
+                 "being applied; the paper: 93%), little park.",
+    "overshoot_cost": "Accuracy on the answer x_d at loop d + k. Predicted: it falls once the loop runs past d, "
+                      "since the loop iterates instead of holding the answer.",
+    "logit_lens": "Probability of each chain symbol x_k at every loop, averaged per depth. Predicted: a bright "
+                  "diagonal k = t, one lookup per loop.",
+    "lens_agreement": "Per lens, the probability of x_t and of x_{t+1} at loop t. Predicted: the Coda reads x_t; a "
+                      "lens that already reads x_{t+1} would show the next step forming early.",
+    "splice": "Class fractions j loops after splicing row B's state into row A at loop k0. Predicted: lawful (A's "
+              "table applied to B's symbol) at the read position; B's orbit when every position is spliced.",
+    "heads": "Attention mass from the read position onto the table line of x_{t−1}, per layer and head, per loop. "
+             "Predicted: a few bright heads per loop, the ones doing the lookup.",
+    "head_concentration": "Concentration of that mass across heads against a circular-shift null. Predicted: above "
+                          "the null at every loop.",
+    "linear_probe": "Held-out accuracy of linear probes for x_{t−1}, x_t, x_{t+1} from loop t's state, dashed: the "
+                    "permutation null. Predicted: x_t decodable above the null at every loop.",
+    "drift": "Principal angles between the loop states' subspaces, loop to loop and against loop 1. Predicted: "
+             "large early steps that settle as the loop converges.",
+    "drift_heads": "Each head's share of the drift outside loop 1's subspace. Predicted: concentrated in a few heads "
+                   "if specific heads carry the update.",
+    "halting": "Accuracy against mean loops for the halting head and its baselines. Predicted: the head near the "
+               "oracle, above fixed-k exits at equal compute.",
+    "gradient_audit": "Gradient RMS reaching each parameter group from each loop's loss. Predicted: the re-entry "
+                      "reached only from loop 2 on; block and Coda from every loop.",
+    "latency": "Measured cost ratios against the layer-count prediction. Predicted: measured ≈ predicted, one forced "
+               "read several times cheaper than reruns.",
+}
+CLAIMS = "claims.json"
+CLAIM_KEYS = ("claim", "paper", "ours", "verdict", "why")
 
 ERROR_HOOK = """<script>
 window.__wbErrors = [];
@@ -87,6 +132,10 @@ nav a { margin-right: 14px; font-size: 13px; }
 .figure { margin: 12px 0 28px; }
 #js-errors { display: none; color: #a00; background: #fee; padding: 8px; white-space: pre-wrap; }
 #render-status { color: #888; font-size: 12px; }
+tr.sentence td { color: #333; font-size: 14px; padding: 2px 0 8px; max-width: 1000px; }
+td.expect { color: #777; font-size: 12px; }
+td.verdict { font-weight: 600; }
+p.figure-caption { color: #555; font-size: 13px; margin: 2px 0 0; }
 """
 
 
@@ -109,9 +158,6 @@ def read_summary(results_dir: str | os.PathLike) -> dict:
         raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
 
 
-INLINE_MAX = 14  # a dict of at most this many scalars is shown on one line
-
-
 def _is_scalar(v) -> bool:
     return not isinstance(v, (dict, list, tuple))
 
@@ -128,36 +174,117 @@ def _inline(v) -> str:
     return fmt_number(v)
 
 
-def headline_rows(numbers, prefix: str = "") -> list[tuple[str, str]]:
-    """Returns (quantity, text) rows for one probe's headline numbers, scalars first.
+def report_headlines(results_dir: str | os.PathLike, tables: dict[str, pd.DataFrame] | None = None,
+                     summary: dict | None = None) -> dict:
+    """Returns {probe: Headline} of a results directory: recomputed from its tables (so they carry
+    per-row values for paired tests), else as summary.json stored them."""
+    from workbench.headlines import headlines_from_summary, headlines_from_tables
 
-    A dict of scalars (e.g. accuracy per depth) stays on one row; deeper dicts are unfolded.
+    tables = load_results(results_dir) if tables is None else tables
+    summary = read_summary(results_dir) if summary is None else summary
+    return {**headlines_from_summary(summary), **headlines_from_tables(tables)}
+
+
+def headline_table(headlines: dict, control: dict | None = None, skipped: dict | None = None) -> str:
+    """Returns the HTML headline table: per probe its sentence, then each number with n and its 95% interval.
+
+    With `control` ({probe: Headline} of a control results directory), each number gets the
+    control's value beside it and the paired difference (this − control, bootstrap over shared
+    rows) with McNemar's p where the rows are 0/1 and one per row.
     """
-    if not isinstance(numbers, dict):
-        return [(prefix or "value", _inline(numbers))]
-    scalars, nested = [], []
-    for k, v in numbers.items():
-        key = f"{prefix}{k}"
-        if _is_scalar(v) or isinstance(v, (list, tuple)):
-            scalars.append((key, _inline(v)))
-        elif all(_is_scalar(x) for x in v.values()) and len(v) <= INLINE_MAX:
-            nested.append((key, _inline(v)))
-        else:
-            nested += headline_rows(v, key + ".")
-    return scalars + nested
+    from workbench.headlines import compare_headlines, fmt
 
-
-def headline_table(summary: dict) -> str:
-    """Returns the HTML table of summary["probes"]: one group of rows per probe."""
-    probes = summary.get("probes") or {}
-    if not probes:
+    if not headlines and not skipped:
         return "<p class='caption'>No headline numbers (summary.json absent or empty).</p>"
-    body = []
-    for probe, numbers in probes.items():
-        body.append(f"<tr class='group'><th colspan='2'>{html.escape(probe)}</th></tr>")
-        body += [f"<tr><td>{html.escape(k)}</td><td class='num'>{html.escape(v)}</td></tr>"
-                 for k, v in headline_rows(numbers)]
-    return f"<div class='scroll'><table id='headline'>{''.join(body)}</table></div>"
+    e = html.escape
+    if control is None:
+        head = "<tr><th>quantity</th><th>value</th><th>95% interval</th><th>n</th><th>expected</th></tr>"
+        cols = 5
+    else:
+        head = ("<tr><th>quantity</th><th>this specimen</th><th>n</th><th>control</th><th>n</th>"
+                "<th>this − control [95% CI]</th><th>McNemar p</th><th>expected</th></tr>")
+        cols = 8
+        paired = {(r["probe"], r["key"]): r for r in compare_headlines(control, headlines)}
+    body = [head]
+    for probe, h in headlines.items():
+        body.append(f"<tr class='group'><th colspan='{cols}'>{e(probe)}</th></tr>")
+        body.append(f"<tr class='sentence'><td colspan='{cols}'>{e(h.sentence)}</td></tr>")
+        if control is not None and probe in control:
+            body.append(f"<tr class='sentence'><td colspan='{cols}'><i>control:</i> {e(control[probe].sentence)}</td></tr>")
+        for n in h.numbers:
+            if control is None:
+                low_high = "" if n.low is None else f"[{fmt(n.low, n.kind)}, {fmt(n.high, n.kind)}]"
+                body.append(f"<tr><td>{e(n.label)}</td><td class='num'>{e(fmt(n.value, n.kind))}</td>"
+                            f"<td class='num'>{e(low_high)}</td><td class='num'>{'' if n.n is None else n.n}</td>"
+                            f"<td class='expect'>{e(n.expect)}</td></tr>")
+            else:
+                r = paired.get((probe, n.key), {})
+                p = "" if r.get("p_mcnemar") is None else f"{r['p_mcnemar']:.2g}"
+                body.append(f"<tr><td>{e(n.label)}</td><td class='num'>{e(n.text())}</td>"
+                            f"<td class='num'>{'' if n.n is None else n.n}</td>"
+                            f"<td class='num'>{e(r.get('a', '–'))}</td>"
+                            f"<td class='num'>{'' if r.get('n_a') is None else r['n_a']}</td>"
+                            f"<td class='num'>{e(r.get('diff', '–'))}</td><td class='num'>{p}</td>"
+                            f"<td class='expect'>{e(n.expect)}</td></tr>")
+    for probe, reason in (skipped or {}).items():
+        body.append(f"<tr class='group'><th colspan='{cols}'>{e(probe)}</th></tr>"
+                    f"<tr class='sentence'><td colspan='{cols}'>Not applicable: {e(reason)}</td></tr>")
+    return f"<table id='headline'>{''.join(body)}</table>"
+
+
+def read_claims(results_dir: str | os.PathLike) -> list[dict]:
+    """Returns the claims ledger rows of `results_dir/claims.json` ([] when absent).
+
+    The file is a list of {claim, paper, ours, verdict, why} objects (`workbench claims` writes it).
+
+    Raises:
+        WorkbenchError: the file is not valid JSON or not such a list.
+    """
+    path = Path(results_dir) / CLAIMS
+    if not path.is_file():
+        return []
+    try:
+        rows = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
+        raise WorkbenchError(f"{path}: expected a list of objects with keys {', '.join(CLAIM_KEYS)}")
+    for i, r in enumerate(rows):
+        missing = [k for k in CLAIM_KEYS if k not in r]
+        if missing:
+            raise WorkbenchError(f"{path}: row {i} lacks '{missing[0]}'; each row needs {', '.join(CLAIM_KEYS)}")
+    return rows
+
+
+def claims_table(rows: list[dict]) -> str:
+    """Returns the ledger rows as an HTML table: claim, paper, ours, verdict, why."""
+    e = html.escape
+    head = "".join(f"<th>{k}</th>" for k in CLAIM_KEYS)
+    cls = {k: " class='verdict'" if k == "verdict" else "" for k in CLAIM_KEYS}
+    body = "".join("<tr>" + "".join(f"<td{cls[k]}>{e(_text(r[k]))}</td>" for k in CLAIM_KEYS) + "</tr>"
+                   for r in rows)
+    return f"<table id='claims'><tr>{head}</tr>{body}</table>"
+
+
+def _text(v) -> str:
+    return v if isinstance(v, str) else _inline(v)
+
+
+def paired_depth_table(results_dir: Path, control: Path) -> str:
+    """Returns the per-depth paired final-answer test (McNemar) of this specimen against the control, or ""."""
+    from workbench.commands.compare import compare_results
+
+    if not (Path(results_dir) / "depth_matrix.parquet").is_file() or not (Path(control) / "depth_matrix.parquet").is_file():
+        return ""
+    try:
+        table = compare_results(control, results_dir)
+    except WorkbenchError as err:
+        return f"<p class='caption'>No paired per-depth test: {html.escape(str(err))}.</p>"
+    table = table.rename(columns={"a_correct": "control correct", "b_correct": "this correct",
+                                  "helped": "this only", "hurt": "control only"})
+    table["depth"] = table["depth"].astype(object).where(table["depth"].notna(), "all")
+    return ("<p class='caption'>Final answers (t = d) paired row by row; exact McNemar p on the discordant rows."
+            "</p>" + frame_table(table, "paired-depths"))
 
 
 def _cell(v) -> str:
@@ -236,40 +363,68 @@ def _block_selection_figure(results_dir: Path):
 
 
 def _sections(results_dir: Path, tables: dict[str, pd.DataFrame]) -> list[tuple[str, list[str]]]:
-    """Returns (result name, [html fragments]) for every result present, in SECTIONS order."""
+    """Returns (result name, [html fragments]) for every result present, in SECTIONS order; each
+    figure is followed by its caption (FIGURE_CAPTIONS)."""
     from workbench.plots.registry import build_all
 
     figures: dict[str, list[str]] = {}
     for result, key, fig in build_all(tables):
-        figures.setdefault(result, []).append(figure_html(fig, f"fig-{key}"))
+        figures.setdefault(result, []).append(figure_html(fig, f"fig-{key}") + _caption(key))
     selection = _block_selection_figure(results_dir)
     if selection is not None:
-        figures["block_selection"] = [figure_html(selection, "fig-block_selection")]
+        figures["block_selection"] = [figure_html(selection, "fig-block_selection") + _caption("block_selection")]
     if "identity" in tables:
-        figures["identity"] = [frame_table(tables["identity"], "identity-table")]
+        figures["identity"] = [frame_table(tables["identity"], "identity-table") + _caption("identity")]
     return [(name, figures[name]) for name in SECTIONS if name in figures]
 
 
-def render_report(results_dir: str | os.PathLike, title: str | None = None) -> str:
-    """Returns the report's HTML text for `results_dir` (only the results present are rendered)."""
+def _caption(key: str) -> str:
+    text = FIGURE_CAPTIONS.get(key)
+    if text is None:
+        raise WorkbenchError(f"figure '{key}' has no caption in workbench.report.FIGURE_CAPTIONS")
+    return f"<p class='caption figure-caption' data-figure='{html.escape(key)}'>{html.escape(text)}</p>"
+
+
+def render_report(results_dir: str | os.PathLike, title: str | None = None,
+                  control: str | os.PathLike | None = None) -> str:
+    """Returns the report's HTML text for `results_dir` (only the results present are rendered).
+
+    Args:
+        control: another results directory (the untrained control, or another specimen) shown
+            beside this one in the headline table, with paired tests over the rows both read.
+    """
     from plotly.offline import get_plotlyjs
 
     from workbench.plots.registry import part_names
 
     results_dir = Path(results_dir)
     tables, summary = load_results(results_dir), read_summary(results_dir)
+    headlines = report_headlines(results_dir, tables, summary)
+    skipped = {n: p.get("reason", "") for n, p in (summary.get("probes") or {}).items()
+               if isinstance(p, dict) and p.get("status") == "not_applicable"}
+    control_headlines = report_headlines(control) if control is not None else None
+    claims = read_claims(results_dir)
     sections = _sections(results_dir, tables)
     shown = {n for n, _ in sections} | {part for n, _ in sections for part in part_names(n)}
-    extra = [n for n in tables if n not in shown]
+    extra = [n for n in tables if n not in shown and n.split("__")[0] not in headlines]
     absent = [SECTIONS[n][0] for n in SECTIONS if n not in {s for s, _ in sections}]
     title = title or f"Workbench report: {results_dir.resolve().name}"
     nav = "".join(f"<a href='#{n}'>{html.escape(SECTIONS[n][0])}</a>" for n, _ in sections)
+    lead = (f"Results in <code>{html.escape(str(results_dir))}</code>"
+            + (f", beside the control <code>{html.escape(str(control))}</code>" if control is not None else "")
+            + ". Intervals are 95%: Wilson for proportions over rows, a row bootstrap for entries that come "
+              "several to a row, a paired bootstrap for differences. ")
     body = [f"<h1>{html.escape(title)}</h1>",
-            f"<p class='lead'>Results in <code>{html.escape(str(results_dir))}</code>. "
-            f"<span id='render-status'>figures not drawn yet</span></p>",
+            f"<p class='lead'>{lead}<span id='render-status'>figures not drawn yet</span></p>",
             "<pre id='js-errors'></pre>", f"<nav>{nav}</nav>",
-            "<h2 id='headline-numbers'>Headline numbers</h2>", headline_table(summary),
-            "<h2 id='what-was-probed'>What was probed</h2>", provenance_table(summary)]
+            "<h2 id='headline-numbers'>Headline numbers</h2>", headline_table(headlines, control_headlines, skipped)]
+    if control is not None:
+        body += ["<h2 id='paired-tests'>Paired tests against the control</h2>",
+                 paired_depth_table(results_dir, Path(control))]
+    if claims:
+        body += ["<h2 id='claims-ledger'>Claims ledger</h2><p class='caption'>The papers' claims against this "
+                 "specimen's readings, with their verdicts.</p>", claims_table(claims)]
+    body += ["<h2 id='what-was-probed'>What was probed</h2>", provenance_table(summary)]
     for name, fragments in sections:
         head, caption = SECTIONS[name]
         body.append(f"<h2 id='{name}'>{html.escape(head)}</h2><p class='caption'>{html.escape(caption)}</p>")
@@ -285,17 +440,19 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None) -> s
             f"<body><main>{''.join(body)}</main>{RENDER_CHECK}</body></html>\n")
 
 
-def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None = None) -> Path:
+def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None = None,
+                 control: str | os.PathLike | None = None) -> Path:
     """Writes the offline HTML report of `results_dir` and returns its path.
 
     Args:
         results_dir: a directory of probe results (`<probe>.parquet`, parts, `summary.json`).
         out: the HTML file to write; default `results_dir/report.html`.
+        control: a control results directory shown beside it (see `render_report`).
     """
     from workbench.io import write_bytes_atomic
 
     out = Path(out) if out is not None else Path(results_dir) / REPORT
-    text = render_report(results_dir)
+    text = render_report(results_dir, control=control)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, text.encode("utf-8"))
     return out

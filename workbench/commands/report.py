@@ -11,10 +11,13 @@ import typer
 def report(
     results_dir: Path = typer.Argument(..., help="A results directory (probe parquet files and summary.json)."),
     out: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default RESULTS_DIR/report.html)."),
+    control: Optional[Path] = typer.Option(None, "--control", help="Another results directory (the untrained control, "
+                                           "or another specimen) to show beside it, with paired tests."),
 ) -> None:
-    """Write the HTML report of a results directory: figures, headline numbers, provenance; works offline."""
+    """Write the HTML report of a results directory: headlines with intervals (beside a control), the claims
+    ledger when present, captioned figures, provenance; works offline."""
     from workbench.report import load_results, write_report
 
-    path = write_report(results_dir, out)
+    path = write_report(results_dir, out, control=control)
     n = len(load_results(results_dir))
     typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, {n} tables)")
