@@ -151,7 +151,7 @@ def run(args) -> dict:
     from workbench.training import make_batch
 
     hw = detect_hardware("cpu")
-    models = {p: build(args.model, BLOCK, p, max(8, args.read_loops)) for p in ("fp32", "bf16")}
+    models = {p: build(args.model, args.block, p, max(8, args.read_loops)) for p in ("fp32", "bf16")}
     tok = models["fp32"][1]
     rows = common.chase_rows(tok, args.batch, args.alphabet, args.seed, depths=range(1, args.depth + 1))
     batch = make_batch(rows, tok)
@@ -192,7 +192,7 @@ def run(args) -> dict:
     step_s = {k: common.summary(v)["median"] for k, v in train_t.wall.items()}
     achieved = {p: step_flops / step_s[f"train_{p}"] / 1e9 for p in ("fp32", "bf16")}
     share = {p: achieved[p] / mm["weighted"][p] for p in ("fp32", "bf16")}
-    out = {"hardware": hw.to_dict(), "batch": b, "seq": s, "loops": T, "step_flops": step_flops,
+    out = {"hardware": hw.to_dict(), "block": args.block, "batch": b, "seq": s, "loops": T, "step_flops": step_flops,
            "loss_check": check, "read_argmax_agreement": agree, "read_cells": int(reads["fp32"].numel() // C),
            "train": {k: train_t.summary(k) for k in cases}, "read": {k: read_t.summary(k) for k in read_cases},
            "train_speedup": train_t.ratio("train_fp32", "train_bf16"),
@@ -210,7 +210,7 @@ def run(args) -> dict:
 
 def report(r: dict) -> None:
     hw = r["hardware"]
-    print(f"precision: default recipe's model (block {BLOCK}, LoRA r16, bridge), batch {r['batch']} x {r['seq']} "
+    print(f"precision: default recipe's model (block {r['block']}, LoRA r16, bridge), batch {r['batch']} x {r['seq']} "
           f"tokens, depths 1..{r['loops']}; CPU {hw['name']}, bf16 units: {', '.join(hw['bf16_units']) or 'none'}")
     print(f"  loss at the same weights: fp32 {r['loss_check']['fp32']:.5f}, bf16 {r['loss_check']['bf16']:.5f}; "
           f"read argmax agreement {r['read_argmax_agreement']:.4f} of {r['read_cells']} cells")
@@ -241,6 +241,7 @@ def report(r: dict) -> None:
 def main(argv: list[str] | None = None) -> dict:
     started = time.perf_counter()
     p = common.parser(__doc__.splitlines()[0])
+    p.set_defaults(block=BLOCK)  # the default recipe's block, not the other benchmarks' 10:16
     for name in ("batch", "depth", "alphabet", "read_rows", "read_loops", "mm_reps"):
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=int)
     p.add_argument("--profile", action="store_true", help="per-phase breakdown of one step of each")

@@ -14,6 +14,7 @@ keeps every loop rather than silently only the last.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -183,8 +184,11 @@ class LoopedLM(HookedRootModule):
                 if self.halting is not None:
                     self._halt_prob(t, h, attention_mask)
             normed = self.loop[str(loops)].hook_readout(self._coda(loops, h, ctx))
-            logits = self.base.lm_head(normed)
-        return LoopedOutput(logits=logits if self.precision == "fp32" else logits.float())
+        if self.precision == "fp32":
+            return LoopedOutput(logits=self.base.lm_head(normed))
+        head = self.base.lm_head  # the readout in fp32: bf16 logits come in steps of 0.125 and tie candidates
+        logits = normed.float() @ head.weight.float().T
+        return LoopedOutput(logits=logits if head.bias is None else logits + head.bias.float())
 
     def read(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, loops: int = 1,
              positions: torch.Tensor | None = None, candidates: torch.Tensor | None = None,
@@ -212,6 +216,9 @@ class LoopedLM(HookedRootModule):
     def _read(self, input_ids, attention_mask, loops, positions, candidates, return_states) -> LoopReadout:
         positions = self._read_positions(input_ids, attention_mask, positions)
         unembed, bias = self._unembedding(candidates)
+        exact_head = self.precision != "fp32"  # the readout in fp32 (once per call); bf16 scores would tie
+        if exact_head:
+            unembed, bias = unembed.float(), None if bias is None else bias.float()
         gather = positions.unsqueeze(-1).expand(-1, -1, self.config.hidden_size)
         scores, states, halts = [], [], []
         for t, h, ctx in self._loop(input_ids, attention_mask, loops):
@@ -219,10 +226,12 @@ class LoopedLM(HookedRootModule):
                 halts.append(self._halt_prob(t, h, attention_mask))
             normed = self._coda(t, h, ctx).gather(1, gather)         # [b, p, d]
             normed = self.loop[str(t)].hook_readout(normed)
-            if unembed.dim() == 2:
-                s = normed @ unembed.T                                # [b, p, c]
-            else:
-                s = torch.einsum("bpd,bcd->bpc", normed, unembed)
+            with torch.autocast(input_ids.device.type, enabled=False) if exact_head else contextlib.nullcontext():
+                normed = normed.float() if exact_head else normed
+                if unembed.dim() == 2:
+                    s = normed @ unembed.T                                # [b, p, c]
+                else:
+                    s = torch.einsum("bpd,bcd->bpc", normed, unembed)
             scores.append(s if bias is None else s + bias)
             if return_states:
                 states.append(h.gather(1, gather))

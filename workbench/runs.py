@@ -200,13 +200,33 @@ def verify_files(run_dir: Path) -> dict:
     return prov
 
 
-def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.dtype | None = None):
+def set_run_precision(looped, groups: list[str], precision: str) -> int:
+    """Stores every tensor outside the trained `groups` in `precision` (trained ones stay fp32), as the trainer
+    does (`workbench.precision.apply_precision`); returns how many tensors were cast."""
+    from workbench.precision import apply_precision
+
+    trained = {id(p) for p in trained_state(looped, groups).values()}
+    flags = {p: p.requires_grad for p in looped.parameters()}
+    for p in looped.parameters():
+        p.requires_grad_(id(p) in trained)
+    try:
+        return apply_precision(looped, precision)
+    finally:
+        for p, flag in flags.items():
+            p.requires_grad_(flag)
+
+
+def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.dtype | None = None,
+             precision: str | None = None):
     """Returns `(looped, tokenizer, info)` rebuilt from a run directory, strictly checked.
 
     Args:
         run_dir: a finished run directory (or a shipped keeper such as training/keepers/smollm2-chase).
         base: load the base from here instead of retrofit.json's spec (its hash must still match).
         dtype: parameter dtype; default the one recorded in retrofit.json.
+        precision: None (fp32, exact), "fp32", "bf16", or "recorded": the precision the run trained in
+            (provenance.json), frozen tensors cast exactly as the trainer cast them, so its evaluations
+            are reproduced bit for bit.
     Returns:
         looped: the LoopedLM in eval mode; tokenizer: the base's; info: dict with `retrofit`,
         `provenance`, `recipe` (the resolved recipe) and `run_dir`.
@@ -240,6 +260,10 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
     looped.eval()
     for p in looped.parameters():
         p.requires_grad_(False)
+    if precision == "recorded":
+        precision = (prov.get("precision") or {}).get("used", "fp32")
+    if precision is not None:
+        set_run_precision(looped, record["trained_groups"], precision)
     recipe = tomllib.loads((run_dir / RECIPE).read_text())
     return looped, tok, {"retrofit": record, "provenance": prov, "recipe": recipe, "run_dir": str(run_dir)}
 

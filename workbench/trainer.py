@@ -25,7 +25,7 @@ from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file, write_bytes_atomic, write_json_atomic
-from workbench.precision import apply_precision, resolve_precision
+from workbench.precision import resolve_precision
 from workbench.training import (adapter_disabled, answer_loss, chain_loss, check_prelude_group, evaluate, group_rms,
                                 halting_loss, kl_to_base, liveness, make_batch, make_optimizer, sample_loop_counts)
 
@@ -119,10 +119,12 @@ class Trainer:
         from workbench import runs
 
         used, self.precision_record = resolve_precision(self.recipe["train"]["precision"], self.acc.device)
-        trained = {id(p) for p in runs.trained_state(self.looped, self.groups).values()}
-        for p in self.looped.parameters():
-            p.requires_grad_(id(p) in trained)   # so that apply_precision casts exactly the frozen ones
-        self.precision_record["frozen_tensors_cast"] = apply_precision(self.looped, used)
+        self.precision_record["frozen_tensors_cast"] = runs.set_run_precision(self.looped, self.groups, used)
+        if self.progress and self.acc.is_main_process:
+            hw = self.precision_record["hardware"]
+            tqdm.write(f"precision: {used} ({hw['name']}; bf16 units: {', '.join(hw['bf16_units']) or 'none'}; "
+                       f"{self.precision_record['frozen_tensors_cast']} frozen tensors stored in bf16)"
+                       if used == "bf16" else f"precision: fp32 ({hw['name']})")
         for p in self.looped.parameters():
             p.requires_grad_(False)
         self.frozen_hash = runs.base_sha256(self.looped.base)   # in the dtype the run keeps them
