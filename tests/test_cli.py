@@ -1,5 +1,6 @@
 """The CLI end to end, as a user types it (a real subprocess, a temporary directory)."""
 
+import json
 import subprocess
 import sys
 
@@ -20,8 +21,15 @@ def test_help_lists_commands():
 def test_identity_on_a_tiny_model_prints_zero():
     res = workbench("identity", "--model", "tiny-qwen2", "--block", "1:4")
     assert res.returncode == 0, res.stderr
-    assert res.stdout.strip().endswith("max |Δlogit| over 6 prompts = 0.0")
-    assert res.stdout.count("max|Δlogit| = 0.0") == 8
+    assert res.stdout.strip().endswith("tiny-qwen2 block 1:4, fresh retrofit, loop 1 vs base: max |Δlogit| over "
+                                       "6 prompts = 0.0")
+    rows = [line.split() for line in res.stdout.splitlines() if line.split()[:1] in (["bridge"], ["inject"])]
+    assert len(rows) == 8 and all(r[-1] == "0.0" for r in rows)
+    assert max(len(line) for line in res.stdout.splitlines()) <= 100
+    res = workbench("identity", "--model", "tiny-qwen2", "--block", "1:4", "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["kind"] == "fresh retrofit" and len(data["rows"]) == 8 and data["max_abs_diff"] == 0.0
 
 
 @pytest.mark.parametrize("args,message", [
@@ -46,7 +54,8 @@ def test_debug_shows_the_traceback():
 def test_identity_on_the_embedded_default():
     res = workbench("identity", "--model", "smollm2-135m-instruct", "--block", "10:16", "--loops", "2")
     assert res.returncode == 0, res.stderr
-    assert "smollm2-135m-instruct block 10:16: max |Δlogit| over 6 prompts = 0.0" in res.stdout
+    assert "smollm2-135m-instruct block 10:16, fresh retrofit, loop 1 vs base: max |Δlogit| over 6 prompts = 0.0" \
+        in res.stdout
 
 
 @pytest.mark.slow

@@ -296,9 +296,13 @@ def headlines_from_tables(tables: Mapping[str, pd.DataFrame]) -> dict[str, Headl
 
 
 def headlines_from_summary(summary: Mapping) -> dict[str, Headline]:
-    """Returns {probe: Headline} from a summary.json's stored headlines (no per-row values)."""
-    return {name: Headline.from_dict(p["headline"]) for name, p in (summary.get("probes") or {}).items()
-            if isinstance(p, Mapping) and "headline" in p}
+    """Returns {probe: Headline} from a summary.json's stored headlines (no per-row values), in battery order."""
+    from workbench.probes import PROBES
+
+    probes = summary.get("probes") or {}
+    order = [n for n in PROBES if n in probes] + sorted(n for n in probes if n not in PROBES)
+    return {name: Headline.from_dict(probes[name]["headline"]) for name in order
+            if isinstance(probes[name], Mapping) and "headline" in probes[name]}
 
 
 def read_headlines(results_dir) -> dict[str, Headline]:

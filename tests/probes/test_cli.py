@@ -46,3 +46,40 @@ def test_probe_and_compare_on_the_embedded_default(tmp_path):
     result = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
     assert result.exit_code == 0, result.output
     assert "McNemar" in result.output and (tmp_path / "b" / "compare.json").is_file()
+
+
+def test_probe_prints_headline_tables_within_100_columns_and_json_on_request(tmp_path):
+    """`workbench probe` and `workbench compare` on a tiny retrofit: rich tables, never truncated JSON; --json."""
+    from workbench.headlines import headlines_from_summary
+
+    battery = tmp_path / "tiny.toml"
+    battery.write_text(tomli_w.dumps({
+        "battery": {"manifest": str(MANIFEST), "batch_size": 8},
+        "probes": {"identity": {"loops": 1, "n_rows": 1, "lora": False},
+                   "depth_matrix": {"depths": [1, 2, 3], "per_depth": 4},
+                   "overshoot": {"depths": [2], "per_depth": 4, "extra": 2}}}))
+    runner = CliRunner()
+    args = ["probe", "--checkpoint", "untrained:tiny-llama:2:4", "--battery", str(battery)]
+    res = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    assert res.exit_code == 0, res.output
+    lines = res.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100 and "{" not in res.stdout
+    summary = json.loads((tmp_path / "a" / "summary.json").read_text())
+    heads = headlines_from_summary(summary)
+    assert list(heads) == ["identity", "depth_matrix", "overshoot"]
+    flat = " ".join(res.stdout.split())
+    for head in heads.values():
+        assert " ".join(head.sentence.split()) in flat
+        for n in head.numbers:
+            assert n.text() in res.stdout
+    assert heads["identity"]["vs_base"].label == "loop 1 vs base (no adapter)" and heads["identity"]["vs_base"].value == 0
+    res = runner.invoke(app, [*args, "--out", str(tmp_path / "b"), "--json"])
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.stdout)
+    assert printed["probes"]["depth_matrix"]["headline"] == summary["probes"]["depth_matrix"]["headline"]
+    res = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b")])
+    assert res.exit_code == 0, res.output
+    assert max(len(line) for line in res.stdout.splitlines()) <= 100 and "B − A [95% CI]" in res.stdout
+    res = runner.invoke(app, ["compare", str(tmp_path / "a"), str(tmp_path / "b"), "--json"])
+    same = {r["key"]: r for r in json.loads(res.stdout)["headlines"]}
+    assert same["final_d1"]["diff_value"] == 0.0 and same["final_d1"]["p_mcnemar"] == 1.0  # one model, same rows

@@ -53,25 +53,46 @@ def compare_results(results_a: Path, results_b: Path) -> pd.DataFrame:
 
 
 def compare(
-    results_a: Path = typer.Argument(..., help="Results directory A (the reference)."),
+    results_a: Path = typer.Argument(..., help="Results directory A (the reference, e.g. the untrained control)."),
     results_b: Path = typer.Argument(..., help="Results directory B (helped = B right, A wrong)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Directory for compare.json and compare.parquet "
                                        "(default: RESULTS_B)."),
+    as_json: bool = typer.Option(False, "--json", help="Print compare.json instead of the tables."),
 ) -> None:
-    """Compare two probe results row by row at the final answer (loop = depth): helped/hurt/tied, McNemar p."""
+    """Compare two probe results: final answers per depth (McNemar), then every headline number side by side
+    with B − A and its paired 95% interval over the rows both read."""
+    from workbench.headlines import compare_headlines, console, print_comparison, read_headlines
     from workbench.io import write_json_atomic
 
     table = compare_results(results_a, results_b)
     target = Path(out) if out is not None else Path(results_b)
     target.mkdir(parents=True, exist_ok=True)
     records = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in table.to_dict("records")]
-    write_json_atomic(target / "compare.json", {"a": str(results_a), "b": str(results_b), "depths": records})
+    headlines = compare_headlines(read_headlines(results_a), read_headlines(results_b))
+    report = {"a": str(results_a), "b": str(results_b), "depths": records, "headlines": headlines}
+    write_json_atomic(target / "compare.json", report)
     tmp = target / ".compare.parquet.tmp"
     table.to_parquet(tmp, index=False)
     tmp.replace(target / "compare.parquet")
-    typer.echo(f"{'depth':>6} {'n':>5} {'A':>5} {'B':>5} {'helped':>7} {'hurt':>5} {'tied':>5} {'McNemar p':>10}")
+    if as_json:
+        typer.echo(json.dumps(report, indent=1, default=str))
+        return
+    con = console()
+    con.print("final answers (t = d), paired by row: helped = B right and A wrong; exact McNemar p")
+    con.print(_depth_table(records))
+    print_comparison(headlines, str(results_a), str(results_b), out=con)
+    typer.echo(f"wrote {target / 'compare.json'}\n  and {target / 'compare.parquet'}")
+
+
+def _depth_table(records: list[dict]):
+    """The per-depth final-answer table (rich)."""
+    from rich import box
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    for name in ("depth", "n", "A", "B", "helped", "hurt", "tied", "McNemar p"):
+        table.add_column(name, justify="right")
     for r in records:
-        depth = "all" if r["depth"] is None else r["depth"]
-        typer.echo(f"{depth:>6} {r['n']:>5} {r['a_correct']:>5} {r['b_correct']:>5} {r['helped']:>7} "
-                   f"{r['hurt']:>5} {r['tied']:>5} {r['p_mcnemar']:>10.4g}")
-    typer.echo(f"wrote {target / 'compare.json'} and {target / 'compare.parquet'}")
+        table.add_row("all" if r["depth"] is None else str(r["depth"]), *(str(r[k]) for k in
+                      ("n", "a_correct", "b_correct", "helped", "hurt", "tied")), f"{r['p_mcnemar']:.4g}")
+    return table

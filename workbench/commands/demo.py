@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -17,8 +18,8 @@ BATTERY = Path("probes/demo.toml")
 RECIPE = Path("training/smollm2_lora_chase.toml")
 
 
-def _step(title: str) -> float:
-    typer.echo(f"\n== {title}")
+def _step(say, title: str) -> float:
+    say(f"\n== {title}")
     return time.perf_counter()
 
 
@@ -32,6 +33,8 @@ def demo(
                                             "(the recipe's own 64 cost minutes on CPU)."),
     skip_selection: bool = typer.Option(False, "--skip-selection", help="Skip the block-selection sweep."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    as_json: bool = typer.Option(False, "--json", help="End with the machine-readable summary (demo.json) "
+                                 "instead of the headline table."),
 ) -> None:
     """The main job on the embedded default: select, retrofit, identity, probe, report."""
     from workbench.identity import identity_report
@@ -41,51 +44,56 @@ def demo(
     from workbench.runs import read_retrofit_block
     from workbench.selection import select_block
 
+    say = partial(typer.echo, err=as_json)  # with --json only the JSON goes to stdout
     check_out_dir(out, overwrite)
     start = time.perf_counter()
     base, tok = load_base(EMBEDDED_DEFAULT)
-    typer.echo(f"loaded {EMBEDDED_DEFAULT}: {base.config.num_hidden_layers} layers, width {base.config.hidden_size}")
+    say(f"loaded {EMBEDDED_DEFAULT}: {base.config.num_hidden_layers} layers, width {base.config.hidden_size}")
     headline: dict = {"model": EMBEDDED_DEFAULT}
 
     if not skip_selection:
-        t0 = _step("1. block selection (angular distance, Kneedle, window ablation)")
+        t0 = _step(say, "1. block selection (angular distance, Kneedle, window ablation)")
         sel = select_block(base, tok)
         headline["selection"] = {"prelude_end": sel.prelude_end, "coda_start": sel.coda_start,
                                  "recommended": list(sel.recommended)}
         out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out / "block_selection.json", sel.to_dict())
-        typer.echo(f"span {sel.prelude_end}:{sel.coda_start}, recommended window {sel.recommended[0]}:"
-                   f"{sel.recommended[1]}  ({time.perf_counter() - t0:.0f} s)")
+        say(f"span {sel.prelude_end}:{sel.coda_start}, recommended window {sel.recommended[0]}:"
+            f"{sel.recommended[1]}  ({time.perf_counter() - t0:.0f} s)")
 
     checkpoint = KEEPER
     if train_steps > 0:
         from workbench.training import train
 
-        t0 = _step(f"2. training the default recipe for {train_steps} steps")
+        t0 = _step(say, f"2. training the default recipe for {train_steps} steps")
         overrides = [f"stages.{i}.steps={max(1, train_steps // 3)}" for i in range(3)]
         overrides.append(f"eval.per_depth={eval_per_depth}")
         summary = train(RECIPE, out=out / "run", overrides=overrides)
         checkpoint = Path(summary["run_dir"])
-        typer.echo(f"trained {summary['steps']} steps in {time.perf_counter() - t0:.0f} s")
+        say(f"trained {summary['steps']} steps in {time.perf_counter() - t0:.0f} s")
     block = read_retrofit_block(checkpoint)
 
-    t0 = _step(f"3. loop-1 identity at the keeper's block {block[0]}:{block[1]}")
+    t0 = _step(say, f"3. loop-1 identity at the keeper's block {block[0]}:{block[1]}")
     rows = identity_report(base, tok, block, loops=1, lora=False)
     headline["identity_max_abs_diff"] = max(r["max_abs_diff"] for r in rows)
-    typer.echo(f"bridge/inject x memory off/on: max |Δlogit| = {headline['identity_max_abs_diff']}"
-               f"  ({time.perf_counter() - t0:.0f} s)")
+    say(f"fresh retrofits (bridge/inject x memory off/on), loop 1 vs base: max |Δlogit| = "
+        f"{headline['identity_max_abs_diff']} (must be 0.0)  ({time.perf_counter() - t0:.0f} s)")
 
-    t0 = _step(f"4. probing {checkpoint} with {BATTERY}")
+    t0 = _step(say, f"4. probing {checkpoint} with {BATTERY}")
     summary = run_battery(str(checkpoint), BATTERY, out / "probe", overwrite=overwrite)
     headline["probes"] = summary["probes"]
-    typer.echo(f"probes done in {time.perf_counter() - t0:.0f} s")
+    say(f"probes done in {time.perf_counter() - t0:.0f} s")
 
-    _step("5. headline numbers")
-    for name, numbers in summary["probes"].items():
-        typer.echo(f"  {name}: {json.dumps(numbers, default=str)[:300]}")
+    _step(say, "5. headline numbers")
     headline["seconds"] = round(time.perf_counter() - start, 1)
     write_json_atomic(out / "demo.json", headline)
-    typer.echo(f"\nreport: {out / 'probe' / 'report.html'}\nsummary: {out / 'demo.json'}  "
-               f"(total {headline['seconds']:.0f} s)")
+    if as_json:
+        typer.echo(json.dumps(headline, indent=1, default=str))
+    else:
+        from workbench.commands.probe import print_summary
+
+        print_summary(summary)
+    say(f"\nreport: {out / 'probe' / 'report.html'}\nsummary: {out / 'demo.json'}  "
+        f"(total {headline['seconds']:.0f} s)")
     if headline["identity_max_abs_diff"] != 0.0:
         raise typer.Exit(1)

@@ -1,6 +1,8 @@
-"""`workbench identity`: loop-1 identity check against the untouched base model."""
+"""`workbench identity`: loop-1 identity of fresh retrofits against the untouched base model."""
 
 from __future__ import annotations
+
+import json
 
 import typer
 
@@ -12,16 +14,32 @@ def identity(
     block: str = typer.Option(..., "--block", help="Layers to loop, A:B (A inclusive, B exclusive)."),
     loops: int = typer.Option(3, "--loops", help="Loops to run; loop 1 is compared with the base model."),
     attn: str = typer.Option("eager", "--attn", help="Attention implementation: eager or sdpa."),
+    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of the table."),
 ) -> None:
-    """Print max |Δlogit| between the base model and the retrofit at loop 1 (expected: 0.0)."""
+    """Print max |Δlogit| between the base model and fresh retrofits at loop 1 (must be 0.0)."""
+    from rich import box
+    from rich.table import Table
+
+    from workbench.headlines import console
     from workbench.models import load_base
 
     base, tok = load_base(model, attn_implementation=attn)
     rows = identity_report(base, tok, block, loops=loops)
-    for r in rows:
-        typer.echo(f"{r['reentry']:>6}  memory={str(r['memory']):5}  lora={str(r['lora']):5}  "
-                   f"max|Δlogit| = {r['max_abs_diff']}")
     worst = max(r["max_abs_diff"] for r in rows)
-    typer.echo(f"{model} block {block}: max |Δlogit| over {len(IDENTITY_PROMPTS)} prompts = {worst}")
+    if as_json:
+        typer.echo(json.dumps({"model": model, "block": block, "loops": loops, "prompts": len(IDENTITY_PROMPTS),
+                               "kind": "fresh retrofit", "rows": rows, "max_abs_diff": worst}, indent=1))
+    else:
+        con = console()
+        con.print(f"fresh retrofits of {model} at block {block}, loop 1 vs the base (must be 0.0):")
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+        for name in ("re-entry", "memory", "LoRA (B = 0)"):
+            table.add_column(name)
+        table.add_column("max |Δlogit|", justify="right")
+        for r in rows:
+            table.add_row(r["reentry"], str(r["memory"]), str(r["lora"]), str(r["max_abs_diff"]))
+        con.print(table)
+        typer.echo(f"{model} block {block}, fresh retrofit, loop 1 vs base: max |Δlogit| over "
+                   f"{len(IDENTITY_PROMPTS)} prompts = {worst}")
     if worst != 0.0:
         raise typer.Exit(1)

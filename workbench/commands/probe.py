@@ -18,6 +18,7 @@ def probe(
     out: Path = typer.Option(..., "--out", help="Results directory: <probe>.parquet, summary.json, report.html."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a results directory that is not empty."),
     seed: int = typer.Option(0, "--seed", help="Seed of row splits, pairings and null draws."),
+    as_json: bool = typer.Option(False, "--json", help="Print the machine-readable summary instead of the table."),
 ) -> None:
     """Run the probe battery on a checkpoint: one parquet per probe table, summary.json, report.html."""
     from workbench.probes import parse_only
@@ -25,23 +26,23 @@ def probe(
 
     summary = run_battery(checkpoint, battery, out, rows=None if rows is None else str(rows),
                           only=parse_only(only), overwrite=overwrite, seed=seed)
-    for name, numbers in summary["probes"].items():
-        if numbers.get("status") == "not_applicable":
-            typer.echo(f"{name:>15}: not applicable ({numbers['reason']})")
-        else:
-            typer.echo(f"{name:>15}: {numbers['wall_s']:7.1f} s  {_headline(name, numbers)}")
-    typer.echo(f"results: {out} ({summary['wall_s']:.0f} s)")
+    print_summary(summary, as_json)
+    if not as_json:
+        typer.echo(f"results: {out} ({summary['wall_s']:.0f} s)")
 
 
-def _headline(name: str, n: dict) -> str:
-    """One line of the probe's key numbers."""
-    if name == "depth_matrix":
-        return f"diagonal {n['diagonal']}  frontier@0.71 {n['frontier']['0.71']}  support {n['support']}"
-    if name == "overshoot":
-        s = n["split"]
-        return " ".join(f"{c} {s[c]['count']}/{n['extra_loops']}" for c in ("iterate", "park", "other"))
-    if name == "splice":
-        return "  ".join(f"{k}: {v['verdict']}" for k, v in n["verdicts"].items())
-    if name == "identity":
-        return "  ".join(f"{k} {v}" for k, v in n.items() if k != "wall_s")
-    return ""
+def print_summary(summary: dict, as_json: bool = False) -> None:
+    """Prints a battery summary: each probe's headline as one table within 100 columns, or the JSON."""
+    import textwrap
+
+    if as_json:
+        import json
+
+        typer.echo(json.dumps(summary, indent=1, default=str))
+        return
+    from workbench.headlines import headlines_from_summary, print_headlines
+
+    skipped = {n: p["reason"] for n, p in summary["probes"].items() if p.get("status") == "not_applicable"}
+    print_headlines(headlines_from_summary(summary), skipped)
+    walls = ", ".join(f"{n} {p['wall_s']:.0f}" for n, p in summary["probes"].items() if "wall_s" in p)
+    typer.echo(textwrap.fill(f"seconds per probe: {walls}", 100))
