@@ -18,6 +18,9 @@ def probe(
     out: Path = typer.Option(..., "--out", help="Results directory: <probe>.parquet, summary.json, report.html."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a results directory that is not empty."),
     seed: int = typer.Option(0, "--seed", help="Seed of row splits, pairings and null draws."),
+    precision: str = typer.Option("fp32", "--precision", help="fp32 (exact) or bf16 (frozen weights in bf16, "
+                                  "autocast; about 1.75x faster reads on a CPU with bf16 units). identity and "
+                                  "gradient_audit always run in fp32."),
     as_json: bool = typer.Option(False, "--json", help="Print the machine-readable summary instead of the table."),
 ) -> None:
     """Run the probe battery on a checkpoint: one parquet per probe table, summary.json, report.html."""
@@ -25,7 +28,7 @@ def probe(
     from workbench.probes.battery import run_battery
 
     summary = run_battery(checkpoint, battery, out, rows=None if rows is None else str(rows),
-                          only=parse_only(only), overwrite=overwrite, seed=seed)
+                          only=parse_only(only), overwrite=overwrite, seed=seed, precision=precision)
     print_summary(summary, as_json)
     if not as_json:
         typer.echo(f"results: {out} ({summary['wall_s']:.0f} s)")

@@ -36,6 +36,7 @@ from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
 from workbench.io import check_out_dir, read_toml, replace_dir, sha256_bytes, sha256_file, write_json_atomic
+from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
 from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
@@ -171,9 +172,12 @@ def run_probe(name: str, model, tokenizer, rows: list[dict], options: dict, cont
     return result if isinstance(result, dict) else {name: result}
 
 
+EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is exactness
+
+
 def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathLike, rows: str | None = None,
                 only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
-                progress: bool = True) -> dict:
+                progress: bool = True, precision: str = "fp32") -> dict:
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:
@@ -183,11 +187,20 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
         rows: a manifest replacing every probe's rows.
         only: run only these probes.
         seed: passed to every probe that takes a seed (splits, pairings, nulls).
+        precision: "fp32" or "bf16" (`workbench.precision`; falls back to fp32 without bf16 units).
+            The identity and gradient-audit probes run first, in fp32, whatever is asked.
     """
     start = time.perf_counter()
     out = check_out_dir(Path(out), overwrite)
     spec = load_battery(battery)
     todo = plan(spec, only, rows)
+    used, precision_record = resolve_precision(precision, "cuda" if torch.cuda.is_available() else "cpu")
+    if progress and precision != "fp32":
+        tqdm.write(f"precision: {used} ({precision_record['hardware']['name']}; bf16 units: "
+                   f"{', '.join(precision_record['hardware']['bf16_units']) or 'none'}); identity and gradient_audit in fp32")
+    if used != "fp32":  # the exact probes first, before the frozen weights go to bf16
+        todo = {**{n: o for n, o in todo.items() if n in EXACT_PROBES},
+                **{n: o for n, o in todo.items() if n not in EXACT_PROBES}}
     manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}
     model, tok, info = load_checkpoint(checkpoint)
     if torch.cuda.is_available():
@@ -198,9 +211,12 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
     staging.mkdir(parents=True, exist_ok=False)
     summary = {"probes": {}, "probe_runs": {}, "checkpoint": {k: info[k] for k in ("path", "kind", "provenance_sha256", "support")},
                "manifests": {m: {k: man.sidecar[k] for k in ("rows_sha256", "row_ids_sha256")} for m, man in manifests.items()},
-               "model": _model_record(model, info), "battery": spec["path"], "seed": seed, "created_by": _created_by()}
+               "model": _model_record(model, info), "battery": spec["path"], "seed": seed, "created_by": _created_by(),
+               "precision": {**precision_record, "fp32_probes": [n for n in todo if n in EXACT_PROBES or used == "fp32"]}}
     try:
         for name in tqdm(todo, desc="probes", disable=not progress):
+            if used != "fp32" and name not in EXACT_PROBES and model.precision != used:
+                apply_precision(model, used)
             summary["probes"][name], summary["probe_runs"][name] = _one(name, todo[name], manifests, model, tok,
                                                                          context, staging)
         summary["wall_s"] = round(time.perf_counter() - start, 1)
