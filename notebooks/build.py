@@ -190,6 +190,8 @@ rows = select_rows(manifest.rows, depths=[1, 2, 3], per_depth=4)
 tables = overshoot.run(looped, tok, rows, extra=3)
 overshoot_figure(tables["overshoot"])'''),
     code('''overshoot_cost_figure(tables["overshoot"], tables["overshoot__cost"])'''),
+    md("The probe's headline: the numbers `workbench probe` prints and the report shows, with n and 95% intervals."),
+    code('''overshoot.headline(tables)'''),
     md("""
 ## Counterfactual splice
 
@@ -206,6 +208,7 @@ pairs_rows = select_rows(manifest.rows, depths=[4], per_depth=6)
 spliced = splice.run(looped, tok, pairs_rows, k0s=(2,), horizon=2)
 splice_figure(spliced["splice"], verdict=spliced["splice__verdict"])'''),
     code('''spliced["splice__verdict"]'''),
+    code('''splice.headline(spliced)'''),
 ]
 
 HEADS_DRIFT = [
@@ -234,6 +237,8 @@ heads_figure(h["heads"], summary=h["heads__summary"])'''),
     code('''head_concentration_figure(h["heads"], h["heads__summary"])'''),
     code('''summary = h["heads__summary"]
 summary[summary["is_retrieval"]].sort_values(["loop", "retrieval_frac"], ascending=[True, False])'''),
+    md("The headline, as `workbench probe` prints it and the report shows it:"),
+    code('''heads.headline(h)'''),
     md("## Subspace drift"),
     code('''from workbench.plots import drift_figure, drift_heads_figure
 from workbench.probes import drift
@@ -242,6 +247,7 @@ rows = select_rows(manifest.rows, depths=[1, 2, 3, 4], per_depth=3)
 d = drift.run(looped, tok, rows, loops=4, k=8, max_samples=1024, n_null=50)
 drift_figure(d["drift"], concentration=d["drift__concentration"])'''),
     code('''drift_heads_figure(d["drift"], d["drift__heads"])'''),
+    code('''drift.headline(d)'''),
 ]
 
 TRAINING = [

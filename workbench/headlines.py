@@ -78,9 +78,10 @@ class Number:
                    method=d.get("method") or "", kind=d.get("kind") or "value", expect=d.get("expect") or "")
 
 
-@dataclass
+@dataclass(repr=False)
 class Headline:
-    """A probe's headline: its numbers and one sentence that reads them."""
+    """A probe's headline: its numbers and one sentence that reads them (printed as text, drawn as a table
+    in a notebook)."""
 
     probe: str
     numbers: list[Number]
@@ -107,6 +108,9 @@ class Headline:
         return pd.DataFrame([{"quantity": n.label, "value": fmt(n.value, n.kind),
                               "95% interval": _interval(n), "n": "" if n.n is None else n.n,
                               "method": n.method, "expected": n.expect} for n in self.numbers])
+
+    def __repr__(self) -> str:
+        return str(self)
 
     def __str__(self) -> str:
         lines = [f"{self.probe}: {self.sentence}"]

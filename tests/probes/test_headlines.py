@@ -158,3 +158,6 @@ def test_headlines_round_trip_and_print_within_100_columns(tok, rows):
     assert max(len(line) for line in text.splitlines()) <= 100
     assert "1.00 [0.68, 1.00]" in text and "not applicable: no halting head" in text and "{" not in text
     assert isinstance(back["depth_matrix"], Headline) and back["depth_matrix"]["worst_cell"].units is None
+    dm = heads["depth_matrix"]  # as a notebook shows it: the sentence, then a table with the intervals
+    assert repr(dm) == str(dm) and str(dm).startswith(f"depth_matrix: {dm.sentence}\n")
+    assert "<table" in dm._repr_html_() and "[0.68, 1.00]" in dm._repr_html_()
