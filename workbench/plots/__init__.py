@@ -1,6 +1,8 @@
 """Figures: each function takes tidy data (a DataFrame or a result object) and returns a
 `plotly.graph_objects.Figure` styled with the one workbench theme (`workbench.plots.theme`).
-Nothing here writes files or calls `.show()`.
+Nothing here writes files or calls `.show()`. Inside a Jupyter kernel, importing this package
+makes the "workbench" renderer plotly's default (`workbench.plots.notebook`): every figure output
+then also carries offline HTML and a PNG, so it survives `nbconvert --to html` and static viewers.
 """
 
 from workbench.plots.audit import gradient_audit_figure, latency_figure
@@ -11,6 +13,7 @@ from workbench.plots.halting import halting_figure
 from workbench.plots.heads import head_concentration_figure, heads_figure
 from workbench.plots.lens import lens_agreement_figure, logit_lens_figure
 from workbench.plots.linear_probe import linear_probe_figure
+from workbench.plots.notebook import register as _register_renderer
 from workbench.plots.registry import FIGURES, build_all, figure_key, find_builder
 from workbench.plots.theme import THEME, apply_theme
 
@@ -20,3 +23,5 @@ __all__ = [
     "head_concentration_figure", "heads_figure", "latency_figure", "lens_agreement_figure", "linear_probe_figure",
     "logit_lens_figure", "overshoot_cost_figure", "overshoot_figure", "splice_figure",
 ]
+
+_register_renderer()

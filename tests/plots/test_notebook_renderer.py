@@ -1,0 +1,67 @@
+"""The "workbench" notebook renderer: what each figure output carries, when plotly.js travels with it,
+and that its HTML draws in headless Chromium whatever order the figures' scripts run in."""
+
+import plotly.graph_objects as go
+import plotly.io as pio
+import pytest
+
+import workbench.plots.notebook as notebook
+from tests.cdp import Browser
+from tests.test_report import PLOTLY_SIGNATURE
+from workbench.plots import apply_theme
+
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
+
+
+def _fig(title: str) -> dict:
+    return apply_theme(go.Figure(go.Scatter(x=[1, 2, 3], y=[1, 3, 2]))).update_layout(title=title).to_dict()
+
+
+def test_registered_but_not_the_default_outside_a_kernel():
+    assert notebook.NAME in pio.renderers
+    assert pio.renderers.default != notebook.NAME  # pytest is no IPython kernel
+
+
+def test_plotlyjs_comes_once_per_kernel_and_again_when_its_cell_reruns(monkeypatch):
+    executions = iter([("c1", "m1"), ("c1", "m1"), ("c2", "m2"), ("c1", "m3"), ("c1", "m3"), (None, "m4")])
+    monkeypatch.setattr(notebook, "_execution", lambda: next(executions))
+    renderer = notebook.WorkbenchRenderer(png=False)
+    carries = [PLOTLY_SIGNATURE in renderer.to_mimebundle(_fig(f"f{i}"))["text/html"] for i in range(6)]
+    # two figures of one cell: once; another cell: no; the carrying cell re-run: again, once; no cell id: no
+    assert carries == [True, False, False, True, False, False]
+
+
+def test_the_bundle_holds_the_mime_type_html_and_png():
+    renderer = notebook.WorkbenchRenderer()
+    bundle = renderer.to_mimebundle(_fig("a </script> title"))
+    assert set(bundle) == {PLOTLY_MIME, "text/html", "image/png"}
+    assert bundle[PLOTLY_MIME]["data"][0]["y"] == [1, 3, 2]
+    assert bundle["image/png"].startswith("iVBORw0KGgo")
+    page = bundle["text/html"]
+    assert "</script> title" not in page and page.count("</script>") == page.count("<script")  # no early close
+
+
+def test_no_browser_means_no_png_and_no_error(monkeypatch):
+    def broken(*args, **kwargs):
+        raise RuntimeError("no chromium here")
+
+    monkeypatch.setattr(pio, "to_image", broken)
+    renderer = notebook.WorkbenchRenderer()
+    assert set(renderer.to_mimebundle(_fig("x"))) == {PLOTLY_MIME, "text/html"}
+    assert renderer._state["png_broken"]
+
+
+@pytest.mark.parametrize("order", ["bundle first", "bundle last"])
+def test_the_html_draws_every_figure_in_chromium(order, tmp_path):
+    """Figures whose script runs before plotly.js has loaded wait for it (a cell run out of order)."""
+    figures = [notebook.figure_html(_fig(f"figure {i}"), png=b"\x89PNG fake") for i in range(3)]
+    parts = [notebook.plotlyjs_html(), *figures] if order == "bundle first" else [*figures, notebook.plotlyjs_html()]
+    page = tmp_path / "page.html"
+    page.write_text("<!DOCTYPE html><html><body>" + "\n".join(parts) + "</body></html>")
+    with Browser(tmp_path / "profile") as browser:
+        browser.goto(page.as_uri())
+        drawn = browser.wait_for("document.readyState === 'complete' && "
+                                 "[...document.querySelectorAll('.plotly-graph-div')].filter(d => d.querySelector('.main-svg')).length === 3 "
+                                 "&& document.querySelectorAll('.plotly-graph-div img').length === 0", 60, "3 figures drawn")
+        assert drawn and not browser.errors
+        assert not [u for u in browser.requests if u.startswith("http")]
