@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.plots.base import require
+from workbench.plots.base import nested, require
 from workbench.plots.theme import COLORWAY, apply_theme
 
 LATENCY = {"loops": "cost of T loops vs 1 loop", "forced_read": "one-pass forced read",
@@ -32,9 +32,11 @@ def gradient_audit_figure(df: pd.DataFrame, fd: pd.DataFrame | None = None) -> g
     means = df.groupby(["group", "loop"])["grad_rms"].mean().reset_index()
     dead = sorted(g for g, s in means.groupby("group") if (s["grad_rms"] == 0).all())
     fig = go.Figure()
-    for i, (group, s) in enumerate(means[~means["group"].isin(dead)].groupby("group", sort=True)):
+    groups = list(means[~means["group"].isin(dead)].groupby("group", sort=True))
+    for i, (group, s) in enumerate(groups):
+        line, marker = nested(i, len(groups))  # groups fed the same gradient draw equal lines
         fig.add_trace(go.Scatter(x=s["loop"], y=s["grad_rms"].where(s["grad_rms"] > 0), mode="lines+markers",
-                                 name=group, line=dict(color=COLORWAY[i % len(COLORWAY)]),
+                                 name=group, line=dict(color=COLORWAY[i % len(COLORWAY)], **line), marker=marker,
                                  hovertemplate=f"{group}, loop %{{x}}: grad RMS %{{y:.3g}}<extra></extra>"))
     # Log scale shows groups orders of magnitude apart; a zero cannot sit on it, and a zero gradient
     # is itself the finding (no re-entry at loop 1, a frozen group), so zeros are named in the title.
@@ -64,16 +66,20 @@ def latency_figure(df: pd.DataFrame) -> go.Figure:
     """
     require(df, ["what", "loops", "seconds", "ratio", "predicted_ratio"], "latency")
     fig = go.Figure()
-    for i, (what, sub) in enumerate(df.groupby("what", sort=True)):
+    measurements = list(df.groupby("what", sort=True))
+    for i, (what, sub) in enumerate(measurements):
         sub = sub.sort_values("loops")
         color, label = COLORWAY[i % len(COLORWAY)], LATENCY.get(what, what)
+        # Measurements can share ratios (and predictions often do): nested widths keep each visible.
+        line, marker = nested(i, len(measurements))
+        predicted, _ = nested(i, len(measurements), thinnest=1.5, step=2.0)
         fig.add_trace(go.Scatter(
             x=sub["loops"], y=sub["ratio"], mode="lines+markers", name=f"{label}: measured", legendgroup=what,
-            line=dict(color=color, width=2), customdata=sub["seconds"],
+            line=dict(color=color, **line), marker=marker, customdata=sub["seconds"],
             hovertemplate=f"{label}, T = %{{x}}: ratio %{{y:.2f}} (%{{customdata:.3f}} s)<extra></extra>"))
         fig.add_trace(go.Scatter(
             x=sub["loops"], y=sub["predicted_ratio"], mode="lines+markers", name=f"{label}: predicted",
-            legendgroup=what, line=dict(color=color, dash="dash", width=1.5),
+            legendgroup=what, line=dict(color=color, dash="dash", **predicted),
             marker=dict(symbol="line-ew-open", size=14, line=dict(width=2, color=color)),
             hovertemplate=f"{label}, T = %{{x}}: predicted %{{y:.2f}}<extra></extra>"))
     fig.update_xaxes(title="loops T", dtick=1)

@@ -22,6 +22,26 @@ CLASS_COLORS = {
 }
 
 
+# Marker shapes for series that may coincide, in drawing order (see `nested`).
+NESTED_SYMBOLS = ["circle", "square", "diamond", "triangle-up", "cross", "x", "hexagon", "star-triangle-up"]
+
+
+def nested(i: int, n: int, thinnest: float = 2.0, step: float = 3.0, widest: float = 11.0) -> tuple[dict, dict]:
+    """Returns (line, marker) style for the i-th of n series of one kind that can be equal.
+
+    Lines of one kind on one axis (one per lens, depth, target, ...) can carry the same numbers, and
+    the one drawn last would hide the others. The first drawn is the widest line with the largest
+    marker; each later one is thinner, with a smaller marker of its own shape, so equal series show
+    as a stripe inside a stripe. Colour, dash and the data are left to the caller.
+    """
+    if n < 2:
+        width = thinnest
+    else:
+        width = thinnest + min(step, (widest - thinnest) / (n - 1)) * (n - 1 - i)
+    width = round(width, 2)
+    return dict(width=width), dict(symbol=NESTED_SYMBOLS[i % len(NESTED_SYMBOLS)], size=round(width + 5, 2))
+
+
 def require(df: pd.DataFrame, columns, what: str) -> None:
     """Raises WorkbenchError naming the missing columns when `df` lacks any of `columns`."""
     if not isinstance(df, pd.DataFrame):

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.plots.base import CLASS_COLORS, class_fractions, require
+from workbench.plots.base import CLASS_COLORS, class_fractions, nested, require
 from workbench.plots.theme import COLORWAY, apply_theme
 
 OVERSHOOT_CLASSES = ["iterate", "park", "other"]
@@ -71,9 +71,10 @@ def overshoot_cost_figure(df: pd.DataFrame, cost: pd.DataFrame) -> go.Figure:
         sub = cost[cost["depth"] == d].sort_values("extra")
         if sub.empty:
             continue
+        line, marker = nested(i, len(depths))  # depths that keep the answer draw equal lines
         fig.add_trace(go.Scatter(
             x=sub["extra"], y=sub["answer_acc"], mode="lines+markers", name=f"depth {d}",
-            line=dict(color=COLORWAY[i % len(COLORWAY)]), customdata=sub["n"],
+            line=dict(color=COLORWAY[i % len(COLORWAY)], **line), marker=marker, customdata=sub["n"],
             hovertemplate=f"depth {d}, k = %{{x}}: answer kept %{{y:.3f}} (n = %{{customdata}})<extra></extra>"))
     fig.update_xaxes(title="extra loops k past the depth", dtick=1)
     fig.update_yaxes(title="accuracy on x_d at loop d + k", range=[0, 1.02])

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.plots.base import require
+from workbench.plots.base import nested, require
 from workbench.plots.theme import COLORWAY, INK, apply_theme
 
 COMPARISONS = {"consecutive": "loop t vs t−1", "vs_loop1": "loop t vs loop 1"}
@@ -22,14 +22,17 @@ def _band(fig, x, low, high, name: str, fill: str, row: int, col: int, showlegen
 
 
 def _angles(fig: go.Figure, df: pd.DataFrame, row: int, col: int) -> None:
-    for i, (comparison, sub) in enumerate(df.groupby("comparison", sort=True)):
+    comparisons = list(df.groupby("comparison", sort=True))
+    for i, (comparison, sub) in enumerate(comparisons):
         color = COLORWAY[i % len(COLORWAY)]
+        line, marker = nested(i, len(comparisons))  # at loop 2, "t vs t-1" and "t vs loop 1" are one comparison
         label = COMPARISONS.get(comparison, comparison)
         s = sub.groupby("loop")["angle_deg"].agg(["mean", "min", "max", "size"]).reset_index()
         fill = "rgba({},{},{},0.15)".format(*(int(color[j:j + 2], 16) for j in (1, 3, 5)))
         _band(fig, s["loop"], s["min"], s["max"], f"{label}: range over angles", fill, row, col)
         fig.add_trace(go.Scatter(
-            x=s["loop"], y=s["mean"], mode="lines+markers", name=f"{label}: mean angle", line=dict(color=color),
+            x=s["loop"], y=s["mean"], mode="lines+markers", name=f"{label}: mean angle", line=dict(color=color, **line),
+            marker=marker,
             customdata=s[["min", "max"]], legendgroup=label,
             hovertemplate=(f"{label}, loop %{{x}}: mean %{{y:.1f}}° (range %{{customdata[0]:.1f}}–"
                            "%{customdata[1]:.1f}°)<extra></extra>")), row=row, col=col)

@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench.errors import WorkbenchError
-from workbench.plots.base import SEQUENTIAL, add_slider, require
+from workbench.plots.base import SEQUENTIAL, add_slider, nested, require
 from workbench.plots.theme import COLORWAY, apply_theme
 
 LENS_COLUMNS = ["row_id", "depth", "loop", "lens", "chain_index", "symbol", "rank", "prob"]
@@ -114,11 +114,15 @@ def lens_agreement_figure(df: pd.DataFrame) -> go.Figure:
     """Returns, per lens, the mean probability of the loop's own target x_t and of the next x_{t+1}.
 
     A lens that reads x_{t+1} at loop t shows the next step forming before the Coda reads it.
+    Lenses can read exactly the same numbers (raw and coda often do), so each lens has its own
+    line width and marker (`nested`): equal lines show one inside the other.
     """
     require(df, LENS_COLUMNS, "logit_lens")
     fig = go.Figure()
-    for i, (lens, sub) in enumerate(sorted(df.groupby("lens"), key=lambda kv: kv[0])):
+    lenses = sorted(df.groupby("lens"), key=lambda kv: kv[0])
+    for i, (lens, sub) in enumerate(lenses):
         color = COLORWAY[i % len(COLORWAY)]
+        line, marker = nested(i, len(lenses))
         for offset, dash, label in ((0, "solid", "x_t"), (1, "dot", "x_{t+1}")):
             hit = sub[sub["chain_index"] == sub["loop"] + offset]
             if hit.empty:
@@ -126,7 +130,7 @@ def lens_agreement_figure(df: pd.DataFrame) -> go.Figure:
             m = hit.groupby("loop")["prob"].agg(["mean", "size"]).reset_index()
             fig.add_trace(go.Scatter(
                 x=m["loop"], y=m["mean"], mode="lines+markers", name=f"{lens}: {label}", legendgroup=lens,
-                line=dict(color=color, dash=dash), customdata=m["size"],
+                line=dict(color=color, dash=dash, **line), marker=marker, customdata=m["size"],
                 hovertemplate=f"{lens} lens, loop %{{x}}: P({label}) = %{{y:.3f}} (n = %{{customdata}})<extra></extra>"))
     fig.update_xaxes(title="loop t", dtick=1)
     fig.update_yaxes(title="mean probability (over the task's candidates)", range=[0, 1.02])

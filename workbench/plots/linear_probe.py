@@ -9,7 +9,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.plots.base import require
+from workbench.plots.base import nested, require
 from workbench.plots.theme import COLORWAY, apply_theme
 
 TARGETS = {"x_prev": "x_{t−1}", "x_t": "x_t", "x_next": "x_{t+1}"}
@@ -45,14 +45,17 @@ def linear_probe_figure(df: pd.DataFrame) -> go.Figure:
             if sub.empty:
                 continue
             color, label = COLORWAY[i % len(COLORWAY)], TARGETS.get(target, target)
+            # Targets can be decoded equally well (all at 1.0): nested widths keep every line visible.
+            line, marker = nested(i, len(targets))
+            null_line, _ = nested(i, len(targets), thinnest=1.0, step=1.5)
             fig.add_trace(go.Scatter(
                 x=sub["loop"], y=sub["accuracy"], mode="lines+markers", name=label, legendgroup=target,
-                showlegend=s == 0, line=dict(color=color), customdata=sub["n_test"],
+                showlegend=s == 0, line=dict(color=color, **line), marker=marker, customdata=sub["n_test"],
                 hovertemplate=f"{site}, {label}, loop %{{x}}: accuracy %{{y:.3f}} (n_test %{{customdata}})<extra></extra>"),
                 row=row, col=col)
             fig.add_trace(go.Scatter(
                 x=sub["loop"], y=sub["null_p95"], mode="lines", name=f"{label}: null p95", legendgroup=target,
-                showlegend=False, line=dict(color=color, dash="dash", width=1),
+                showlegend=False, line=dict(color=color, dash="dash", **null_line),
                 hovertemplate=f"{site}, {label}, loop %{{x}}: permutation null p95 %{{y:.3f}}<extra></extra>"),
                 row=row, col=col)
         if "chance" in df.columns:
