@@ -4,6 +4,14 @@ Edit the cells here, not in Jupyter, then regenerate; `tests/test_notebooks.py` 
 committed notebooks match this file and runs each one top to bottom. Every notebook imports
 only the library (plus torch, pandas and plotly) and keeps to a few rows, so each runs in
 about a minute or two on two CPU cores.
+
+The notebooks are committed with the metadata JupyterLab itself writes when it starts the
+project's kernel (`kernel_metadata`), so opening one in JupyterLab does not mark it modified.
+Figures drawn in them carry offline HTML and a PNG beside the Plotly mime type
+(`workbench.plots.notebook`), so executed notebooks survive `jupyter nbconvert --to html`;
+`offline.html.j2` here is nbconvert's page without its CDN scripts (require.js, MathJax):
+
+    jupyter nbconvert --to html --template-file notebooks/offline.html.j2 notebooks/01_logit_lens.ipynb
 """
 
 from __future__ import annotations
@@ -313,14 +321,28 @@ NOTEBOOKS = {
 }
 
 
+def kernel_metadata() -> dict:
+    """Returns the kernelspec and language_info JupyterLab writes when it starts this project's kernel.
+
+    JupyterLab rewrites both from the running kernel and marks the notebook modified when they
+    differ, so they are taken from ipykernel itself (the language_info includes the Python
+    version: opening the notebooks with another Python rewrites that one field).
+    """
+    from ipykernel.ipkernel import IPythonKernel
+    from ipykernel.kernelspec import KERNEL_NAME, get_kernel_dict
+
+    spec = get_kernel_dict()
+    return {"kernelspec": {"name": KERNEL_NAME, "display_name": spec["display_name"], "language": spec["language"]},
+            "language_info": dict(IPythonKernel.language_info)}
+
+
 def notebook(name: str, cells: list) -> nbformat.NotebookNode:
     """Returns the notebook `name` with deterministic cell ids (so regenerating changes nothing)."""
     stem = name.split("_")[0]
     for i, cell in enumerate(cells):
         cell["id"] = f"nb{stem}-{i:02d}"
     nb = new_notebook(cells=cells)
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.metadata["language_info"] = {"name": "python"}
+    nb.metadata.update(kernel_metadata())
     return nb
 
 
