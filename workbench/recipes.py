@@ -133,7 +133,7 @@ def _unknown(key: str) -> WorkbenchError:
     if near:
         suggestion = near[0].replace("stages.N.", f"stages.{parts[1]}.") if generic != key else near[0]
         hint = f"; did you mean '{suggestion}'?"
-    return WorkbenchError(f"unknown recipe key '{key}'{hint} (known keys: see workbench.recipes.SCHEMA)")
+    return WorkbenchError(f"unknown recipe key {key!r}{hint} (known keys: see workbench.recipes.SCHEMA)")
 
 
 def _check_type(key: str, value, default):
@@ -256,7 +256,7 @@ def _check_depths(key: str, depths: list, alphabet: int, max_loops: int) -> None
 def parse_override(item: str) -> tuple[str, object]:
     """Returns (dotted key, value) from "key=value"; the value is read as TOML, else as a string."""
     if "=" not in item:
-        raise WorkbenchError(f"--set '{item}' is not of the form key=value (e.g. optim.lr=3e-4)")
+        raise WorkbenchError(f"--set {item!r} is not of the form key=value (e.g. optim.lr=3e-4)")
     key, text = (s.strip() for s in item.split("=", 1))
     try:
         value = tomllib.loads(f"v = {text}")["v"]
@@ -275,14 +275,14 @@ def apply_overrides(raw: dict, overrides: list[str] | dict | None) -> dict:
         for j, part in enumerate(parts[:-1]):
             if isinstance(node, list):
                 if not part.isdigit() or int(part) >= len(node):
-                    raise WorkbenchError(f"--set '{key}': stage index '{part}' is outside 0..{len(node) - 1}")
+                    raise WorkbenchError(f"--set {key!r}: stage index {part!r} is outside 0..{len(node) - 1}")
                 node = node[int(part)]
             else:
                 if part != "stages" and part not in SCHEMA and node is raw:
                     raise _unknown(key)
                 node = node.setdefault(part, [] if part == "stages" else {})
         if isinstance(node, list):
-            raise WorkbenchError(f"--set '{key}' must name a key inside a stage, e.g. stages.0.steps")
+            raise WorkbenchError(f"--set {key!r} must name a key inside a stage, e.g. stages.0.steps")
         node[parts[-1]] = value
     return raw
 
