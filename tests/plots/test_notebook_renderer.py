@@ -31,7 +31,16 @@ def test_plotlyjs_comes_once_per_kernel_and_again_when_its_cell_reruns(monkeypat
     assert carries == [True, False, False, True, False, False]
 
 
-def test_the_bundle_holds_the_mime_type_html_and_png():
+@pytest.fixture
+def kaleido_server():
+    """The renderer leaves kaleido's browser running for the kernel's next figure; a test stops it."""
+    import kaleido
+
+    yield
+    kaleido.stop_sync_server(silence_warnings=True)
+
+
+def test_the_bundle_holds_the_mime_type_html_and_png(kaleido_server):
     renderer = notebook.WorkbenchRenderer()
     bundle = renderer.to_mimebundle(_fig("a </script> title"))
     assert set(bundle) == {PLOTLY_MIME, "text/html", "image/png"}
