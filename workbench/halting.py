@@ -7,8 +7,13 @@ or the last real token). Stage 2 distills it from the loss-improvement oracle:
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 import torch
 from torch import nn
+
+from workbench.errors import WorkbenchError
 
 POOLING = ("mean", "last")
 
@@ -59,3 +64,31 @@ def halt_depth(probs: torch.Tensor, threshold: float, t_min: int = 1) -> torch.T
     stop[:, : max(0, t_min - 1)] = False
     stop[:, -1] = True
     return stop.long().argmax(dim=1) + 1
+
+
+@dataclass(frozen=True)
+class HaltPolicy:
+    """When a row stops in adaptive inference (`LoopedLM.adaptive_read`): at the first loop
+    t >= `min_loops` whose continue probability p_t < `tau`, else at the budget `max_loops`
+    (default the model's). tau = 0 never stops early (the fixed-depth run); tau = 1 stops at `min_loops`.
+    """
+
+    tau: float
+    min_loops: int = 1
+    max_loops: int | None = None
+
+    def __post_init__(self):
+        if not (isinstance(self.tau, (int, float)) and math.isfinite(self.tau) and 0 <= self.tau <= 1):
+            raise WorkbenchError(f"halting tau={self.tau!r} must be a number in [0, 1]")
+        budget = self.max_loops if self.max_loops is not None else self.min_loops
+        if not (isinstance(self.min_loops, int) and isinstance(budget, int) and 1 <= self.min_loops <= budget):
+            raise WorkbenchError(f"halting min_loops={self.min_loops!r}, max_loops={self.max_loops!r}: "
+                                 "need integers with 1 <= min_loops <= max_loops")
+
+    def stops(self, t: int, probs: torch.Tensor, budget: int) -> torch.Tensor:
+        """Which rows stop after loop t, bool [rows], from their continue probabilities p_t [rows]."""
+        if t >= budget:
+            return torch.ones_like(probs, dtype=torch.bool)
+        if t < self.min_loops:
+            return torch.zeros_like(probs, dtype=torch.bool)
+        return probs < self.tau

@@ -45,6 +45,27 @@ class LoopReadout:
 
 
 @dataclass
+class AdaptiveReadout:
+    """What `LoopedLM.adaptive_read` returns: each row read once, at the loop where it stopped.
+
+    scores: [batch, n_positions, n_candidates or vocab] at each row's own last loop.
+    positions: [batch, n_positions].
+    loops_used: [batch] the loops each row ran (its halting loop), long.
+    halt_probs: [batch, T] continue probabilities p_t, NaN after the row stopped.
+    row_loops: rows x loops actually computed through the block (= loops_used.sum()); a fixed-depth
+        run of the same batch computes batch x T.
+    budget: T, the most loops any row could run.
+    """
+
+    scores: torch.Tensor
+    positions: torch.Tensor
+    loops_used: torch.Tensor
+    halt_probs: torch.Tensor
+    row_loops: int
+    budget: int
+
+
+@dataclass
 class LoopedOutput:
     """What `LoopedLM.forward` returns: `logits` [batch, pos, vocab] read at the final loop."""
 
@@ -101,6 +122,8 @@ class LoopedLM(HookedRootModule):
             str(t): _loop_sites(block_range, coda_range, memory is not None, halting is not None)
             for t in range(1, max_loops + 1)
         })
+        # Adaptive inference's loops per row [batch] (after every row stopped): reading or patching it is public.
+        self.hook_loops_used = HookPoint() if halting is not None else None
         self.setup()
 
     # ----------------------------------------------------------------- pieces
@@ -155,26 +178,35 @@ class LoopedLM(HookedRootModule):
         """Yields (t, h_t, ctx) for t = 1..loops; the recurrence of DESIGN.md §2."""
         self._check_loops(loops)
         ctx = self._context(input_ids, attention_mask)
+        h, p = self._prelude(ctx)
+        past: dict[int, list[torch.Tensor]] = {i: [] for i in range(self.a, self.b)}
+        for t in range(1, loops + 1):
+            h = self._step(t, h, p, ctx, past)
+            yield t, h, ctx
+
+    def _prelude(self, ctx) -> tuple[torch.Tensor, torch.Tensor]:
+        """(h_0, p): the Prelude's output [b, s, d], twice (the state and the re-entry's anchor)."""
         h = ctx[0]
         for i in range(self.a):
             h = self.prelude[str(i)].hook_resid_post(self._layer(i, h, ctx))
         p = self.hook_prelude(h)                                    # [b, s, d]
-        past: dict[int, list[torch.Tensor]] = {i: [] for i in range(self.a, self.b)}
-        for t in range(1, loops + 1):
-            sites = self.loop[str(t)]
-            h = sites.hook_input(h if t == 1 else self.reentry(p, h))
-            for i in range(self.a, self.b):
-                site = sites.block[str(i)]
-                if self.memory is not None and t > 1:
-                    window = past[i][-self.memory_window:]
-                    distances = torch.arange(len(window), 0, -1, device=h.device)  # t - t_j, oldest first
-                    update = self.memory[str(i)](window[-1], torch.stack(window, dim=2), distances)
-                    h = h + site.memory.hook_out(update)
-                h = site.hook_resid_post(self._layer(i, h, ctx, pattern=site.attn.hook_pattern))
-                if self.memory is not None:
-                    past[i] = (past[i] + [h])[-self.memory_window:]
-            h = sites.hook_state(h)
-            yield t, h, ctx
+        return p, p
+
+    def _step(self, t: int, h: torch.Tensor, p: torch.Tensor, ctx, past: dict) -> torch.Tensor:
+        """One loop: h_t = Block(u_t) from h_{t-1}, memory windows in `past` updated in place."""
+        sites = self.loop[str(t)]
+        h = sites.hook_input(h if t == 1 else self.reentry(p, h))
+        for i in range(self.a, self.b):
+            site = sites.block[str(i)]
+            if self.memory is not None and t > 1:
+                window = past[i][-self.memory_window:]
+                distances = torch.arange(len(window), 0, -1, device=h.device)  # t - t_j, oldest first
+                update = self.memory[str(i)](window[-1], torch.stack(window, dim=2), distances)
+                h = h + site.memory.hook_out(update)
+            h = site.hook_resid_post(self._layer(i, h, ctx, pattern=site.attn.hook_pattern))
+            if self.memory is not None:
+                past[i] = (past[i] + [h])[-self.memory_window:]
+        return sites.hook_state(h)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                 loops: int = 1) -> LoopedOutput:
@@ -215,24 +247,13 @@ class LoopedLM(HookedRootModule):
 
     def _read(self, input_ids, attention_mask, loops, positions, candidates, return_states) -> LoopReadout:
         positions = self._read_positions(input_ids, attention_mask, positions)
-        unembed, bias = self._unembedding(candidates)
-        exact_head = self.precision != "fp32"  # the readout in fp32 (once per call); bf16 scores would tie
-        if exact_head:
-            unembed, bias = unembed.float(), None if bias is None else bias.float()
+        unembed, bias, exact_head = self._head(candidates)
         gather = positions.unsqueeze(-1).expand(-1, -1, self.config.hidden_size)
         scores, states, halts = [], [], []
         for t, h, ctx in self._loop(input_ids, attention_mask, loops):
             if self.halting is not None:
                 halts.append(self._halt_prob(t, h, attention_mask))
-            normed = self._coda(t, h, ctx).gather(1, gather)         # [b, p, d]
-            normed = self.loop[str(t)].hook_readout(normed)
-            with torch.autocast(input_ids.device.type, enabled=False) if exact_head else contextlib.nullcontext():
-                normed = normed.float() if exact_head else normed
-                if unembed.dim() == 2:
-                    s = normed @ unembed.T                                # [b, p, c]
-                else:
-                    s = torch.einsum("bpd,bcd->bpc", normed, unembed)
-            scores.append(s if bias is None else s + bias)
+            scores.append(self._readout(t, h, ctx, gather, unembed, bias, exact_head))
             if return_states:
                 states.append(h.gather(1, gather))
         return LoopReadout(
@@ -241,6 +262,97 @@ class LoopedLM(HookedRootModule):
             states=torch.stack(states, dim=1) if return_states else None,
             halt_probs=torch.stack(halts, dim=1) if halts else None,
         )
+
+    def _head(self, candidates):
+        """(unembedding [c, d] or [b, c, d], bias, exact): the readout in fp32 under bf16 (scores would tie)."""
+        unembed, bias = self._unembedding(candidates)
+        exact_head = self.precision != "fp32"
+        if exact_head:
+            unembed, bias = unembed.float(), None if bias is None else bias.float()
+        return unembed, bias, exact_head
+
+    def _readout(self, t: int, h, ctx, gather, unembed, bias, exact_head) -> torch.Tensor:
+        """Loop t's scores [b, p, c] at the gathered positions: Coda, norm, hook_readout, unembedding."""
+        normed = self._coda(t, h, ctx).gather(1, gather)         # [b, p, d]
+        normed = self.loop[str(t)].hook_readout(normed)
+        with torch.autocast(h.device.type, enabled=False) if exact_head else contextlib.nullcontext():
+            normed = normed.float() if exact_head else normed
+            if unembed.dim() == 2:
+                s = normed @ unembed.T                                # [b, p, c]
+            else:
+                s = torch.einsum("bpd,bcd->bpc", normed, unembed)
+        return s if bias is None else s + bias
+
+    # ----------------------------------------------------------------- adaptive inference
+    def adaptive_read(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
+                      policy, positions: torch.Tensor | None = None,
+                      candidates: torch.Tensor | None = None) -> AdaptiveReadout:
+        """Runs each row until its halting head says stop (`workbench.halting.HaltPolicy`), reading it once there.
+
+        Rows that stop leave the batch: later loops, their memory windows and the Coda run only on
+        the rows still going, so the saved compute is real (`row_loops` counts it). Per-loop hooks
+        therefore see [rows still running, s, d]; `hook_loops_used` sees the loops of every row.
+        A policy that never stops early (tau = 0) computes exactly what `read(loops=T)` reads at T.
+
+        Args:
+            input_ids, attention_mask: [batch, seq]; any padding side.
+            policy: a HaltPolicy (tau, min_loops, max_loops = the budget T, default this retrofit's max_loops).
+            positions, candidates: as for `read`.
+        Returns:
+            AdaptiveReadout with scores [batch, n_positions, n_candidates or vocab] (fp32).
+        """
+        if self.halting is None:
+            raise WorkbenchError("adaptive_read needs a halting head; this retrofit has none (retrofit with "
+                                 "halting=True and train it)")
+        budget = self.max_loops if policy.max_loops is None else policy.max_loops
+        self._check_loops(budget)
+        if policy.min_loops > budget:
+            raise WorkbenchError(f"halting min_loops={policy.min_loops} exceeds the budget of {budget} loops")
+        with autocast(self.precision, input_ids.device.type):
+            out = self._adaptive(input_ids, attention_mask, policy, budget, positions, candidates)
+        out.scores = out.scores.float()
+        out.halt_probs = out.halt_probs.float()
+        return out
+
+    def _adaptive(self, input_ids, attention_mask, policy, budget, positions, candidates) -> AdaptiveReadout:
+        b = input_ids.shape[0]
+        positions = self._read_positions(input_ids, attention_mask, positions)
+        unembed, bias, exact_head = self._head(candidates)
+        per_row_head = unembed.dim() == 3                             # candidates [b, c]: each row its own
+        ctx = self._context(input_ids, attention_mask)
+        h, p = self._prelude(ctx)
+        past: dict[int, list[torch.Tensor]] = {i: [] for i in range(self.a, self.b)}
+        rows = torch.arange(b, device=input_ids.device)               # batch index of each running row
+        mask = attention_mask
+        loops_used = torch.zeros(b, dtype=torch.long, device=input_ids.device)
+        probs = torch.full((b, budget), float("nan"), device=input_ids.device)
+        scores: torch.Tensor | None = None
+        for t in range(1, budget + 1):
+            h = self._step(t, h, p, ctx, past)
+            prob = self._halt_prob(t, h, mask)                         # [running]
+            probs[rows, t - 1] = prob.to(probs.dtype)
+            stop = policy.stops(t, prob, budget)
+            if not bool(stop.any()):
+                continue
+            done = stop.nonzero().squeeze(1)
+            whole = len(done) == len(rows)                             # no copy when every running row stops
+            pick = (lambda x: x) if whole else _rows_picker(done, len(rows))
+            gather = positions[rows[done]].unsqueeze(-1).expand(-1, -1, self.config.hidden_size)
+            head = (unembed[rows[done]], None if bias is None else bias[rows[done]]) if per_row_head else (unembed, bias)
+            s = self._readout(t, pick(h), pick(ctx), gather, *head, exact_head)
+            if scores is None:
+                scores = s.new_zeros((b, *s.shape[1:]))
+            scores[rows[done]] = s
+            loops_used[rows[done]] = t
+            if whole:
+                break
+            keep = _rows_picker((~stop).nonzero().squeeze(1), len(rows))
+            h, p, ctx, rows = keep(h), keep(p), keep(ctx), keep(rows)
+            mask = keep(mask)
+            past = {i: [keep(x) for x in xs] for i, xs in past.items()}
+        loops_used = self.hook_loops_used(loops_used)
+        return AdaptiveReadout(scores=scores, positions=positions, loops_used=loops_used, halt_probs=probs,
+                               row_loops=int(loops_used.sum()), budget=budget)
 
     def _read_positions(self, input_ids, attention_mask, positions) -> torch.Tensor:
         b, s = input_ids.shape
@@ -267,3 +379,22 @@ class LoopedLM(HookedRootModule):
         if candidates.dim() == 1:
             return weight[candidates], None if bias is None else bias[candidates]
         return weight[candidates], None if bias is None else bias[candidates].unsqueeze(1)
+
+
+def _rows_picker(index: torch.Tensor, batch: int):
+    """A function taking rows `index` of every tensor with a leading batch dim (nested tuples and lists too);
+    broadcast tensors (leading dim 1 of a larger batch) and None pass through. Shared tensors are picked once."""
+    seen: dict[int, torch.Tensor] = {}
+
+    def pick(x):
+        if x is None:
+            return None
+        if isinstance(x, (tuple, list)):
+            return type(x)(pick(v) for v in x)
+        if x.dim() == 0 or x.shape[0] != batch or (batch == 1 and len(index) == 1):
+            return x
+        if id(x) not in seen:
+            seen[id(x)] = x[index]
+        return seen[id(x)]
+
+    return pick
