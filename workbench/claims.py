@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.arms import compare_arms, load_arm
 from workbench.errors import WorkbenchError
 from workbench.stats import fisher, mcnemar
 
@@ -51,18 +52,18 @@ class Missing(Exception):
     """A specimen or one of its result files is not there: the claim is not comparable (yet)."""
 
 
-def _results(specimen: Path) -> Path:
-    folder = specimen / BATTERY
+def _results(specimen: Path, results: str = BATTERY) -> Path:
+    folder = specimen / results
     if not (folder / "summary.json").is_file():
         raise Missing(f"{specimen.relative_to(ROOT) if specimen.is_relative_to(ROOT) else specimen} has no "
-                      f"{BATTERY}/summary.json")
+                      f"{results}/summary.json")
     return folder
 
 
-def _table(specimen: Path, name: str) -> pd.DataFrame:
-    path = _results(specimen) / f"{name}.parquet"
+def _table(specimen: Path, name: str, results: str = BATTERY) -> pd.DataFrame:
+    path = _results(specimen, results) / f"{name}.parquet"
     if not path.is_file():
-        raise Missing(f"no {BATTERY}/{name}.parquet")
+        raise Missing(f"no {results}/{name}.parquet")
     return pd.read_parquet(path)
 
 
@@ -126,7 +127,7 @@ def frontier_ratio(specimen: Path, claim: dict) -> dict:
 
 def guardrail(specimen: Path, claim: dict) -> dict:
     """Base vs specimen on the arithmetic guardrail at loop 1, row-paired (identity probe's table)."""
-    f = _table(specimen, "identity__guardrail")
+    f = _table(specimen, "identity__guardrail", claim.get("results", BATTERY))
     base, ours = int(f["base_correct"].sum()), int(f["checkpoint_correct"].sum())
     helped = int((~f["base_correct"] & f["checkpoint_correct"]).sum())
     hurt = int((f["base_correct"] & ~f["checkpoint_correct"]).sum())
@@ -153,8 +154,63 @@ def identity_adapter_off(specimen: Path, claim: dict) -> dict:
     return _identity(specimen, "adapter_off_vs_base")
 
 
+def _arms(specimen: Path, claim: dict) -> dict:
+    """The paired comparison of `specimen` (A) against `claim["against"]` (B), from their `results` folders."""
+    other = ROOT / claim["against"]
+    results = claim.get("results", "arms")
+    for s in (specimen, other):
+        _results(s, results)
+    return compare_arms(load_arm(specimen, specimen / results), load_arm(other, other / results))
+
+
+def arms_depths(specimen: Path, claim: dict) -> dict:
+    """A vs B final-answer counts at the claim's depths, row-paired (exact McNemar) and unpaired (Fisher)."""
+    out = _arms(specimen, claim)
+    d = out["depths"].set_index("depth").loc[claim["depths"]]
+    counts = [[[int(r.a_correct), int(r.n)], [int(r.b_correct), int(r.n)]] for r in d.itertuples()]
+    a, b = out["arms"]
+    text = "; ".join(f"d{i}: {r.a_correct}/{r.n} vs {r.b_correct}/{r.n}" for i, r in zip(d.index, d.itertuples()))
+    return {"counts": counts, "depths": d.reset_index().to_dict("records"), "rows": int(d["n"].sum()),
+            "text": f"{a} vs {b}: {text}"}
+
+
+def arms_beyond(specimen: Path, claim: dict) -> dict:
+    """A vs B pooled beyond the trained support (paired), the crossover depth and each arm's frontier at 0.71."""
+    out = _arms(specimen, claim)
+    if "beyond_support" not in out["pooled"]:
+        raise Missing("no depth beyond the trained support was read")
+    p = out["pooled"]["beyond_support"]
+    inside = out["pooled"]["inside_support"]
+    fr = out["frontier"][out["frontier"]["bar"] == 0.71].set_index("arm")["frontier"]
+    a, b = out["arms"]
+    cross = out["crossover"]
+    return {"beyond": p, "inside": inside, "crossover": cross, "frontier": {a: fr[a], b: fr[b]}, "rows": p["n"],
+            "text": f"beyond the support {a} {p['a_correct']}/{p['n']} vs {b} {p['b_correct']}/{p['n']} "
+                    f"({b} helped {p['b_helped']}, hurt {p['b_hurt']}, McNemar p = {p['p_mcnemar']:.3g}); inside "
+                    f"{inside['a_correct']} vs {inside['b_correct']} of {inside['n']}; frontiers {fr[a]:.2f} vs "
+                    f"{fr[b]:.2f}; " + (f"cross at depth {cross:.2f}" if cross is not None else "no crossing")}
+
+
+def support_scaling(specimen: Path, claim: dict) -> dict:
+    """Frontier / support at the bars 0.60 / 0.71 / 0.80 for each specimen of the family (`claim["family"]`)."""
+    per = []
+    for rel in [claim["specimen"], *claim["family"]]:
+        spec = ROOT / rel
+        if not spec.is_dir():
+            raise Missing(f"specimen {rel} is not committed")
+        r = frontier_ratio(spec, claim)
+        per.append((_summary(spec)["checkpoint"]["support"], r))
+    per.sort(key=lambda x: x[0])
+    at = [r["ratios"]["0.71"] for _, r in per]
+    return {"per_support": [{"support": s, **r["ratios"]} for s, r in per], "range": [min(at), max(at)],
+            "rows": sum(r["rows"] for _, r in per),
+            "text": "; ".join(f"support {s}: {r['ratios']['0.71']:.2f} (0.60-0.80: {min(v for v in r['ratios'].values() if v is not None):.2f}-"
+                              f"{max(v for v in r['ratios'].values() if v is not None):.2f})" for s, r in per)}
+
+
 MEASURES = {f.__name__: f for f in (diagonal, intermediate, overshoot_inside, overshoot_beyond, frontier_ratio,
-                                    guardrail, identity_fresh, identity_adapter_off)}
+                                    guardrail, identity_fresh, identity_adapter_off, arms_depths, arms_beyond,
+                                    support_scaling)}
 
 
 # ----------------------------------------------------------------------------- tests
@@ -197,7 +253,36 @@ def exactly_zero(claim: dict, ours: dict) -> tuple[str, str]:
     return ("reproduced" if ours["value"] == 0.0 else "not reproduced"), "exact: max |Δlogit| must be 0.0"
 
 
-TESTS = {f.__name__: f for f in (counts_not_worse, iterate_not_worse, drop_at_most, ratio_in_band, exactly_zero)}
+def no_significant_difference(claim: dict, ours: dict) -> tuple[str, str]:
+    """No depth where the arms differ at p < 0.05 (two-sided exact McNemar on the paired rows)."""
+    worst = min(ours["depths"], key=lambda r: r["p_mcnemar"])
+    ok = worst["p_mcnemar"] >= ALPHA
+    return ("reproduced" if ok else "not reproduced"), \
+        (f"exact McNemar per depth, smallest p = {worst['p_mcnemar']:.3g} at depth {worst['depth']} "
+         f"({worst['a_correct']} vs {worst['b_correct']} of {worst['n']}; one-sided Fisher B > A "
+         f"p = {worst['p_fisher_b_greater']:.3g})")
+
+
+def b_leads_beyond(claim: dict, ours: dict) -> tuple[str, str]:
+    """B (the full block) ahead of A beyond the support: more rows helped than hurt at p < 0.05 (exact McNemar)."""
+    p = ours["beyond"]
+    ok = p["b_helped"] > p["b_hurt"] and p["p_mcnemar"] < ALPHA
+    return ("reproduced" if ok else "not reproduced"), \
+        f"beyond the support B helped {p['b_helped']}, hurt {p['b_hurt']} (exact McNemar p = {p['p_mcnemar']:.3g})"
+
+
+def all_ratios_in_band(claim: dict, ours: dict) -> tuple[str, str]:
+    """Every support's frontier / support at 0.71 inside the paper's band."""
+    lo, hi = claim["paper_band"]
+    out = [r for r in ours["per_support"] if not lo <= r["0.71"] <= hi]
+    return ("reproduced" if not out else "not reproduced"), \
+        (f"frontier / support at 0.71 spans {ours['range'][0]:.2f}-{ours['range'][1]:.2f} over supports "
+         f"{', '.join(str(r['support']) for r in ours['per_support'])}; the paper's band is {lo:.2f}-{hi:.2f}"
+         + (f"; outside it: support {', '.join(str(r['support']) for r in out)}" if out else ""))
+
+
+TESTS = {f.__name__: f for f in (counts_not_worse, iterate_not_worse, drop_at_most, ratio_in_band, exactly_zero,
+                                 no_significant_difference, b_leads_beyond, all_ratios_in_band)}
 
 
 # ----------------------------------------------------------------------------- the ledger
