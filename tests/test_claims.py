@@ -83,3 +83,45 @@ def test_a_missing_specimen_is_not_comparable_and_bad_claims_are_refused(tmp_pat
     with pytest.raises(WorkbenchError, match="unknown measure"):
         load_claims(_claims_file(tmp_path, id="b", measure="nope", test="exactly_zero", **BASE))
     assert load_claims(CLAIMS_FILE)
+
+
+def _arm_specimen(root: Path, name: str, correct: dict[int, int], support: int, n: int = 16) -> None:
+    folder = root / name / "arms"
+    folder.mkdir(parents=True)
+    rows = [(f"r{d}-{i}", d, d, i < k) for d, k in correct.items() for i in range(n)]
+    pd.DataFrame.from_records(rows, columns=["row_id", "depth", "loop", "correct"]).to_parquet(
+        folder / "depth_matrix.parquet")
+    (folder / "summary.json").write_text(json.dumps({"checkpoint": {"support": support}, "manifests": {}}))
+    stages = ", ".join(f"{{depths = {list(range(1, s + 1))}}}" for s in range(1, support + 1))
+    (root / name / "recipe.toml").write_text(f'name = "{name}"\nstages = [{stages}]\n')
+
+
+def test_arms_claims_pair_the_rows_and_judge_inside_and_beyond_the_support(tmp_path):
+    # inside the support (1-2) the arms tie; beyond it (3-4) B gets 10 more rows right and none fewer
+    _arm_specimen(tmp_path, "lora", {1: 16, 2: 15, 3: 6, 4: 2}, support=2)
+    _arm_specimen(tmp_path, "full", {1: 16, 2: 15, 3: 11, 4: 7}, support=2)
+    common = dict(BASE, specimen="lora", against="full", results="arms")
+    inside = _claims_file(tmp_path, id="in", measure="arms_depths", depths=[1, 2],
+                          test="no_significant_difference", **common)
+    [row] = build_ledger(inside, tmp_path)
+    assert row["verdict"] == "reproduced" and row["ours"] == "lora vs full: d1: 16/16 vs 16/16; d2: 15/16 vs 15/16"
+    beyond = _claims_file(tmp_path, id="out", measure="arms_beyond", test="b_leads_beyond", **common)
+    [row] = build_ledger(beyond, tmp_path)
+    # 10 helped, 0 hurt: exact McNemar p = 2 / 2**10
+    assert row["verdict"] == "reproduced" and "helped 10, hurt 0" in row["comparison"]
+    assert "p = 0.00195" in row["comparison"] and row["rows"] == 32
+
+
+def test_support_scaling_needs_every_ratio_in_the_band(tmp_path):
+    for name, support, frontier in (("s2", 2, 2.96), ("s4", 4, 5.6)):
+        folder = tmp_path / name / "battery"
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps({
+            "checkpoint": {"support": support}, "probe_runs": {"depth_matrix": {"rows": {"n": 10}}},
+            "probes": {"depth_matrix": {"frontier": {"0.60": frontier + 0.2, "0.71": frontier, "0.80": frontier - 0.2}}}}))
+    claims = _claims_file(tmp_path, id="sc", measure="support_scaling", family=["s2"], test="all_ratios_in_band",
+                          paper_band=[1.44, 1.50], **dict(BASE, specimen="s4"))
+    [row] = build_ledger(claims, tmp_path)
+    # 2.96 / 2 = 1.48 is inside the band, 5.6 / 4 = 1.40 is not
+    assert row["verdict"] == "not reproduced" and "outside it: support 4" in row["comparison"]
+    assert row["ours"].startswith("support 2: 1.48") and row["rows"] == 20

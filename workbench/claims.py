@@ -156,7 +156,7 @@ def identity_adapter_off(specimen: Path, claim: dict) -> dict:
 
 def _arms(specimen: Path, claim: dict) -> dict:
     """The paired comparison of `specimen` (A) against `claim["against"]` (B), from their `results` folders."""
-    other = ROOT / claim["against"]
+    other = claim.get("_root", ROOT) / claim["against"]
     results = claim.get("results", "arms")
     for s in (specimen, other):
         _results(s, results)
@@ -195,7 +195,7 @@ def support_scaling(specimen: Path, claim: dict) -> dict:
     """Frontier / support at the bars 0.60 / 0.71 / 0.80 for each specimen of the family (`claim["family"]`)."""
     per = []
     for rel in [claim["specimen"], *claim["family"]]:
-        spec = ROOT / rel
+        spec = claim.get("_root", ROOT) / rel
         if not spec.is_dir():
             raise Missing(f"specimen {rel} is not committed")
         r = frontier_ratio(spec, claim)
@@ -297,7 +297,7 @@ def build_ledger(claims_file: str | Path = CLAIMS_FILE, root: str | Path = ROOT)
         try:
             if not specimen.is_dir():
                 raise Missing(f"specimen {c['specimen']} is not committed")
-            ours = MEASURES[c["measure"]](specimen, c)
+            ours = MEASURES[c["measure"]](specimen, {**c, "_root": root})
             verdict, how = TESTS[c["test"]](c, ours)
             why = how if c["like_for_like"] else f"{how}; setting differs: {c['setting']}"
             row.update(ours=ours["text"], rows=ours["rows"], comparison=how, verdict=verdict, why=why)
