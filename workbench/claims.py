@@ -67,8 +67,8 @@ def _table(specimen: Path, name: str, results: str = BATTERY) -> pd.DataFrame:
     return pd.read_parquet(path)
 
 
-def _summary(specimen: Path) -> dict:
-    return json.loads((_results(specimen) / "summary.json").read_text())
+def _summary(specimen: Path, results: str = BATTERY) -> dict:
+    return json.loads((_results(specimen, results) / "summary.json").read_text())
 
 
 def diagonal(specimen: Path, claim: dict) -> dict:
@@ -113,7 +113,7 @@ def overshoot_beyond(specimen: Path, claim: dict) -> dict:
 
 def frontier_ratio(specimen: Path, claim: dict) -> dict:
     """Frontier / support at the bars 0.60, 0.71, 0.80 (from the depth-matrix summary)."""
-    s = _summary(specimen)
+    s = _summary(specimen, claim.get("results", BATTERY))
     support = s["checkpoint"]["support"]
     frontier = s["probes"]["depth_matrix"]["frontier"]
     ratios = {bar: (None if frontier.get(bar) is None else frontier[bar] / support) for bar in ("0.60", "0.71", "0.80")}
@@ -199,7 +199,7 @@ def support_scaling(specimen: Path, claim: dict) -> dict:
         if not spec.is_dir():
             raise Missing(f"specimen {rel} is not committed")
         r = frontier_ratio(spec, claim)
-        per.append((_summary(spec)["checkpoint"]["support"], r))
+        per.append((_summary(spec, claim.get("results", BATTERY))["checkpoint"]["support"], r))
     per.sort(key=lambda x: x[0])
     at = [r["ratios"]["0.71"] for _, r in per]
     return {"per_support": [{"support": s, **r["ratios"]} for s, r in per], "range": [min(at), max(at)],
