@@ -46,7 +46,7 @@ def build(model: str, block: str, precision: str, max_loops: int):
     """The default recipe's architecture (LoRA r16 on block projections, bridge) at a precision."""
     from workbench.models import load_base
     from workbench.precision import apply_precision
-    from workbench.surgery import attach_lora, retrofit
+    from workbench.loop.surgery import attach_lora, retrofit
 
     base, tok = load_base(model)
     looped = retrofit(base, block, max_loops=max_loops)
@@ -68,16 +68,16 @@ def build(model: str, block: str, precision: str, max_loops: int):
 
 
 def optimizer(looped):
-    from workbench.recipes import SCHEMA
-    from workbench.training import make_optimizer
+    from workbench.train.recipe import SCHEMA
+    from workbench.train.optim import make_optimizer
 
     cfg = {**copy.deepcopy(SCHEMA["optim"]), "lr": 2e-4}
-    opt = make_optimizer(looped, ["lora", "reentry"], cfg)
+    opt, _ = make_optimizer(looped, ["lora", "reentry"], cfg)
     return opt, [p for g in opt.param_groups for p in g["params"]]
 
 
 def train_step(looped, batch, opt, params) -> float:
-    from workbench.training import chain_loss
+    from workbench.train.losses import chain_loss
 
     opt.zero_grad(set_to_none=True)
     loss = chain_loss(looped, batch)[0]
@@ -148,7 +148,7 @@ def profile_step(fn) -> dict:
 
 def run(args) -> dict:
     from workbench.precision import detect_hardware
-    from workbench.training import make_batch
+    from workbench.train.losses import make_batch
 
     hw = detect_hardware("cpu")
     models = {p: build(args.model, args.block, p, max(8, args.read_loops)) for p in ("fp32", "bf16")}
@@ -158,7 +158,7 @@ def run(args) -> dict:
     state = {p: (m, *optimizer(m)) for p, (m, _) in models.items()}
     for m, _, _ in state.values():
         m.train()
-    from workbench.training import chain_loss
+    from workbench.train.losses import chain_loss
 
     with torch.no_grad():
         check = {p: float(chain_loss(m, batch)[0]) for p, (m, _, _) in state.items()}

@@ -3,10 +3,10 @@
     .venv/bin/python benchmarks/training_step.py [--model smollm2-135m-instruct] [--quick]
 
 Both steps train the same tensors (the looped block and the re-entry, the recipe default:
-`workbench.runs.trained_groups(settings, block_trainable=True)`) with the trainer's own
-optimizer (`workbench.training.make_optimizer`, AdamW, recipe defaults), clip the gradient
+`workbench.train.rundir.trained_groups(settings, block_trainable=True)`) with the trainer's own
+optimizer (`workbench.train.optim.make_optimizer`, AdamW, recipe defaults), clip the gradient
 norm at the recipe default, and optimise the same loss: per-loop cross-entropy over the
-task's candidate symbols at the answer position (`workbench.training.chain_loss`).
+task's candidate symbols at the answer position (`workbench.train.losses.chain_loss`).
 
 - `trainer`: `chain_loss`, which reads loops 1..T at the answer position and scores only
   the candidates (`looped.read(..., candidates=...)`), then backward and the AdamW step;
@@ -14,7 +14,7 @@ task's candidate symbols at the answer position (`workbench.training.chain_loss`
   every loop ([B, T, seq, vocab]), from which the same loss is taken, then the same backward
   and step.
 
-The batch is built once (`workbench.training.make_batch`) and reused, so row generation and
+The batch is built once (`workbench.train.losses.make_batch`) and reused, so row generation and
 tokenisation are outside both timings. Reported: tokens per second (real tokens of the
 batch per step) for both, and their ratio. Before timing, both losses are computed at the
 same weights and must agree.
@@ -38,16 +38,17 @@ QUICK = dict(batch=2, depth=2, alphabet=8, reps=2, warmup=1)
 
 def setup(looped, tok, batch_size: int, depth: int, alphabet: int, seed: int):
     """Returns (batch, optimizer, trained params, clip) as the trainer would build them."""
-    from workbench.recipes import SCHEMA
-    from workbench.runs import trained_groups
-    from workbench.training import make_batch, make_optimizer
+    from workbench.train.recipe import SCHEMA
+    from workbench.train.rundir import trained_groups
+    from workbench.train.losses import make_batch
+    from workbench.train.optim import make_optimizer
 
     rows = common.chase_rows(tok, batch_size, alphabet, seed, depths=range(1, depth + 1))
     batch = make_batch(rows, tok)
     for p in looped.parameters():  # as the trainer: everything frozen, then the trained groups enabled
         p.requires_grad_(False)
     optim = copy.deepcopy(SCHEMA["optim"])
-    opt = make_optimizer(looped, trained_groups(looped.settings, True), optim)
+    opt, _ = make_optimizer(looped, trained_groups(looped.settings, True), optim)
     params = [p for g in opt.param_groups for p in g["params"]]
     return batch, opt, params, optim["grad_clip"]
 
@@ -69,8 +70,8 @@ def full_vocab_loss(looped, batch: dict) -> torch.Tensor:
 
 
 def trainer_loss(looped, batch: dict) -> torch.Tensor:
-    """The trainer's loss (`workbench.training.chain_loss`)."""
-    from workbench.training import chain_loss
+    """The trainer's loss (`workbench.train.losses.chain_loss`)."""
+    from workbench.train.losses import chain_loss
 
     return chain_loss(looped, batch)[0]
 

@@ -32,7 +32,7 @@ KEEPER = ROOT / "training" / "keepers" / "smollm2-chase"   # the shipped retrofi
 MANIFEST = ROOT / "probes" / "chase_n8_d1-7.jsonl"          # frozen N = 8 chase rows, depths 1-7'''
 
 KEEPER_AND_ROWS = '''from workbench.probes.common import select_rows
-from workbench.runs import load_run
+from workbench.train.rundir import load_run
 from workbench.tasks.manifest import read_manifest
 
 looped, tok, info = load_run(KEEPER)        # strict: every file's hash and the base's hash are checked
@@ -155,7 +155,7 @@ print(f"span {selection.prelude_end}:{selection.coda_start} of {selection.n_laye
 exact identity, so at loop 1 the retrofit must reproduce the base model bit for bit, whatever
 the settings.
 """),
-    code('''from workbench.surgery import retrofit
+    code('''from workbench.loop.surgery import retrofit
 
 looped = retrofit(base, block=selection.recommended, reentry="bridge", max_loops=4)
 looped.settings'''),
@@ -272,7 +272,7 @@ compares its held-out accuracy with the shipped keeper, trained with the full re
     code('''print((ROOT / "training" / "smollm2_lora_chase.toml").read_text())'''),
     code('''import tempfile
 
-from workbench.training import train
+from workbench.train.trainer import train
 
 run_dir = Path(tempfile.mkdtemp(prefix="workbench-nb05-")) / "tiny-run"
 overrides = {"stages.0.steps": 1, "stages.1.steps": 1, "stages.2.steps": 1, "optim.warmup_steps": 1,
@@ -299,9 +299,9 @@ Both are read with the same reader on the same held-out rows; each depth is read
 loops. The keeper is the same recipe run to the end.
 """),
     code('''from workbench.plots import depth_matrix_figure
-from workbench.runs import load_run
+from workbench.train.rundir import load_run
 from workbench.tasks import build_rows
-from workbench.training import evaluate
+from workbench.train.evaluate import evaluate
 
 small, tok, _ = load_run(run_dir)
 held_out = build_rows("chase", depths=[1, 2, 3], per_depth=6, seed=7, alphabet=8, tokenizer=tok)

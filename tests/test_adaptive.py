@@ -5,9 +5,9 @@ import torch
 
 from tests.conftest import PROMPTS, perturb
 from workbench.errors import WorkbenchError
-from workbench.halting import HaltPolicy, halt_depth
 from workbench.identity import base_logits
-from workbench.surgery import retrofit
+from workbench.loop.halting import HaltPolicy, halt_depth
+from workbench.loop.surgery import retrofit
 
 T = 5
 

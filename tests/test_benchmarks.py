@@ -42,7 +42,7 @@ def test_layer_counts_of_the_embedded_split_and_the_papers(bench):
 def test_analytic_flops_equal_torch_flop_counter(bench, tiny):
     """The documented formula counts exactly the matmul FLOPs torch's own counter sees."""
     common, flops, training_step = bench("common"), bench("flops"), bench("training_step")
-    from workbench.surgery import retrofit
+    from workbench.loop.surgery import retrofit
 
     looped = retrofit(tiny[0], (1, 4))
     ids, mask, cand = common.chase_inputs(tiny[1], 2)
@@ -66,7 +66,7 @@ def test_analytic_flops_equal_torch_flop_counter(bench, tiny):
 
 def test_last_loop_read_equals_the_one_pass_read(bench, tiny):
     common = bench("common")
-    from workbench.surgery import retrofit
+    from workbench.loop.surgery import retrofit
 
     looped = retrofit(tiny[0], (1, 4))
     perturb(looped.reentry)

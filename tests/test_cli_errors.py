@@ -103,7 +103,7 @@ def tiny_run(tmp_path_factory):
     import tomli_w
 
     from tests.training.conftest import TINY_RECIPE, merge
-    from workbench.training import train
+    from workbench.train.trainer import train
 
     root = tmp_path_factory.mktemp("cli_run")
     recipe = merge(TINY_RECIPE, {"stages": [{"name": "a", "depths": [1], "steps": 1},

@@ -6,12 +6,19 @@ from __future__ import annotations
 import torch
 
 from tests.conftest import perturb
-from workbench.dense import (direct_loss, latency_by_depth, read_direct, read_scratchpad, scratchpad_batch,
-                             scratchpad_loss, _decode)
-from workbench.surgery import attach_lora, retrofit
+from workbench.dense import (
+    _decode,
+    direct_loss,
+    latency_by_depth,
+    read_direct,
+    read_scratchpad,
+    scratchpad_batch,
+    scratchpad_loss,
+)
+from workbench.loop.surgery import attach_lora, retrofit
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.reader import candidate_ids
-from workbench.training import make_batch
+from workbench.train.losses import make_batch
 
 
 def _model(tiny):

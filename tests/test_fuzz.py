@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from workbench import cli
 from workbench.errors import WorkbenchError
-from workbench.recipes import apply_overrides, load_recipe
+from workbench.train.recipe import apply_overrides, load_recipe
 from workbench.tasks.manifest import read_manifest, sidecar_path, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -3,7 +3,7 @@
 import torch
 
 from tests.conftest import perturb
-from workbench.surgery import retrofit
+from workbench.loop.surgery import retrofit
 
 GOLDEN = [
     "prelude.0.hook_resid_post", "prelude.1.hook_resid_post", "hook_prelude",

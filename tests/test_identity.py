@@ -6,7 +6,7 @@ import torch
 from tests.conftest import PROMPTS, TINY
 from workbench.identity import base_logits, identity_report, max_abs_diff
 from workbench.models import load_base
-from workbench.surgery import attach_lora, retrofit
+from workbench.loop.surgery import attach_lora, retrofit
 
 
 @pytest.mark.parametrize("spec", TINY)

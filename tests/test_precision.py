@@ -8,7 +8,7 @@ import torch
 from workbench import precision as P
 from workbench.errors import WorkbenchError
 from workbench.models import load_base
-from workbench.surgery import attach_lora, retrofit
+from workbench.loop.surgery import attach_lora, retrofit
 
 
 @pytest.fixture
@@ -91,7 +91,7 @@ def test_a_bf16_battery_runs_identity_in_fp32_first(tiny_run, tmp_path):
 def tiny_run(tmp_path):
     import tomli_w
 
-    from workbench.training import train
+    from workbench.train.trainer import train
 
     recipe = {"name": "tiny", "seed": 3, "model": {"base": "tiny-llama", "block": "2:4", "max_loops": 4},
               "task": {"alphabet": 4}, "optim": {"lr": 1e-3, "batch_size": 4}, "guardrail": {"enabled": False},

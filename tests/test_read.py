@@ -5,7 +5,7 @@ import torch
 
 from tests.conftest import perturb
 from workbench.errors import WorkbenchError
-from workbench.surgery import retrofit
+from workbench.loop.surgery import retrofit
 
 
 @pytest.mark.parametrize("design,memory", [("bridge", False), ("inject", True)])

@@ -21,7 +21,7 @@ from workbench.selection import (
     find_boundaries, find_knee, load_corpus, next_token_loss, position_ids, resolve_block, select_block,
     split_texts, window_ablation,
 )
-from workbench.surgery import retrofit
+from workbench.loop.surgery import retrofit
 from workbench.tasks.guardrail import guardrail_rows
 
 TEXTS = [

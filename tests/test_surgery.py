@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.halting import halt_depth, oracle_labels
-from workbench.memory import alibi_slopes
-from workbench.reentry import AdditiveInjection, SplitBridge
-from workbench.surgery import attach_lora, parameter_report, parse_block, retrofit
+from workbench.loop.halting import halt_depth, oracle_labels
+from workbench.loop.memory import alibi_slopes
+from workbench.loop.reentry import AdditiveInjection, SplitBridge
+from workbench.loop.surgery import attach_lora, parameter_report, parse_block, retrofit
 
 
 @pytest.mark.parametrize("block", [(-1, 3), (3, 3), (4, 2), (0, 7), "2:9", "x:3", "5"])

@@ -198,7 +198,7 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
         dpi: resolution of PNG output.
     """
     from workbench.plots.registry import build, find_builder
-    from workbench.report import load_results
+    from workbench.results import load_results
 
     if fmt not in FORMATS:
         raise WorkbenchError(f"format '{fmt}' is unknown; accepted: {', '.join(FORMATS)}")

@@ -311,7 +311,7 @@ def headlines_from_summary(summary: Mapping) -> dict[str, Headline]:
 
 def read_headlines(results_dir) -> dict[str, Headline]:
     """Returns {probe: Headline} of a results directory, recomputed from its tables (with per-row values)."""
-    from workbench.report import load_results
+    from workbench.results import load_results
 
     return headlines_from_tables(load_results(results_dir))
 

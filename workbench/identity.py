@@ -7,7 +7,7 @@ from contextlib import contextmanager
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.surgery import attach_lora, retrofit
+from workbench.loop.surgery import attach_lora, retrofit
 
 # A small built-in prompt set: short and long, plain and chat-like, so padding is exercised.
 IDENTITY_PROMPTS = (

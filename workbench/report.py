@@ -21,8 +21,8 @@ from pathlib import Path
 import pandas as pd
 
 from workbench.errors import WorkbenchError
+from workbench.results import compare_results, load_results, read_summary
 
-SUMMARY = "summary.json"
 REPORT = "report.html"
 BLOCK_SELECTION = "block_selection.json"
 
@@ -139,25 +139,6 @@ p.figure-caption { color: #555; font-size: 13px; margin: 2px 0 0; }
 """
 
 
-def load_results(results_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
-    """Returns {file stem: DataFrame} for every `*.parquet` in `results_dir` (e.g. "logit_lens__top")."""
-    path = Path(results_dir)
-    if not path.is_dir():
-        raise WorkbenchError(f"results directory '{path}' does not exist")
-    return {p.stem: pd.read_parquet(p) for p in sorted(path.glob("*.parquet"))}
-
-
-def read_summary(results_dir: str | os.PathLike) -> dict:
-    """Returns the parsed summary.json of `results_dir`, or {} when there is none."""
-    path = Path(results_dir) / SUMMARY
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError as err:
-        raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
-
-
 def _is_scalar(v) -> bool:
     return not isinstance(v, (dict, list, tuple))
 
@@ -272,8 +253,6 @@ def _text(v) -> str:
 
 def paired_depth_table(results_dir: Path, control: Path) -> str:
     """Returns the per-depth paired final-answer test (McNemar) of this specimen against the control, or ""."""
-    from workbench.commands.compare import compare_results
-
     if not (Path(results_dir) / "depth_matrix.parquet").is_file() or not (Path(control) / "depth_matrix.parquet").is_file():
         return ""
     try:

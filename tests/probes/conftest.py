@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from workbench.models import load_base, load_tokenizer
-from workbench.surgery import retrofit
+from workbench.loop.surgery import retrofit
 from workbench.tasks import build_rows
 
 
@@ -36,7 +36,7 @@ def tiny_run(tmp_path_factory):
     """A finished 2-step tiny-llama run directory (block 2:4, max_loops 6)."""
     import tomli_w
 
-    from workbench.training import train
+    from workbench.train.trainer import train
 
     root = tmp_path_factory.mktemp("run")
     recipe = {"name": "tiny", "seed": 3, "model": {"base": "tiny-llama", "block": "2:4", "max_loops": 6},

@@ -20,7 +20,7 @@ import torch
 from torch import nn
 from transformer_lens import HookedRootModule
 
-from workbench.looped import LoopReadout, _Site  # the same holder the real model's hook names come from
+from workbench.loop.looped import LoopReadout, _Site  # the same holder the real model's hook names come from
 from workbench.tasks.chase import parse_prompt
 
 MODES = ("carry", "prelude", "shortcut")

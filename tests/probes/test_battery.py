@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import tomli_w
 
-from workbench.commands.compare import compare_results
+from workbench.results import compare_results
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file
 from workbench.probes import parse_only

@@ -8,7 +8,7 @@ import torch
 
 from workbench.models import load_base
 from workbench.probes import logit_lens
-from workbench.surgery import retrofit
+from workbench.loop.surgery import retrofit
 from workbench.tasks.reader import read_rows
 
 

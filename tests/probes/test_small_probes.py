@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from workbench.looped import LoopReadout
+from workbench.loop.looped import LoopReadout
 from workbench.models import load_base
 from workbench.probes import NotApplicable, gradient_audit, halting, identity, latency
-from workbench.surgery import attach_lora, retrofit
+from workbench.loop.surgery import attach_lora, retrofit
 from workbench.tasks.executors import PerfectExecutor, parse_chase
 
 

@@ -14,9 +14,9 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from workbench.training import train
+from workbench.train.trainer import train
 
-LAUNCHER = "import sys\nfrom workbench.training import train\ntrain(sys.argv[1], out=sys.argv[2], progress=False)\n"
+LAUNCHER = "import sys\nfrom workbench.train.trainer import train\ntrain(sys.argv[1], out=sys.argv[2], progress=False)\n"
 
 
 def free_port() -> int:

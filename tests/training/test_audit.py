@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.surgery import retrofit
+from workbench.loop.surgery import retrofit
 from workbench.tasks.chase import chase_row
-from workbench.training import gradient_audit
+from workbench.train.audit import gradient_audit
 
 
 @pytest.fixture

@@ -17,17 +17,17 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from workbench.runs import checkpoints
+from workbench.train.rundir import checkpoints
 
 ROOT = Path(__file__).resolve().parents[2]
 
 CHILD = """
 import os, signal, sys
 from pathlib import Path
-import workbench.runs as runs
+import workbench.train.rundir as rundir
 from workbench import cli
 
-real = runs.save_tensors
+real = rundir.save_tensors
 
 def dying_save(path, tensors, metadata=None):
     path = Path(path)
@@ -38,7 +38,7 @@ def dying_save(path, tensors, metadata=None):
         os.kill(os.getpid(), signal.SIGKILL)
     real(path, tensors, metadata)
 
-runs.save_tensors = dying_save
+rundir.save_tensors = dying_save
 sys.argv = ["workbench", "train", sys.argv[1], "--out", sys.argv[2]]
 cli.run()
 """

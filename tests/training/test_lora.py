@@ -10,9 +10,9 @@ from safetensors.torch import load_file
 
 from workbench.errors import WorkbenchError
 from workbench.models import load_base, weights_sha256
-from workbench.recipes import load_recipe
-from workbench.runs import base_sha256, load_run
-from workbench.trainer import Trainer
+from workbench.train.recipe import load_recipe
+from workbench.train.rundir import base_sha256, load_run
+from workbench.train.trainer import Trainer
 
 
 def test_lora_run_keeps_the_base_hash_and_saves_only_adapters_and_bridge(write_recipe, tmp_path):

@@ -10,10 +10,13 @@ import pytest
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.recipes import SCHEMA
-from workbench.surgery import retrofit
+from workbench.loop.surgery import retrofit
 from workbench.tasks.chase import chase_row
-from workbench.training import chain_loss, check_prelude_group, liveness, make_batch, make_optimizer, train
+from workbench.train.losses import chain_loss, make_batch
+from workbench.train.optim import check_prelude_group, liveness, make_optimizer
+from workbench.train.recipe import SCHEMA
+from workbench.train.rundir import load_checkpoint, save_checkpoint
+from workbench.train.trainer import train
 
 OPTIM = dict(SCHEMA["optim"], lr=1e-3)
 
@@ -25,7 +28,7 @@ def rows(tok, depths, seed=0):
 def test_prelude_projection_has_its_own_group_at_the_multiplied_rate(tiny):
     model, _ = tiny
     looped = retrofit(model, "2:4")
-    opt = make_optimizer(looped, ["block", "reentry"], OPTIM)
+    opt, _ = make_optimizer(looped, ["block", "reentry"], OPTIM)
     groups = {g["name"]: g for g in opt.param_groups}
     assert set(groups) == {"block", "reentry", "prelude_proj"}
     assert groups["prelude_proj"]["params"] == [looped.reentry.prelude_proj.weight]
@@ -41,12 +44,32 @@ def test_prelude_projection_has_its_own_group_at_the_multiplied_rate(tiny):
         check_prelude_group(merged, looped, 1e-3, 10.0)
 
 
+def test_the_optimizer_comes_with_the_parameter_names_of_its_groups(tiny, tmp_path):
+    """make_optimizer returns each group's parameter names; a checkpoint stores them and refuses others on load."""
+    model, _ = tiny
+    looped = retrofit(model, "2:4")
+    opt, names = make_optimizer(looped, ["block", "reentry"], OPTIM)
+    by_id = {id(p): n for n, p in looped.named_parameters()}
+    assert names == [[by_id[id(p)] for p in g["params"]] for g in opt.param_groups]
+    assert [g["name"] for g in opt.param_groups] == ["block", "reentry", "prelude_proj"]
+    assert names[2] == ["reentry.prelude_proj.weight"] and "reentry.prelude_proj.weight" not in names[1]
+    assert not hasattr(opt, "param_names")
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+    groups = ["block", "reentry"]
+    ckpt = save_checkpoint(tmp_path, 1, looped, groups, opt, names, sched, {"optimizer": "main"})
+    assert json.loads((ckpt / "optimizer.json").read_text())["param_names"] == names
+    assert load_checkpoint(ckpt, looped, groups, opt, names, sched)["step"] == 1
+    swapped = [names[1], names[0], names[2]]
+    with pytest.raises(WorkbenchError, match="optimizer parameters differ from this run's groups"):
+        load_checkpoint(ckpt, looped, groups, opt, swapped, sched)
+
+
 def test_a_multiplier_the_optimizer_cannot_honour_is_refused(tiny, write_recipe):
     model, _ = tiny
     looped = retrofit(model, "2:4")
     with pytest.raises(WorkbenchError, match="optim.name = 'sgd' with optim.prelude_lr_mult = 10.0"):
         make_optimizer(looped, ["block", "reentry"], dict(OPTIM, name="sgd"))
-    opt = make_optimizer(looped, ["block", "reentry"], dict(OPTIM, name="sgd", prelude_lr_mult=1.0))
+    opt, _ = make_optimizer(looped, ["block", "reentry"], dict(OPTIM, name="sgd", prelude_lr_mult=1.0))
     assert isinstance(opt, torch.optim.SGD)
     recipe = write_recipe(optim={"name": "sgd"})
     with pytest.raises(WorkbenchError, match="only adamw honours"):  # and through a recipe, before any step
@@ -58,7 +81,7 @@ def test_bridge_liveness_projections_at_step_0_gate_after_step_1(tiny):
     looped = retrofit(model, "2:4")
     for p in looped.parameters():
         p.requires_grad_(False)
-    opt = make_optimizer(looped, ["reentry"], OPTIM)
+    opt, _ = make_optimizer(looped, ["reentry"], OPTIM)
     batch = make_batch(rows(tok, [2, 3, 2, 1]), tok)
     chain_loss(looped, batch)[0].backward()
     g = liveness(looped)
@@ -78,8 +101,8 @@ def test_injection_alpha_is_live_at_step_0(tiny):
 
 
 def test_trainer_refuses_a_dead_reentry(write_recipe, tmp_path):
-    from workbench.recipes import load_recipe
-    from workbench.trainer import Trainer
+    from workbench.train.recipe import load_recipe
+    from workbench.train.trainer import Trainer
 
     trainer = Trainer(load_recipe(write_recipe()), tmp_path / "dead", progress=False)
     trainer.setup()

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.runs import CHECKPOINTS, checkpoints, load_run, verify_files
+from workbench.train.rundir import CHECKPOINTS, checkpoints, load_run, verify_files
 from workbench.tasks.guardrail import GUARDRAIL_VERSION, guardrail_rows
 from workbench.tasks.rehearsal import (FAMILIES, NUMBER_FAMILIES, check_held_out, corpus_lines, pattern_text, rehearsal_batch,
                                        rehearsal_texts)
-from workbench.training import adapter_disabled, kl_to_base, train
+from workbench.train.losses import adapter_disabled, kl_to_base
+from workbench.train.trainer import train
 
 
 def _metrics(run_dir, kind):
@@ -71,7 +72,7 @@ def test_kl_to_base_is_zero_at_init_and_positive_once_the_adapter_moves(tiny_lor
 @pytest.fixture
 def tiny_lora():
     from workbench.models import load_base
-    from workbench.surgery import attach_lora, retrofit
+    from workbench.loop.surgery import attach_lora, retrofit
 
     torch.manual_seed(0)
     base, tok = load_base("tiny-llama")

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from workbench.training import train
+from workbench.train.trainer import train
 
 
 @pytest.mark.timeout(600)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.recipes import dumps, load_recipe, needed_loops, resolve
+from workbench.train.recipe import dumps, load_recipe, needed_loops, resolve
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "training").glob("*.toml"))

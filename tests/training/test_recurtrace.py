@@ -7,10 +7,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from workbench.halting import oracle_labels
-from workbench.surgery import retrofit
+from workbench.loop.halting import oracle_labels
+from workbench.loop.surgery import retrofit
 from workbench.tasks.chase import chase_row
-from workbench.training import halting_loss, make_batch, sample_loop_counts, train
+from workbench.train.losses import halting_loss, make_batch, sample_loop_counts
+from workbench.train.trainer import train
 
 # RecurTrace App. D: ~10/19/20/17/12/8/5/8 % at 1..8 loops, mean near 3.9, median 4.
 APP_D = [0.10, 0.19, 0.20, 0.17, 0.12, 0.08, 0.05, 0.08]

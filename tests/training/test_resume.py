@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from workbench.errors import WorkbenchError
-from workbench.training import train
+from workbench.train.trainer import train
 
 
 def train_losses(run):

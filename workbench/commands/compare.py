@@ -3,53 +3,13 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 import pandas as pd
 import typer
 
-from workbench.errors import WorkbenchError
-
-
-@dataclass
-class _Result:
-    """A results directory's depth matrix as `workbench.stats.paired_compare` takes it."""
-
-    manifest_sha256: str
-    table: pd.DataFrame
-
-    def frame(self) -> pd.DataFrame:
-        return self.table
-
-
-def load_result(results_dir: Path) -> _Result:
-    """Returns the depth matrix of a results directory with the digest of the rows it was computed on.
-
-    Raises:
-        WorkbenchError: no summary.json or depth_matrix.parquet in the directory.
-    """
-    summary_path, table_path = Path(results_dir) / "summary.json", Path(results_dir) / "depth_matrix.parquet"
-    for p in (summary_path, table_path):
-        if not p.is_file():
-            raise WorkbenchError(f"'{results_dir}' is not a probe results directory with a depth matrix: {p.name} is missing")
-    summary = json.loads(summary_path.read_text())
-    rows = summary.get("probe_runs", {}).get("depth_matrix", {}).get("rows", {})
-    if "rows_sha256" not in rows:
-        raise WorkbenchError(f"{summary_path}: no rows digest recorded for depth_matrix")
-    return _Result(rows["rows_sha256"], pd.read_parquet(table_path))
-
-
-def compare_results(results_a: Path, results_b: Path) -> pd.DataFrame:
-    """Returns per-depth helped / hurt / tied and exact McNemar p of B against A (last row: pooled).
-
-    Raises:
-        WorkbenchError: the two depth matrices were computed on different rows (manifest digests differ).
-    """
-    from workbench.stats import paired_compare
-
-    return paired_compare(load_result(results_a), load_result(results_b))
+from workbench.results import compare_results
 
 
 def compare(

@@ -41,7 +41,7 @@ def demo(
     from workbench.io import check_out_dir, write_json_atomic
     from workbench.models import EMBEDDED_DEFAULT, load_base
     from workbench.probes.battery import run_battery
-    from workbench.runs import read_retrofit_block
+    from workbench.train.rundir import read_retrofit_block
     from workbench.selection import select_block
 
     say = partial(typer.echo, err=as_json)  # with --json only the JSON goes to stdout
@@ -63,7 +63,7 @@ def demo(
 
     checkpoint = KEEPER
     if train_steps > 0:
-        from workbench.training import train
+        from workbench.train.trainer import train
 
         t0 = _step(say, f"2. training the default recipe for {train_steps} steps")
         overrides = [f"stages.{i}.steps={max(1, train_steps // 3)}" for i in range(3)]

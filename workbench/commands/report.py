@@ -16,7 +16,8 @@ def report(
 ) -> None:
     """Write the HTML report of a results directory: headlines with intervals (beside a control), the claims
     ledger when present, captioned figures, provenance; works offline."""
-    from workbench.report import load_results, write_report
+    from workbench.report import write_report
+    from workbench.results import load_results
 
     path = write_report(results_dir, out, control=control)
     n = len(load_results(results_dir))

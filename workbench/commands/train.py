@@ -24,7 +24,7 @@ def train(
     resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's latest checkpoint."),
 ) -> None:
     """Train a recipe; print the held-out depth x loop accuracy before and after."""
-    from workbench.training import train as run_training
+    from workbench.train.trainer import train as run_training
 
     summary = run_training(recipe, out=out, overrides=overrides, resume=resume)
     typer.echo(f"run: {summary['run_dir']}  steps: {summary['steps']}  wall: {summary['wall_s']:.0f} s")

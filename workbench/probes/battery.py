@@ -103,7 +103,7 @@ def check_options(name: str, options: dict) -> None:
 def load_checkpoint(spec: str):
     """Returns (looped, tokenizer, info) for a run directory or an untrained retrofit.
 
-    `spec` is a run directory (`workbench.runs.load_run`: strictly checked) or
+    `spec` is a run directory (`workbench.train.rundir.load_run`: strictly checked) or
     `untrained:RUN_DIR` (the run's base and architecture with fresh re-entry and untrained block,
     the control of that run) or `untrained:BASE:A:B` (a fresh split-bridge retrofit of base
     model BASE at block A:B, max_loops 16). `info` holds path, kind, provenance_sha256, support
@@ -111,7 +111,7 @@ def load_checkpoint(spec: str):
     """
     if spec.startswith(UNTRAINED):
         return _untrained(spec)
-    from workbench.runs import PROVENANCE, base_sha256, load_run
+    from workbench.train.rundir import PROVENANCE, base_sha256, load_run
 
     looped, tok, info = load_run(spec)
     stages = info["recipe"].get("stages", [])
@@ -125,8 +125,8 @@ def load_checkpoint(spec: str):
 
 def _untrained(spec: str):
     from workbench.models import load_base
-    from workbench.runs import RETROFIT, base_sha256
-    from workbench.surgery import attach_lora, retrofit
+    from workbench.train.rundir import RETROFIT, base_sha256
+    from workbench.loop.surgery import attach_lora, retrofit
 
     rest = spec[len(UNTRAINED):]
     if (Path(rest) / RETROFIT).is_file():

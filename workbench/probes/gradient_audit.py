@@ -1,6 +1,6 @@
 """Gradient-path audit (retrofit paper Sec. 5.1): does each loop's loss reach the re-entry, block and Coda?
 
-Wraps the trainer's `workbench.training.gradient_audit` on a small batch of rows: per loop t
+Wraps the trainer's `workbench.train.audit.gradient_audit` on a small batch of rows: per loop t
 and parameter group, the RMS and zero fraction of d(loss at loop t)/d(params); and a
 finite-difference check of the whole chain loss along a random unit direction over the
 trainable parameters (the re-entry's when nothing trains, as for a loaded checkpoint), in float64.
@@ -29,7 +29,7 @@ def run(model, tokenizer, rows: list[dict], n_rows: int = 4, eps: float = 1e-3, 
             rounding, divided by eps, sets a floor on the relative error of about 1e-2 on tiny models).
         seed: the random direction.
     """
-    from workbench.training import gradient_audit
+    from workbench.train.audit import gradient_audit
 
     require_chase(rows, "gradient_audit")
     batch = spread(rows, n_rows)

@@ -4,7 +4,7 @@ Needs a model with a halting head (`retrofit(..., halting=True)`); otherwise `No
 One forward per row batch to T reads every loop's symbol scores and continue probability
 p_t. A row's answer is scored at the loop where it stops, against x_d. Exit rules, each swept
 over `thresholds` with the floor `t_min`:
-    head         the first t >= t_min with p_t < threshold (`workbench.halting.halt_depth`);
+    head         the first t >= t_min with p_t < threshold (`workbench.loop.halting.halt_depth`);
     act          the first t where the cumulative halting mass sum_s (1 - p_s) >= threshold;
     pondernet    the first t where the halting distribution's CDF, 1 - prod_s p_s, >= threshold;
     confidence   the first t whose top candidate probability >= threshold;
@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from workbench.halting import halt_depth
+from workbench.loop.halting import halt_depth
 from workbench.headlines import Headline, counted, measured
 from workbench.probes import NotApplicable
 from workbench.probes.common import batches, check_loops, device_of, row_candidates, shared_candidates

@@ -86,7 +86,7 @@ def run(model, tokenizer, rows: list[dict], base: str | None = None, loops: int 
 
 def guardrail_table(model, reference_model, tokenizer, batch_size: int = 16) -> pd.DataFrame:
     """The guardrail read at loop 1 on the untouched base (a fresh retrofit of it) and on `model`, per row."""
-    from workbench.surgery import retrofit
+    from workbench.loop.surgery import retrofit
     from workbench.tasks.guardrail import guardrail_counts
 
     on_base = guardrail_counts(retrofit(reference_model, (model.a, model.b), max_loops=1).eval(), tokenizer,

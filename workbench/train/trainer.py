@@ -1,4 +1,4 @@
-"""The trainer behind `workbench.training.train`: setup, stages of steps, checkpoints, the run directory.
+"""`train` and its Trainer: setup, stages of steps, checkpoints, the run directory.
 
 It reads like a table of contents (STYLE.md 4): `setup` (recipe → base → surgery → groups →
 held-out rows → run files), `run` (for each step: fresh hashed rows, loss, gradients summed over
@@ -12,6 +12,7 @@ across ranks before clipping, so N processes compute what one process computes o
 
 from __future__ import annotations
 
+import copy
 import json
 import math
 import random
@@ -21,13 +22,26 @@ import tomllib
 from pathlib import Path
 
 import torch
+from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file, write_bytes_atomic, write_json_atomic
+from workbench.loop.surgery import attach_lora, retrofit
+from workbench.models import load_base
 from workbench.precision import resolve_precision
-from workbench.training import (adapter_disabled, answer_loss, chain_loss, check_prelude_group, evaluate, group_rms,
-                                halting_loss, kl_to_base, liveness, make_batch, make_optimizer, sample_loop_counts)
+from workbench.selection import resolve_block
+from workbench.tasks.chase import chase_row, chase_rows
+from workbench.tasks.guardrail import guardrail_compare, guardrail_counts
+from workbench.tasks.manifest import row_ids_sha256, rows_sha256
+from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
+from workbench.tasks.seeding import row_seed
+from workbench.train import rundir
+from workbench.train.evaluate import evaluate
+from workbench.train.losses import (adapter_disabled, answer_loss, chain_loss, halting_loss, kl_to_base, make_batch,
+                                    sample_loop_counts)
+from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer
+from workbench.train.recipe import dumps, load_recipe
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
 
@@ -42,8 +56,6 @@ def _lr_factor(warmup: int, total: int, schedule: str):
 
 
 def _hashed_seed(kind: str, step: int, seed: int) -> int:
-    from workbench.tasks.seeding import row_seed
-
     return row_seed(f"workbench-train-{kind}", "train", 0, 0, step, seed) % (2 ** 63)
 
 
@@ -52,8 +64,6 @@ class Trainer:
 
     def __init__(self, recipe: dict, run_dir: Path, resume: bool = False, progress: bool = True,
                  recipe_dir: Path | None = None):
-        from accelerate import Accelerator
-
         self.recipe, self.run_dir, self.resume, self.progress = recipe, Path(run_dir), resume, progress
         self.recipe_dir = Path(recipe_dir) if recipe_dir is not None else Path.cwd()  # init_from resolves here
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
@@ -66,23 +76,15 @@ class Trainer:
 
     # -------------------------------------------------------------- setup
     def setup(self) -> None:
-        from workbench import runs
-        from workbench.models import load_base
-        from workbench.recipes import dumps
-        from workbench.surgery import attach_lora, retrofit
-        from workbench.tasks.chase import chase_rows
-
         r, m = self.recipe, self.recipe["model"]
         self._check_run_dir(dumps(r))
         self.acc.wait_for_everyone()  # every rank checks before the main process writes
         torch.manual_seed(r["seed"])  # LoRA's A matrices are drawn from it
         base, self.tok = load_base(m["base"], attn_implementation=m["attn"])
         block, self.block_record = m["block"], {"source": "given", "block": m["block"]}
-        if block == "auto":  # angular distance + Kneedle + window ablation (workbench.selection)
-            from workbench.selection import resolve_block
-
+        if block == "auto":  # angular distance + Kneedle + window ablation (`workbench.selection`)
             block, self.block_record = resolve_block(base, self.tok, block)
-        self.base_hash = runs.base_sha256(base)
+        self.base_hash = rundir.base_sha256(base)
         self.looped = retrofit(base, block, reentry=m["reentry"], memory=m["memory"], max_loops=m["max_loops"],
                                memory_window=m["memory_window"], memory_heads=m["memory_heads"],
                                halting=m["halting"], halting_pooling=m["halting_pooling"])
@@ -91,7 +93,7 @@ class Trainer:
         self.looped.to(self.acc.device).train()
         for p in self.looped.parameters():
             p.requires_grad_(False)
-        self.groups = runs.trained_groups(self.looped.settings, r["train"]["block"])
+        self.groups = rundir.trained_groups(self.looped.settings, r["train"]["block"])
         self.parent, self.lineage = self._check_parent(r["init_from"]) if r["init_from"] else (None, None)
         t = r["task"]
         self.task_options = dict(tokenizer=self.tok, surface=t["surface"], symbol_set=t["symbol_set"],
@@ -101,25 +103,23 @@ class Trainer:
                                   **self.task_options)
         if self.acc.is_main_process and not self.resume:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.run_dir / runs.RETROFIT,
-                            {**runs.retrofit_record(self.looped, m["base"], self.base_hash, self.groups),
-                             "block_selection": self.block_record})
-            write_bytes_atomic(self.run_dir / runs.RECIPE, dumps(r).encode())
-            write_bytes_atomic(self.run_dir / runs.METRICS, b"")
+            write_json_atomic(self.run_dir / rundir.RETROFIT,
+                              {**rundir.retrofit_record(self.looped, m["base"], self.base_hash, self.groups),
+                               "block_selection": self.block_record})
+            write_bytes_atomic(self.run_dir / rundir.RECIPE, dumps(r).encode())
+            write_bytes_atomic(self.run_dir / rundir.METRICS, b"")
         self.acc.wait_for_everyone()
         self._set_precision()
         # The base's reading in the run's own precision (bf16 alone moves it): loop 1 is the base until a parent loads.
         self.guardrail_base = self._guardrail() if r["guardrail"]["enabled"] else None
         self.teacher = self._teacher() if r["preserve"]["kl_weight"] > 0 else None  # the base, never the parent
         if self.parent is not None:
-            runs.load_trained(self.looped, self.parent / runs.TRAINABLE, self.groups)
+            rundir.load_trained(self.looped, self.parent / rundir.TRAINABLE, self.groups)
 
     def _set_precision(self) -> None:
         """Frozen weights to bf16 once (trained groups stay fp32) when the recipe asks and the hardware has it."""
-        from workbench import runs
-
         used, self.precision_record = resolve_precision(self.recipe["train"]["precision"], self.acc.device)
-        self.precision_record["frozen_tensors_cast"] = runs.set_run_precision(self.looped, self.groups, used)
+        self.precision_record["frozen_tensors_cast"] = rundir.set_run_precision(self.looped, self.groups, used)
         if self.progress and self.acc.is_main_process:
             hw = self.precision_record["hardware"]
             tqdm.write(f"precision: {used} ({hw['name']}; bf16 units: {', '.join(hw['bf16_units']) or 'none'}; "
@@ -127,22 +127,18 @@ class Trainer:
                        if used == "bf16" else f"precision: fp32 ({hw['name']})")
         for p in self.looped.parameters():
             p.requires_grad_(False)
-        self.frozen_hash = runs.base_sha256(self.looped.base)   # in the dtype the run keeps them
+        self.frozen_hash = rundir.base_sha256(self.looped.base)   # in the dtype the run keeps them
 
     def _teacher(self):
         """The frozen base for the preservation KL: the adapter switched off, or a frozen copy (full block)."""
         if "lora" in self.groups:
             return lambda: adapter_disabled(self.looped)
-        import copy
-
         teacher = copy.deepcopy(self.looped).eval()
         for p in teacher.parameters():
             p.requires_grad_(False)
         return teacher
 
     def _guardrail(self):
-        from workbench.tasks.guardrail import guardrail_counts
-
         was_training = self.looped.training
         self.looped.eval()
         with torch.no_grad():
@@ -154,15 +150,13 @@ class Trainer:
         """Checks a parent run (hashes, same base, split and groups); returns (its directory, the lineage).
 
         Its tensors are loaded strictly later in `setup`, after the base's guardrail reading."""
-        from workbench import runs
-
         parent_dir = Path(parent)
         if not parent_dir.is_absolute() and (self.recipe_dir / parent_dir).is_dir():
             parent_dir = self.recipe_dir / parent_dir   # relative to the recipe file first, then the cwd
         if not parent_dir.is_dir():
             raise WorkbenchError(f"init_from: '{parent}' is not a directory (a finished run or keeper)")
-        prov = runs.verify_files(parent_dir)
-        record = json.loads((parent_dir / runs.RETROFIT).read_text())
+        prov = rundir.verify_files(parent_dir)
+        record = json.loads((parent_dir / rundir.RETROFIT).read_text())
         if record["base"]["sha256"] != self.base_hash:
             raise WorkbenchError(f"init_from: '{parent}' was trained on base {record['base']['sha256'][:12]}..., this "
                                  f"recipe's base is {self.base_hash[:12]}...")
@@ -174,22 +168,20 @@ class Trainer:
         if record["trained_groups"] != self.groups:
             raise WorkbenchError(f"init_from: '{parent}' trained {record['trained_groups']}, this recipe trains "
                                  f"{self.groups}")
-        lineage = [{"run": parent, "name": tomllib.loads((parent_dir / runs.RECIPE).read_text()).get("name"),
-                    "provenance_sha256": sha256_file(parent_dir / runs.PROVENANCE),
-                    "trainable_sha256": prov["files"][runs.TRAINABLE]}]
+        lineage = [{"run": parent, "name": tomllib.loads((parent_dir / rundir.RECIPE).read_text()).get("name"),
+                    "provenance_sha256": sha256_file(parent_dir / rundir.PROVENANCE),
+                    "trainable_sha256": prov["files"][rundir.TRAINABLE]}]
         return parent_dir, {"parents": lineage + (prov.get("lineage") or {}).get("parents", [])}
 
     def _check_run_dir(self, recipe_text: str) -> None:
-        from workbench import runs
-
-        recipe_file = self.run_dir / runs.RECIPE
+        recipe_file = self.run_dir / rundir.RECIPE
         if self.resume:
             if not recipe_file.is_file():
-                raise WorkbenchError(f"--resume: '{self.run_dir}' holds no {runs.RECIPE}; nothing to resume")
+                raise WorkbenchError(f"--resume: '{self.run_dir}' holds no {rundir.RECIPE}; nothing to resume")
             if recipe_file.read_text() != recipe_text:
                 raise WorkbenchError(f"--resume: the resolved recipe differs from {recipe_file}; "
                                      "resume with the same recipe and --set overrides")
-        elif recipe_file.exists() or (self.run_dir / runs.CHECKPOINTS).exists():
+        elif recipe_file.exists() or (self.run_dir / rundir.CHECKPOINTS).exists():
             raise WorkbenchError(f"run directory '{self.run_dir}' already holds a run; pass --resume or another --out")
 
     def build_optimizer(self, kind: str) -> None:
@@ -200,11 +192,12 @@ class Trainer:
         if kind == "halting":
             h = r["halting"]
             cfg = {**r["optim"], "name": "adamw", "lr": h["lr"], "prelude_lr_mult": 1.0, "weight_decay": 0.0}
-            self.opt = make_optimizer(self.looped, ["halting"], cfg)
+            self.opt, self.opt_names = make_optimizer(self.looped, ["halting"], cfg)
             steps = sum(s["steps"] for s in self.stages if s["kind"] == "halting")
             factor = _lr_factor(h["warmup_steps"], steps, "cosine")
         else:
-            self.opt = make_optimizer(self.looped, [g for g in self.groups if g != "halting"], r["optim"])
+            main_groups = [g for g in self.groups if g != "halting"]
+            self.opt, self.opt_names = make_optimizer(self.looped, main_groups, r["optim"])
             check_prelude_group(self.opt, self.looped, r["optim"]["lr"], r["optim"]["prelude_lr_mult"])
             factor = _lr_factor(r["optim"]["warmup_steps"], self.main_total, r["optim"]["schedule"])
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
@@ -223,8 +216,6 @@ class Trainer:
 
     def rows(self, step: int, stage: dict) -> list[dict]:
         """The global batch of a step: fresh training rows from hashed seeds, the same on every rank."""
-        from workbench.tasks.chase import chase_row
-
         B, alphabet, seed = self.recipe["optim"]["batch_size"], self.recipe["task"]["alphabet"], self.recipe["seed"]
         rng = random.Random(_hashed_seed("depths", step, seed))
         depths = rng.choices(stage["depths"], weights=stage["depth_weights"] or None, k=B)
@@ -275,8 +266,6 @@ class Trainer:
 
     def _rehearsal(self, step: int) -> dict:
         """This step's rehearsal texts for the preservation KL (never the guardrail's template)."""
-        from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
-
         p = self.recipe["preserve"]
         texts = rehearsal_texts(step, self.recipe["seed"], p["rows"], p["sources"])
         batch = rehearsal_batch(self.tok, texts, p["positions"])
@@ -361,10 +350,8 @@ class Trainer:
         return self._summary(step, finished=True)
 
     def _log(self, record: dict) -> None:
-        from workbench.runs import METRICS
-
         if self.acc.is_main_process:
-            with open(self.run_dir / METRICS, "a") as f:
+            with open(self.run_dir / rundir.METRICS, "a") as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")
 
     def _evaluate(self, step: int) -> None:
@@ -379,8 +366,6 @@ class Trainer:
 
     def _check_guardrail(self, step: int) -> bool:
         """Scores the guardrail at loop 1 against the base; logs it; returns whether the run may go on."""
-        from workbench.tasks.guardrail import guardrail_compare
-
         passed = True
         if self.acc.is_main_process:
             now = self._guardrail()
@@ -404,30 +389,26 @@ class Trainer:
     def _stop_by_guardrail(self, step: int) -> dict:
         """Ends a run that lost more than guardrail.max_drop points: no trained tensors at the top level,
         checkpoints after the last passing reading removed, provenance saying so."""
-        from workbench import runs
-
         self.status = STOPPED_BY_GUARDRAIL
         if self.acc.is_main_process:
             last = self.state["last_passing_step"]
-            for old in runs.checkpoints(self.run_dir):
+            for old in rundir.checkpoints(self.run_dir):
                 if last is None or old > last:
-                    shutil.rmtree(self.run_dir / runs.CHECKPOINTS / f"step_{old}")
-            runs.write_provenance(self.run_dir, {}, {"recipe": self.recipe["seed"]},
-                                  {"status": STOPPED_BY_GUARDRAIL, "stopped_at_step": step,
-                                   "last_passing_checkpoint": (None if last is None else "the initial state (step 0)"
-                                                               if last == 0 else f"checkpoints/step_{last}"),
-                                   "guardrail": self._guardrail_record(), "precision": self.precision_record,
-                                   "lineage": self.lineage, "wall_s": round(self.state["elapsed_s"], 1)})
+                    shutil.rmtree(self.run_dir / rundir.CHECKPOINTS / f"step_{old}")
+            rundir.write_provenance(self.run_dir, {}, {"recipe": self.recipe["seed"]},
+                                    {"status": STOPPED_BY_GUARDRAIL, "stopped_at_step": step,
+                                     "last_passing_checkpoint": (None if last is None else "the initial state (step 0)"
+                                                                 if last == 0 else f"checkpoints/step_{last}"),
+                                     "guardrail": self._guardrail_record(), "precision": self.precision_record,
+                                     "lineage": self.lineage, "wall_s": round(self.state["elapsed_s"], 1)})
         self.acc.wait_for_everyone()
         return self._summary(step, finished=False)
 
     def _guardrail_record(self) -> dict | None:
         """The guardrail readings of this run, from metrics.jsonl (the base's and every later one)."""
-        from workbench.runs import METRICS
-
         if self.guardrail_base is None:
             return None
-        readings = [json.loads(line) for line in (self.run_dir / METRICS).read_text().splitlines()
+        readings = [json.loads(line) for line in (self.run_dir / rundir.METRICS).read_text().splitlines()
                     if '"guardrail"' in line]
         readings = [r for r in readings if r.get("kind") == "guardrail"]
         return {"battery_sha256": self.guardrail_base.battery_sha256, "base": self.guardrail_base.correct,
@@ -436,53 +417,46 @@ class Trainer:
                 "readings": [[r["step"], r["correct"]] for r in readings]}
 
     def _checkpoint(self, step: int) -> None:
-        from workbench.runs import save_checkpoint
-
         if self.acc.is_main_process:
-            save_checkpoint(self.run_dir, step, self.looped, self.groups, self.opt, self.sched, dict(self.state),
-                            keep=self.recipe["checkpoint"]["keep"], protect=self.state["last_passing_step"])
+            rundir.save_checkpoint(self.run_dir, step, self.looped, self.groups, self.opt, self.opt_names,
+                                   self.sched, dict(self.state), keep=self.recipe["checkpoint"]["keep"],
+                                   protect=self.state["last_passing_step"])
         self.acc.wait_for_everyone()
 
     def _restore(self) -> int:
         """Loads the latest checkpoint; drops metrics lines logged after it. Returns its step."""
-        from workbench.runs import (CHECKPOINTS, METRICS, checkpoints, discard_partial_checkpoints, load_checkpoint,
-                                    read_checkpoint_state)
-
-        done = checkpoints(self.run_dir)
+        done = rundir.checkpoints(self.run_dir)
         if not done:
             raise WorkbenchError(f"--resume: '{self.run_dir}' has no checkpoint to resume from")
-        ckpt = self.run_dir / CHECKPOINTS / f"step_{done[-1]}"
-        self.build_optimizer(read_checkpoint_state(ckpt)["optimizer"])
-        self.state.update(load_checkpoint(ckpt, self.looped, self.groups, self.opt, self.sched))
+        ckpt = self.run_dir / rundir.CHECKPOINTS / f"step_{done[-1]}"
+        self.build_optimizer(rundir.read_checkpoint_state(ckpt)["optimizer"])
+        self.state.update(rundir.load_checkpoint(ckpt, self.looped, self.groups, self.opt, self.opt_names, self.sched))
         step = self.state.pop("step")
         if self.acc.is_main_process:
-            discard_partial_checkpoints(self.run_dir)
+            rundir.discard_partial_checkpoints(self.run_dir)
             kept = []
-            for line in (self.run_dir / METRICS).read_text().split("\n"):
+            for line in (self.run_dir / rundir.METRICS).read_text().split("\n"):
                 try:
                     record = json.loads(line)
                 except json.JSONDecodeError:  # empty, or a line cut short by the kill
                     continue
                 if record["step"] <= step:
                     kept.append(line + "\n")
-            write_bytes_atomic(self.run_dir / METRICS, "".join(kept).encode())
+            write_bytes_atomic(self.run_dir / rundir.METRICS, "".join(kept).encode())
         self.acc.wait_for_everyone()
         return step
 
     def finish(self) -> None:
         """Writes the trained tensors and provenance; asserts a frozen base is bit-for-bit unchanged."""
-        from workbench import runs
-        from workbench.tasks.manifest import row_ids_sha256, rows_sha256
-
         base_unchanged = None
         if "block" not in self.groups:
-            digest = runs.base_sha256(self.looped.base)
+            digest = rundir.base_sha256(self.looped.base)
             if digest != self.frozen_hash:
                 raise WorkbenchError(f"the base weights changed during a frozen-base run ({self.frozen_hash[:12]}... -> "
                                      f"{digest[:12]}...)")
             base_unchanged = True
         if self.acc.is_main_process:
-            runs.save_tensors(self.run_dir / runs.TRAINABLE, runs.trained_state(self.looped, self.groups))
+            rundir.save_tensors(self.run_dir / rundir.TRAINABLE, rundir.trained_state(self.looped, self.groups))
             t, e = self.recipe["task"], self.recipe["eval"]
             manifests = {
                 "heldout": {"rows": len(self.heldout), "rows_sha256": rows_sha256(self.heldout),
@@ -491,21 +465,40 @@ class Trainer:
                 "train": {"generator": "workbench.tasks.chase.chase_row", "split": "train", "alphabet": t["alphabet"],
                           "seed": self.recipe["seed"], "rows": self.total * self.recipe["optim"]["batch_size"]},
             }
-            runs.write_provenance(self.run_dir, manifests, {"recipe": self.recipe["seed"], "eval": e["seed"]},
-                                  {"steps": self.total, "wall_s": round(self.state["elapsed_s"], 1),
-                                   "processes": self.acc.num_processes, "base_unchanged": base_unchanged,
-                                   "liveness": {"projections_step": self.state["live_projections"],
-                                                "gate_step": self.state["live_gate"]},
-                                   "status": "finished", "precision": self.precision_record,
-                                   "guardrail": self._guardrail_record(), "lineage": self.lineage})
+            rundir.write_provenance(self.run_dir, manifests, {"recipe": self.recipe["seed"], "eval": e["seed"]},
+                                    {"steps": self.total, "wall_s": round(self.state["elapsed_s"], 1),
+                                     "processes": self.acc.num_processes, "base_unchanged": base_unchanged,
+                                     "liveness": {"projections_step": self.state["live_projections"],
+                                                  "gate_step": self.state["live_gate"]},
+                                     "status": "finished", "precision": self.precision_record,
+                                     "guardrail": self._guardrail_record(), "lineage": self.lineage})
         self.acc.wait_for_everyone()
 
     def _summary(self, step: int, finished: bool) -> dict:
-        from workbench.runs import METRICS
-
-        evals = [json.loads(line) for line in (self.run_dir / METRICS).read_text().splitlines() if '"eval"' in line]
+        evals = [json.loads(line) for line in (self.run_dir / rundir.METRICS).read_text().splitlines() if '"eval"' in line]
         evals = [e for e in evals if e["kind"] == "eval"]
         return {"run_dir": str(self.run_dir), "steps": step, "finished": finished, "status": self.status
                 if not finished else "finished", "guardrail": self._guardrail_record(),
                 "before": evals[0]["acc"] if evals and evals[0]["step"] == 0 else None,
                 "after": evals[-1]["acc"] if evals else None, "wall_s": round(self.state["elapsed_s"], 1)}
+
+
+def train(recipe_path, out=None, overrides=None, resume: bool = False, stop_after: int | None = None,
+          progress: bool = True) -> dict:
+    """Trains a recipe into a run directory; returns a summary dict.
+
+    Args:
+        recipe_path: a TOML recipe (see `workbench.train.recipe`).
+        out: the run directory (default runs/<recipe name>).
+        overrides: `key=value` strings (as `--set`) or a {dotted key: value} dict.
+        resume: continue from the latest checkpoint in `out` (the recipe must match its recipe.toml).
+        stop_after: stop after this global step, as if the process were stopped there (tests,
+            time-boxed runs); the run directory is then resumable but not finished.
+    Returns:
+        {"run_dir", "steps", "finished", "before", "after", "wall_s"}: before / after are
+        {depth: {loop: accuracy}} on the held-out rows (before is None when step 0 was not evaluated).
+    """
+    recipe = load_recipe(recipe_path, overrides)
+    run_dir = Path(out) if out is not None else Path("runs") / recipe["name"]
+    return Trainer(recipe, run_dir, resume=resume, progress=progress,
+                   recipe_dir=Path(recipe_path).resolve().parent).run(stop_after=stop_after)

@@ -23,7 +23,7 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
-from workbench.attention import pattern_hook
+from workbench.loop.attention import pattern_hook
 from workbench.errors import WorkbenchError
 from workbench.precision import autocast
 
@@ -96,7 +96,7 @@ def _loop_sites(block: range, coda: range, memory: bool, halting: bool) -> _Site
 
 
 class LoopedLM(HookedRootModule):
-    """A looped retrofit of a decoder LM. Build it with `workbench.surgery.retrofit`.
+    """A looped retrofit of a decoder LM. Build it with `workbench.loop.surgery.retrofit`.
 
     The base model is held by reference (its weights are shared, never copied). Re-entry,
     memory and halting modules are the only new parameters.
@@ -287,7 +287,7 @@ class LoopedLM(HookedRootModule):
     def adaptive_read(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *,
                       policy, positions: torch.Tensor | None = None,
                       candidates: torch.Tensor | None = None) -> AdaptiveReadout:
-        """Runs each row until its halting head says stop (`workbench.halting.HaltPolicy`), reading it once there.
+        """Runs each row until its halting head says stop (`workbench.loop.halting.HaltPolicy`), reading it once there.
 
         Rows that stop leave the batch: later loops, their memory windows and the Coda run only on
         the rows still going, so the saved compute is real (`row_loops` counts it). Per-loop hooks

@@ -133,7 +133,7 @@ def _unknown(key: str) -> WorkbenchError:
     if near:
         suggestion = near[0].replace("stages.N.", f"stages.{parts[1]}.") if generic != key else near[0]
         hint = f"; did you mean '{suggestion}'?"
-    return WorkbenchError(f"unknown recipe key {key!r}{hint} (known keys: see workbench.recipes.SCHEMA)")
+    return WorkbenchError(f"unknown recipe key {key!r}{hint} (known keys: see workbench.train.recipe.SCHEMA)")
 
 
 def _check_type(key: str, value, default):

@@ -25,6 +25,7 @@ import json
 import os
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 
 import torch
@@ -32,6 +33,9 @@ from safetensors.torch import load_file, save_file
 
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file, write_json_atomic
+from workbench.loop.surgery import attach_lora, parameter_groups, retrofit
+from workbench.models import load_base, weights_sha256
+from workbench.precision import apply_precision
 
 TRAINABLE = "trainable.safetensors"
 RETROFIT = "retrofit.json"
@@ -70,8 +74,6 @@ def base_sha256(base: torch.nn.Module) -> str:
     peft renames a wrapped projection's weight `x.base_layer.weight`; the name is mapped back,
     so the hash of a base with an adapter injected equals the hash of the untouched base.
     """
-    from workbench.models import weights_sha256
-
     state = {k.replace(".base_layer.", "."): v for k, v in base.state_dict().items() if "lora_" not in k}
     return weights_sha256(_StateView(state))
 
@@ -88,8 +90,6 @@ def trained_groups(settings: dict, block_trainable: bool) -> list[str]:
 
 def trained_state(looped, groups: list[str]) -> dict[str, torch.Tensor]:
     """Returns {parameter name: tensor} for every parameter of `groups`."""
-    from workbench.surgery import parameter_groups
-
     named = parameter_groups(looped)
     return {name: p for g in groups for name, p in named[g]}
 
@@ -203,8 +203,6 @@ def verify_files(run_dir: Path) -> dict:
 def set_run_precision(looped, groups: list[str], precision: str) -> int:
     """Stores every tensor outside the trained `groups` in `precision` (trained ones stay fp32), as the trainer
     does (`workbench.precision.apply_precision`); returns how many tensors were cast."""
-    from workbench.precision import apply_precision
-
     trained = {id(p) for p in trained_state(looped, groups).values()}
     flags = {p: p.requires_grad for p in looped.parameters()}
     for p in looped.parameters():
@@ -234,11 +232,6 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
         WorkbenchError: a file whose hash differs from provenance.json, a base whose SHA-256
             differs from retrofit.json, or a missing / unexpected tensor.
     """
-    import tomllib
-
-    from workbench.models import load_base
-    from workbench.surgery import attach_lora, retrofit
-
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise WorkbenchError(f"run directory '{run_dir}' does not exist")
@@ -309,9 +302,12 @@ def _unflatten_optimizer(tensors: dict, meta: dict) -> dict:
     return {"state": state, "param_groups": groups}
 
 
-def save_checkpoint(run_dir: Path, step: int, looped, groups: list[str], optimizer, scheduler,
-                    trainer_state: dict, keep: int = 2, protect: int | None = None) -> Path:
+def save_checkpoint(run_dir: Path, step: int, looped, groups: list[str], optimizer, param_names: list[list[str]],
+                    scheduler, trainer_state: dict, keep: int = 2, protect: int | None = None) -> Path:
     """Writes checkpoints/step_N/ atomically (a temporary directory renamed into place).
+
+    `param_names` are the parameter names of each optimizer group, as `workbench.train.optim.make_optimizer`
+    returns them; they are stored beside the optimizer state and checked when it is loaded.
 
     Keeps the `keep` newest checkpoints, and step `protect` (the last one that passed the guardrail).
     """
@@ -322,8 +318,7 @@ def save_checkpoint(run_dir: Path, step: int, looped, groups: list[str], optimiz
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
     save_tensors(tmp / TRAINABLE, trained_state(looped, groups))
-    names = [[optimizer.param_names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
-    tensors, meta = _flatten_optimizer(optimizer.state_dict(), names)
+    tensors, meta = _flatten_optimizer(optimizer.state_dict(), param_names)
     save_tensors(tmp / "optimizer.safetensors", tensors)
     write_json_atomic(tmp / "optimizer.json", meta)
     write_json_atomic(tmp / "scheduler.json", scheduler.state_dict())  # LambdaLR: numbers and [None] lambdas
@@ -357,13 +352,17 @@ def read_checkpoint_state(ckpt: Path) -> dict:
     return json.loads((Path(ckpt) / "state.json").read_text())
 
 
-def load_checkpoint(ckpt: Path, looped, groups: list[str], optimizer, scheduler) -> dict:
-    """Restores trained tensors, optimizer, scheduler and RNG from `ckpt`; returns its trainer state."""
+def load_checkpoint(ckpt: Path, looped, groups: list[str], optimizer, param_names: list[list[str]],
+                    scheduler) -> dict:
+    """Restores trained tensors, optimizer, scheduler and RNG from `ckpt`; returns its trainer state.
+
+    Raises:
+        WorkbenchError: `param_names` (this run's optimizer groups) differ from the checkpoint's.
+    """
     ckpt = Path(ckpt)
     load_trained(looped, ckpt / TRAINABLE, groups)
     meta = json.loads((ckpt / "optimizer.json").read_text())
-    names = [[optimizer.param_names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
-    if names != meta["param_names"]:
+    if param_names != meta["param_names"]:
         raise WorkbenchError(f"{ckpt / 'optimizer.json'}: optimizer parameters differ from this run's groups")
     optimizer.load_state_dict(_unflatten_optimizer(load_file(str(ckpt / "optimizer.safetensors")), meta))
     scheduler.load_state_dict(json.loads((ckpt / "scheduler.json").read_text()))

@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from workbench.errors import WorkbenchError
-from workbench.halting import HaltingHead
-from workbench.looped import LoopedLM
-from workbench.memory import LoopMemoryAttention
-from workbench.reentry import make_reentry
+from workbench.loop.halting import HaltingHead
+from workbench.loop.looped import LoopedLM
+from workbench.loop.memory import LoopMemoryAttention
+from workbench.loop.reentry import make_reentry
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 

@@ -1,0 +1,107 @@
+"""The package's import graph, read from the source: no module imports itself through others.
+
+Every `import` / `from ... import` of a workbench module counts, at module top or inside a
+function (a deferred import is still a dependency). `from workbench.x import y` is an edge to
+`workbench.x.y` when that is a module, else to `workbench.x`.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
+
+
+def module_files(package: Path) -> dict[str, Path]:
+    """{dotted module name: file} of every .py file under `package` (a package is its __init__)."""
+    out = {}
+    for f in sorted(package.rglob("*.py")):
+        parts = list(f.relative_to(package.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        out[".".join(parts)] = f
+    return out
+
+
+def import_graph(package: Path) -> dict[str, set[str]]:
+    """{module: modules of the same package it imports}."""
+    files = module_files(package)
+    root = package.name
+    graph = {}
+    for name, f in files.items():
+        deps = set()
+        here = name.split(".") if f.name == "__init__.py" else name.split(".")[:-1]
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Import):
+                deps.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    base = here[: len(here) - node.level + 1]
+                    target = ".".join(base + ([node.module] if node.module else []))
+                else:
+                    target = node.module or ""
+                for a in node.names:
+                    sub = f"{target}.{a.name}"
+                    deps.add(sub if sub in files else target)
+        graph[name] = {d for d in deps if d in files and d != name and d.split(".")[0] == root}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_workbench_package_has_no_import_cycle():
+    graph = import_graph(PACKAGE)
+    assert "workbench.train.trainer" in graph and "workbench.loop.looped" in graph  # the real package was read
+    assert cycles(graph) == []
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_deferred_import(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from pkg.sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from pkg import c\n")
+    (pkg / "c.py").write_text("import pkg.a\n")
+    (pkg / "d.py").write_text("from . import a\n")   # into the cycle, not part of it
+    assert cycles(import_graph(pkg)) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+
+
+def test_the_model_and_presentation_layers_hold():
+    """The looped model imports no probes, training, presentation or CLI code."""
+    graph = import_graph(PACKAGE)
+    outside = ("workbench.probes", "workbench.train", "workbench.plots", "workbench.report", "workbench.figures",
+               "workbench.commands", "workbench.cli")
+    for name, deps in graph.items():
+        if name.startswith("workbench.loop"):
+            assert not [d for d in deps if d.startswith(outside)], name

@@ -1,0 +1,76 @@
+"""Reading a probe results directory: its tables, its summary, and the depth matrices of two paired.
+
+A results directory (`workbench probe --out`) holds `<table>.parquet` per probe table and
+`summary.json`; the report, the headlines, `workbench compare` and the paper figures read it
+through these functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.errors import WorkbenchError
+from workbench.stats import paired_compare
+
+SUMMARY = "summary.json"
+
+
+def load_results(results_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
+    """Returns {file stem: DataFrame} for every `*.parquet` in `results_dir` (e.g. "logit_lens__top")."""
+    path = Path(results_dir)
+    if not path.is_dir():
+        raise WorkbenchError(f"results directory '{path}' does not exist")
+    return {p.stem: pd.read_parquet(p) for p in sorted(path.glob("*.parquet"))}
+
+
+def read_summary(results_dir: str | os.PathLike) -> dict:
+    """Returns the parsed summary.json of `results_dir`, or {} when there is none."""
+    path = Path(results_dir) / SUMMARY
+    if not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+
+
+@dataclass
+class _Result:
+    """A results directory's depth matrix as `workbench.stats.paired_compare` takes it."""
+
+    manifest_sha256: str
+    table: pd.DataFrame
+
+    def frame(self) -> pd.DataFrame:
+        return self.table
+
+
+def load_result(results_dir: Path) -> _Result:
+    """Returns the depth matrix of a results directory with the digest of the rows it was computed on.
+
+    Raises:
+        WorkbenchError: no summary.json or depth_matrix.parquet in the directory.
+    """
+    summary_path, table_path = Path(results_dir) / "summary.json", Path(results_dir) / "depth_matrix.parquet"
+    for p in (summary_path, table_path):
+        if not p.is_file():
+            raise WorkbenchError(f"'{results_dir}' is not a probe results directory with a depth matrix: {p.name} is missing")
+    summary = json.loads(summary_path.read_text())
+    rows = summary.get("probe_runs", {}).get("depth_matrix", {}).get("rows", {})
+    if "rows_sha256" not in rows:
+        raise WorkbenchError(f"{summary_path}: no rows digest recorded for depth_matrix")
+    return _Result(rows["rows_sha256"], pd.read_parquet(table_path))
+
+
+def compare_results(results_a: Path, results_b: Path) -> pd.DataFrame:
+    """Returns per-depth helped / hurt / tied and exact McNemar p of B against A (last row: pooled).
+
+    Raises:
+        WorkbenchError: the two depth matrices were computed on different rows (manifest digests differ).
+    """
+    return paired_compare(load_result(results_a), load_result(results_b))

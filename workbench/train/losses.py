@@ -1,0 +1,171 @@
+"""Training losses: what one step of the retrofit minimises.
+
+- Per-loop cross-entropy over the task's candidate symbols at the answer position, read
+  through `looped.read(..., candidates=...)` (the evaluation reader's path), loops past a
+  row's depth masked, intermediate loops weighted (the outcome-only anneal ramps that to 0).
+- RecurTrace's answer loss at a sampled depth, and the Stage 2 halting objectives.
+- The preservation KL to the frozen base at loop 1 (the adapter switched off, or a frozen copy).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from peft.tuners.lora import LoraLayer
+
+from workbench.errors import WorkbenchError
+from workbench.loop.halting import oracle_labels
+from workbench.tasks.reader import candidate_ids, encode_prompts
+
+
+# ----------------------------------------------------------------------------- batches and losses
+def _upcast(x: torch.Tensor) -> torch.Tensor:
+    """Losses in at least fp32 (fp64 stays fp64: the finite-difference check needs it)."""
+    return x if x.dtype == torch.float64 else x.float()
+
+
+def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="cpu") -> dict:
+    """Returns the tensors a training step needs for chase rows.
+
+    Keys: input_ids, attention_mask [B, S] (left padded); candidates [B, N] token ids of the
+    row's symbols; targets [B, T] index of x_t among the symbols (T = max depth; -1 past d);
+    weights [B, T] (chain_weight for t < d, 1 at t = d, 0 past d); answer_ids [B]; depths [B].
+    """
+    enc = encode_prompts(tokenizer, [r["prompt"] for r in rows])
+    T = max(r["depth"] for r in rows)
+    targets = torch.full((len(rows), T), -1, dtype=torch.long)
+    weights = torch.zeros(len(rows), T)
+    for i, r in enumerate(rows):
+        d = r["depth"]
+        targets[i, :d] = torch.tensor([r["symbols"].index(x) for x in r["chain"]])
+        weights[i, : d - 1] = chain_weight
+        weights[i, d - 1] = 1.0
+    cands = torch.stack([candidate_ids(tokenizer, r["symbols"]) for r in rows])
+    rows_idx = torch.arange(len(rows))
+    answers = cands[rows_idx, targets[rows_idx, torch.tensor([r["depth"] - 1 for r in rows])]]  # x_d
+    out = dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], candidates=cands,
+               targets=targets, weights=weights, answer_ids=answers,
+               depths=torch.tensor([r["depth"] for r in rows]))
+    return {k: v.to(device) for k, v in out.items()}
+
+
+def loop_nll(looped, batch: dict, loops: int | None = None) -> torch.Tensor:
+    """Returns the per-row, per-loop cross-entropy over the candidate symbols, [B, T] (0 where masked)."""
+    loops = loops or batch["targets"].shape[1]
+    r = looped.read(batch["input_ids"], attention_mask=batch["attention_mask"], loops=loops,
+                    candidates=batch["candidates"])
+    logp = _upcast(r.scores[:, :, -1, :]).log_softmax(-1)                # [B, T, N]
+    targets = batch["targets"][:, :loops]
+    nll = -logp.gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+    return nll * (targets >= 0)
+
+
+def chain_loss(looped, batch: dict, denominator: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (weighted per-loop loss, mean nll per loop [T]) for a chain batch.
+
+    The loss is sum(w_bt * nll_bt) / denominator (default sum of the weights), so shards of a
+    global batch, each divided by the global weight sum, add up to the global loss.
+    """
+    nll = loop_nll(looped, batch)
+    w = batch["weights"]
+    denom = float(w.sum()) if denominator is None else denominator
+    active = (batch["targets"] >= 0).sum(0).clamp(min=1)
+    return (nll * w).sum() / denom, (nll.detach().sum(0) / active)
+
+
+def answer_loss(looped, batch: dict, loops: int, denominator: float | None = None) -> torch.Tensor:
+    """Language-model loss of the answer token at loop `loops`, full vocabulary (RecurTrace Stage 1)."""
+    logits = looped(batch["input_ids"], attention_mask=batch["attention_mask"], loops=loops).logits[:, -1]
+    nll = F.cross_entropy(_upcast(logits), batch["answer_ids"], reduction="sum")
+    return nll / (len(batch["answer_ids"]) if denominator is None else denominator)
+
+
+def sample_loop_counts(n: int, mean: float = 4.0, sigma: float = 0.5, max_loops: int = 8, seed: int = 0) -> np.ndarray:
+    """Returns n loop counts from RecurTrace App. D's clamped log-normal Poisson.
+
+    z ~ N(log r̄ - σ²/2, σ) with r̄ = mean - 1; r = Poisson(e^z) + 1, clamped to [1, max_loops].
+    """
+    rng = np.random.default_rng(seed)
+    rbar = mean - 1.0
+    z = rng.normal(math.log(rbar) - sigma ** 2 / 2, sigma, size=n)
+    return np.clip(rng.poisson(np.exp(z)) + 1, 1, max_loops)
+
+
+def halting_loss(looped, batch: dict, cfg: dict, denominator: float | None = None) -> tuple[torch.Tensor, dict]:
+    """RecurTrace Stage 2 loss for the halting head from one forward to `oracle_max` loops.
+
+    Per-depth answer losses L_1..L_T (detached) give oracle labels (`workbench.loop.halting.oracle_labels`);
+    `oracle` distils them with BCE at the probe depths; `act` / `pondernet` form the halting
+    distribution q_t = p_1..p_{t-1}(1 - p_t) and pay |t - t*| (t* the oracle depth) plus an
+    expected-depth cost (ACT) or a KL to a geometric prior (PonderNet).
+    """
+    T = cfg["oracle_max"]
+    r = looped.read(batch["input_ids"], attention_mask=batch["attention_mask"], loops=T)
+    logits = r.scores[:, :, -1, :].float()                                 # [B, T, V]
+    with torch.no_grad():
+        losses = F.cross_entropy(logits.transpose(1, 2), batch["answer_ids"].unsqueeze(1).expand(-1, T),
+                                 reduction="none")                         # [B, T]
+        labels = oracle_labels(losses, margin=cfg["margin"], depth_cost=cfg["depth_cost"])
+    p = r.halt_probs.float().clamp(1e-6, 1 - 1e-6)                          # continue probs [B, T]
+    denom = len(p) if denominator is None else denominator
+    if cfg["objective"] == "oracle":
+        cols = [t - 1 for t in cfg["probe_depths"] if t <= T]
+        bce = F.binary_cross_entropy(p[:, cols], labels[:, cols], reduction="none").mean(1)
+        return bce.sum() / denom, {"continue_rate": float(labels[:, cols].mean())}
+    survive = torch.cumprod(torch.cat([torch.ones_like(p[:, :1]), p[:, :-1]], 1), 1)
+    q = survive * (1 - p)
+    q = torch.cat([q[:, :-1], survive[:, -1:]], 1)                           # the budget absorbs the rest
+    depths = torch.arange(1, T + 1, dtype=q.dtype)
+    target = (labels < 0.5).float().argmax(1) + 1                          # first depth with no gain ahead
+    quality = (q * (depths - target.unsqueeze(1)).abs()).sum(1)
+    if cfg["objective"] == "act":
+        extra = cfg["act_cost"] * (q * depths).sum(1)
+    else:
+        lam = cfg["ponder_lambda"]
+        prior = lam * (1 - lam) ** (depths - 1)
+        prior = prior / prior.sum()
+        extra = cfg["ponder_kl"] * (q * (q.clamp(min=1e-9).log() - prior.log())).sum(1)
+    return (quality + extra).sum() / denom, {"mean_target": float(target.float().mean())}
+
+
+# ----------------------------------------------------------------------------- preservation
+@contextlib.contextmanager
+def adapter_disabled(looped):
+    """Runs the retrofit with its LoRA adapter switched off: loop 1 is then the frozen base exactly.
+
+    The teacher of the preservation KL costs no memory this way (the same modules, adapter off).
+    """
+    layers = [m for m in looped.modules() if isinstance(m, LoraLayer)]
+    if not layers:
+        raise WorkbenchError("adapter_disabled: this retrofit has no LoRA adapter to disable")
+    for m in layers:
+        m.enable_adapters(False)
+    try:
+        yield
+    finally:
+        for m in layers:
+            m.enable_adapters(True)
+
+
+def kl_to_base(looped, batch: dict, teacher) -> torch.Tensor:
+    """Mean KL(base || model) of the next-token distribution at loop 1, over `batch["positions"]`.
+
+    `teacher` is a context manager under which `looped` computes the frozen base (`adapter_disabled`),
+    or a module with the same `read` (a frozen copy, for full-block runs). Full vocabulary, fp32
+    log-softmax; only the asked positions are unembedded, so the cost is B x P rows of the head.
+    """
+    args = dict(attention_mask=batch["attention_mask"], loops=1, positions=batch["positions"])
+    with torch.no_grad():
+        if isinstance(teacher, torch.nn.Module):
+            t_scores = teacher.read(batch["input_ids"], **args).scores
+        else:
+            with teacher():
+                t_scores = looped.read(batch["input_ids"], **args).scores
+    s_scores = looped.read(batch["input_ids"], **args).scores
+    log_t = _upcast(t_scores[:, 0]).log_softmax(-1)                     # [B, P, V]
+    log_s = _upcast(s_scores[:, 0]).log_softmax(-1)
+    return (log_t.exp() * (log_t - log_s)).sum(-1).mean()

@@ -1,0 +1,98 @@
+"""The optimizer of a retrofit run and its safeguards (retrofit paper Sec. 5.1, App. A.2).
+
+W_p alone in a `prelude_proj` AdamW group at lr x multiplier, asserted at start; a multiplier
+the optimizer cannot honour is refused; re-entry liveness; realized movement (RMS of the
+parameter change) per group. `make_optimizer` returns the parameter names of every group beside
+the optimizer: checkpoints (`workbench.train.rundir`) store and check them.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from workbench.errors import WorkbenchError
+from workbench.loop.surgery import parameter_groups
+
+PRELUDE_PROJ = "reentry.prelude_proj.weight"
+
+
+def optimizer_groups(looped, trainable: list[str]) -> list[tuple[str, list[tuple[str, torch.nn.Parameter]]]]:
+    """(group name, [(param name, param)]) for the trainable groups, W_p split into `prelude_proj`."""
+    named = parameter_groups(looped)
+    out = []
+    for g in trainable:
+        params = [(n, p) for n, p in named[g] if n != PRELUDE_PROJ]
+        if params:
+            out.append((g, params))
+        if g == "reentry":
+            out += [("prelude_proj", [(n, p) for n, p in named[g] if n == PRELUDE_PROJ])]
+    return [(g, ps) for g, ps in out if ps]
+
+
+def make_optimizer(looped, trainable: list[str], cfg: dict) -> tuple[torch.optim.Optimizer, list[list[str]]]:
+    """Returns (the optimizer, the parameter names of each of its groups in order).
+
+    One parameter group per trainable group, W_p at lr × prelude_lr_mult. The names are what a
+    checkpoint records (`workbench.train.rundir.save_checkpoint`) and checks on resume.
+
+    Raises:
+        WorkbenchError: a rate multiplier the optimizer cannot honour. Only AdamW's per-group
+            rate is verified at the realized-update level (retrofit paper Sec. 5.1, App. E).
+    """
+    mult = cfg["prelude_lr_mult"]
+    if cfg["name"] != "adamw" and mult != 1.0:
+        raise WorkbenchError(f"optim.name = '{cfg['name']}' with optim.prelude_lr_mult = {mult}: only adamw honours "
+                             "a per-group rate multiplier here; use adamw or set prelude_lr_mult = 1")
+    groups, names = [], []
+    for g, params in optimizer_groups(looped, trainable):
+        for _, p in params:
+            p.requires_grad_(True)
+        names.append([n for n, _ in params])
+        lr = cfg["lr"] * (mult if g == "prelude_proj" else 1.0)
+        wd = 0.0 if g == "prelude_proj" else cfg["weight_decay"]  # as the paper's Listing 3
+        groups.append({"name": g, "params": [p for _, p in params], "lr": lr, "weight_decay": wd})
+    if cfg["name"] == "adamw":
+        opt = torch.optim.AdamW(groups, lr=cfg["lr"], betas=tuple(cfg["betas"]), eps=cfg["eps"], foreach=False)
+    else:
+        opt = torch.optim.SGD(groups, lr=cfg["lr"], momentum=cfg["momentum"], foreach=False)
+    return opt, names
+
+
+def check_prelude_group(optimizer, looped, lr: float, mult: float) -> None:
+    """Asserts W_p sits alone in a group named `prelude_proj` at lr × mult (bridge designs only).
+
+    Raises:
+        WorkbenchError: the group is missing, holds other tensors, or has another rate.
+    """
+    if not hasattr(looped.reentry, "prelude_proj"):
+        return
+    w_p = looped.reentry.prelude_proj.weight
+    found = [g for g in optimizer.param_groups if any(p is w_p for p in g["params"])]
+    if len(found) != 1 or found[0].get("name") != "prelude_proj" or len(found[0]["params"]) != 1:
+        raise WorkbenchError("the bridge's Prelude projection W_p is not alone in its own 'prelude_proj' "
+                             "optimizer group")
+    rate = found[0].get("initial_lr", found[0]["lr"])
+    if not math.isclose(rate, lr * mult, rel_tol=1e-12):
+        raise WorkbenchError(f"the 'prelude_proj' group has lr {rate}, expected {lr} × {mult} = {lr * mult}")
+
+
+def group_rms(optimizer, values) -> dict[str, float]:
+    """RMS per optimizer group of `values(param)` (None counts as zeros)."""
+    out = {}
+    for g in optimizer.param_groups:
+        sq = n = 0
+        for p in g["params"]:
+            v = values(p)
+            n += p.numel()
+            sq += 0.0 if v is None else float(v.detach().double().pow(2).sum())
+        out[g["name"]] = math.sqrt(sq / max(n, 1))
+    return out
+
+
+def liveness(looped) -> dict[str, float]:
+    """Gradient RMS of the re-entry's live parameters (W_p, W_s, gate; or alpha)."""
+    return {n: (0.0 if p.grad is None else float(p.grad.double().pow(2).mean().sqrt()))
+            for n, p in looped.reentry.named_parameters() if n in ("prelude_proj.weight", "state_proj.weight",
+                                                                    "gate", "alpha")}
