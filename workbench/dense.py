@@ -11,7 +11,8 @@ Both arms run loop 1 only, which is the base model with the adapter on the block
   paper's dense reader, which accepted a completed answer whatever followed it).
 
 `read_direct` / `read_scratchpad` return one row per manifest row (row_id, depth, target, predicted, correct, and for
-the scratchpad the number of chain symbols written right); `latency_by_depth` times one row at a time per depth.
+the scratchpad the number of chain symbols written right); `latency_by_depth` times one row at a time per depth. The scratchpad's frame also holds what it wrote
+(`written`) beside the chain.
 """
 
 from __future__ import annotations
@@ -143,7 +144,7 @@ def _decode(looped, tokenizer, chunk: list[dict], steps: int) -> list[list[int]]
 def read_scratchpad(looped, tokenizer, rows: list[dict], batch_size: int = 16) -> pd.DataFrame:
     """The scratchpad arm's answer for every row: its d-th written symbol; `chain_right` counts how many of the
     d written symbols match x_1 .. x_d."""
-    preds, right = [], []
+    preds, right, texts = [], [], []
     for i in range(0, len(rows), batch_size):
         chunk = rows[i:i + batch_size]
         written = _decode(looped, tokenizer, chunk, max(r["depth"] for r in chunk))
@@ -151,7 +152,8 @@ def read_scratchpad(looped, tokenizer, rows: list[dict], batch_size: int = 16) -
             sym = [r["symbols"][j] for j in w[: r["depth"]]]
             preds.append(sym[-1])
             right.append(sum(a == b for a, b in zip(sym, r["chain"])))
-    return _frame(rows, preds, {"chain_right": right})
+            texts.append(sym)
+    return _frame(rows, preds, {"chain_right": right, "written": texts, "chain": [list(r["chain"]) for r in rows]})
 
 
 def latency_by_depth(call, rows: list[dict], per_depth: int = 4, repeats: int = 3) -> pd.DataFrame:

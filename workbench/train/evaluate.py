@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from workbench.dense import read_direct, read_scratchpad
 from workbench.tasks.reader import read_rows
 
 
@@ -22,4 +23,26 @@ def evaluate(looped, tokenizer, rows: list[dict], batch_size: int = 16) -> tuple
     matrix: dict[str, dict[str, float]] = {}
     for (d, t), v in acc.items():
         matrix.setdefault(str(d), {})[str(t)] = float(v)
+    return matrix, frame
+
+
+def evaluate_dense(looped, tokenizer, rows: list[dict], kind: str, batch_size: int = 16) -> tuple[dict, pd.DataFrame]:
+    """A dense control's held-out accuracy in the looped arm's shape: {depth: {position: accuracy}}.
+
+    direct: one answer per row, filed under its depth (cell d, d: the final answer, as the looped arm's loop d);
+    scratchpad: the k-th written symbol against x_k for k = 1..d (free-running greedy decoding), cell d, d being
+    its answer.
+    """
+    was_training = looped.training
+    looped.eval()
+    frame = (read_direct if kind == "direct" else read_scratchpad)(looped, tokenizer, rows, batch_size)
+    looped.train(was_training)
+    matrix: dict[str, dict[str, float]] = {}
+    for d, g in frame.groupby("depth"):
+        if kind == "direct":
+            matrix[str(d)] = {str(d): float(g["correct"].mean())}
+        else:
+            matrix[str(d)] = {str(k): float((g["written"].map(lambda w, k=k: w[k - 1]) ==
+                                               g["chain"].map(lambda c, k=k: c[k - 1])).mean())
+                              for k in range(1, int(d) + 1)}
     return matrix, frame

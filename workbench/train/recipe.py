@@ -27,7 +27,8 @@ import tomllib
 from workbench.errors import WorkbenchError
 from workbench.io import read_toml
 
-STAGE_KINDS = ("chain", "sampled", "halting")
+STAGE_KINDS = ("chain", "sampled", "halting", "direct", "scratchpad")
+DENSE_KINDS = ("direct", "scratchpad")  # the dense controls (workbench.dense): loop 1 only
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "linear")
 HALTING_OBJECTIVES = ("oracle", "act", "pondernet")
@@ -240,6 +241,9 @@ def _validate(r: dict) -> None:
             raise WorkbenchError(f"stage {i} is a halting stage but model.halting = false")
     _check_depths("eval.depths", r["eval"]["depths"], alphabet, max_loops)
     kinds = {s["kind"] for s in r["stages"]}
+    if kinds & set(DENSE_KINDS) and len(kinds) > 1:
+        raise WorkbenchError(f"stages mix {', '.join(sorted(kinds))}: a dense control (direct or scratchpad) is an arm "
+                             "of its own, every stage of its recipe has that kind")
     for key, kind in (("sampler.max", "sampled"), ("halting.oracle_max", "halting")):
         section, name = key.split(".")
         if kind in kinds and not 1 <= r[section][name] <= max_loops:
@@ -314,7 +318,9 @@ def needed_loops(recipe: dict) -> int:
     """The largest loop count any stage or evaluation runs."""
     loops = [max(recipe["eval"]["depths"])]
     for s in recipe["stages"]:
-        if s["kind"] == "chain":
+        if s["kind"] in DENSE_KINDS:
+            loops.append(1)
+        elif s["kind"] == "chain":
             loops.append(max(s["depths"]))
         elif s["kind"] == "sampled":
             loops.append(recipe["sampler"]["max"])

@@ -25,6 +25,7 @@ import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
 
+from workbench.dense import direct_loss, scratchpad_batch, scratchpad_loss
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file, write_bytes_atomic, write_json_atomic
 from workbench.loop.surgery import attach_lora, retrofit
@@ -37,11 +38,11 @@ from workbench.tasks.manifest import row_ids_sha256, rows_sha256
 from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
 from workbench.tasks.seeding import row_seed
 from workbench.train import rundir
-from workbench.train.evaluate import evaluate
+from workbench.train.evaluate import evaluate, evaluate_dense
 from workbench.train.losses import (adapter_disabled, answer_loss, chain_loss, halting_loss, kl_to_base, make_batch,
                                     sample_loop_counts)
 from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer
-from workbench.train.recipe import dumps, load_recipe
+from workbench.train.recipe import DENSE_KINDS, dumps, load_recipe
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
 
@@ -231,7 +232,15 @@ class Trainer:
         batch = make_batch(shard, self.tok, chain_weight=cw, device=self.acc.device)
         info: dict = {"chain_weight": cw}
         self.opt.zero_grad(set_to_none=True)
-        if stage["kind"] == "chain":
+        if stage["kind"] == "direct":
+            loops = 1
+            loss = direct_loss(self.looped, batch, denominator=len(rows))
+        elif stage["kind"] == "scratchpad":
+            loops = 1
+            pad = scratchpad_batch(shard, self.tok, device=self.acc.device)
+            loss, per_pos = scratchpad_loss(self.looped, pad, denominator=sum(r["depth"] for r in rows))
+            info["position_ce"] = [round(float(v), 5) for v in per_pos]
+        elif stage["kind"] == "chain":
             loops = max(r["depth"] for r in rows)
             denom = sum(cw * (r["depth"] - 1) + 1.0 for r in rows)
             loss, per_loop = chain_loss(self.looped, batch, denominator=denom)
@@ -357,7 +366,10 @@ class Trainer:
     def _evaluate(self, step: int) -> None:
         """Depth × loop active-label accuracy on the held-out rows, into metrics.jsonl (main process)."""
         if self.acc.is_main_process:
-            matrix, _ = evaluate(self.looped, self.tok, self.heldout, self.recipe["eval"]["batch_size"])
+            kinds = {s["kind"] for s in self.recipe["stages"]}
+            dense = next((k for k in DENSE_KINDS if k in kinds), None)
+            matrix, _ = (evaluate_dense(self.looped, self.tok, self.heldout, dense, self.recipe["eval"]["batch_size"])
+                         if dense else evaluate(self.looped, self.tok, self.heldout, self.recipe["eval"]["batch_size"]))
             cells = [v for row in matrix.values() for v in row.values()]
             self.latest_acc = f"{min(cells):.2f}/{sum(cells) / len(cells):.2f}"  # worst / mean cell
             self._log({"kind": "eval", "step": step, "acc": matrix, "min_active": min(cells),
