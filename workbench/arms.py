@@ -1,8 +1,9 @@
 """Paired comparisons between trained arms on the same frozen rows (retrofit paper Sec. 6, 8.1, 9.4).
 
 An *arm* is a run directory plus a battery results directory that holds `depth_matrix.parquet` (every row of one
-frozen manifest read at loops 1..max depth; `probes/arms.toml` writes exactly that) and, where the battery ran the
-identity probe, `identity__guardrail.parquet`. `compare_arms(a, b)` pairs the two arms' final answers (loop = depth)
+frozen manifest read at loops 1..max depth; `probes/arms.toml` writes exactly that) or `final.parquet` (one final
+answer per row, any arm, dense controls included: `scripts/final_answers.py`, which also writes per-depth latency)
+and, where the battery ran the identity probe, `identity__guardrail.parquet`. `compare_arms(a, b)` pairs the two arms' final answers (loop = depth)
 by row id and returns per-depth counts with one-sided Fisher p-values in both directions and the exact McNemar p,
 the frontier of each arm at the registered bar 0.71 and its 0.60 / 0.80 sensitivity, the interpolated depth at
 which the arms' accuracy curves cross (if they do), and each arm's guardrail reading. Nothing here draws: the
@@ -37,6 +38,7 @@ class Arm:
     manifest_sha256: str
     guardrail: dict | None = None       # {"base": int, "checkpoint": int, "total": int} from the identity probe
     recipe: dict = field(default_factory=dict)
+    latency: pd.DataFrame | None = None     # depth, median_s, ... (scripts/final_answers.py), when measured
 
     def accuracy(self) -> pd.Series:
         return self.final.groupby("depth")["correct"].mean()
@@ -57,19 +59,25 @@ def load_arm(run_dir: str | Path, results: str | Path | None = None, name: str |
     recipe_path = run_dir / "recipe.toml"
     if not recipe_path.is_file():
         raise WorkbenchError(f"'{run_dir}' is not a run directory (no recipe.toml)")
-    dm = results / "depth_matrix.parquet"
-    if not dm.is_file():
-        raise WorkbenchError(f"'{results}' has no depth_matrix.parquet; run "
-                             f"`workbench probe --checkpoint {run_dir} --battery probes/arms.toml --out {results}`")
+    dm, fa = results / "depth_matrix.parquet", results / "final.parquet"
     recipe = tomllib.loads(recipe_path.read_text())
-    frame = pd.read_parquet(dm)
-    final = frame[frame["loop"] == frame["depth"]][["row_id", "depth", "correct"]].astype({"correct": bool})
-    if final["row_id"].nunique() != frame["row_id"].nunique():
-        raise WorkbenchError(f"'{dm}' lacks loop = depth for some rows")
-    summary_path = results / "summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
-    manifests = summary.get("manifests", {})
-    sha = ",".join(sorted(m.get("rows_sha256", "") for m in manifests.values()))
+    latency = pd.read_parquet(results / "latency.parquet") if (results / "latency.parquet").is_file() else None
+    if dm.is_file():
+        frame = pd.read_parquet(dm)
+        final = frame[frame["loop"] == frame["depth"]][["row_id", "depth", "correct"]].astype({"correct": bool})
+        if final["row_id"].nunique() != frame["row_id"].nunique():
+            raise WorkbenchError(f"'{dm}' lacks loop = depth for some rows")
+        summary_path = results / "summary.json"
+        summary = json.loads(summary_path.read_text()) if summary_path.is_file() else {}
+        manifests = summary.get("manifests", {})
+        sha = ",".join(sorted(m.get("rows_sha256", "") for m in manifests.values()))
+    elif fa.is_file():   # a dense control (or any arm) read by scripts/final_answers.py
+        final = pd.read_parquet(fa)[["row_id", "depth", "correct"]].astype({"correct": bool})
+        sha = json.loads((results / "final.json").read_text())["rows_sha256"]
+    else:
+        raise WorkbenchError(f"'{results}' has neither depth_matrix.parquet nor final.parquet; run "
+                             f"`workbench probe --checkpoint {run_dir} --battery probes/arms.toml --out {results}` "
+                             f"(a looped arm) or `python scripts/final_answers.py {run_dir} --out {results}`")
     guard = None
     gpath = results / "identity__guardrail.parquet"
     if gpath.is_file():
@@ -77,7 +85,7 @@ def load_arm(run_dir: str | Path, results: str | Path | None = None, name: str |
         guard = {"base": int(g["base_correct"].sum()), "checkpoint": int(g["checkpoint_correct"].sum()),
                  "total": len(g)}
     return Arm(name or recipe.get("name", run_dir.name), run_dir, results, final.reset_index(drop=True),
-               trained_support(recipe), sha, guard, recipe)
+               trained_support(recipe), sha, guard, recipe, latency)
 
 
 def crossover(acc_a: pd.Series, acc_b: pd.Series) -> float | None:

@@ -1,0 +1,52 @@
+"""scripts/final_answers.py reads any arm's final answers and latency on a manifest, and the arms comparison pairs a
+dense control with a looped arm through those files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from workbench.arms import compare_arms, load_arm
+from workbench.models import load_base
+from workbench.tasks.chase import chase_rows
+from workbench.tasks.manifest import write_manifest
+from workbench.tasks.reader import read_rows
+from workbench.train.rundir import load_run
+from workbench.train.trainer import train
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_final_answers_for_a_looped_and_a_direct_arm(write_recipe, tmp_path):
+    lora = {"train": {"block": False}, "lora": {"enabled": True, "r": 4, "alpha": 8}}
+    looped = write_recipe("looped.toml", **lora)
+    direct = write_recipe("direct.toml", **lora, stages=[{"kind": "direct", "depths": [1, 2], "steps": 2}])
+    for name, path in (("looped", looped), ("direct", direct)):
+        train(path, out=tmp_path / name, progress=False)
+    _, tok = load_base("tiny-llama")
+    rows = chase_rows(4, [1, 2, 3], 3, 11, tokenizer=tok, split="test")
+    write_manifest(rows, tmp_path / "m.jsonl")
+    for name in ("looped", "direct"):
+        out = subprocess.run([sys.executable, str(ROOT / "scripts" / "final_answers.py"), str(tmp_path / name),
+                              "--out", str(tmp_path / name / "arms"), "--manifest", str(tmp_path / "m.jsonl"),
+                              "--latency-rows", "1", "--repeats", "1"], capture_output=True, text=True, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr[-2000:]
+        rec = json.loads((tmp_path / name / "arms" / "final.json").read_text())
+        assert rec["kind"] == name and rec["support"] == 2 and rec["rows"] == 9
+        lat = pd.read_parquet(tmp_path / name / "arms" / "latency.parquet")
+        assert lat["depth"].tolist() == [1, 2, 3] and (lat["median_s"] > 0).all()
+    a, b = (load_arm(tmp_path / n, tmp_path / n / "arms") for n in ("looped", "direct"))
+    out = compare_arms(a, b)
+    assert out["depths"]["n"].tolist() == [3, 3, 3] and a.latency is not None
+    # the looped arm's answers are its loop-d reads: the same as a depth-matrix read of the run
+    f = pd.read_parquet(tmp_path / "looped" / "arms" / "final.parquet").set_index("row_id")
+    model, tok2, _ = load_run(tmp_path / "looped")
+    for d in (1, 2, 3):
+        sub = [r for r in rows if r["depth"] == d]
+        ref = read_rows(model, tok2, sub, loops=d).frame()
+        ref = ref[ref["loop"] == d].set_index("row_id")
+        assert (f.loc[ref.index, "predicted"] == ref["predicted"]).all()
