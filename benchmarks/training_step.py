@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/training_step.py [--model smollm2-135m-instruct] [--quick]
 
 Both steps train the same tensors (the looped block and the re-entry, the recipe default:
-`workbench.train.rundir.trained_groups(settings, block_trainable=True)`) with the trainer's own
+`workbench.train.rundir.trained_groups(config, block_trainable=True)`) with the trainer's own
 optimizer (`workbench.train.optim.make_optimizer`, AdamW, recipe defaults), clip the gradient
 norm at the recipe default, and optimise the same loss: per-loop cross-entropy over the
 task's candidate symbols at the answer position (`workbench.train.losses.chain_loss`).
@@ -48,7 +48,7 @@ def setup(looped, tok, batch_size: int, depth: int, alphabet: int, seed: int):
     for p in looped.parameters():  # as the trainer: everything frozen, then the trained groups enabled
         p.requires_grad_(False)
     optim = copy.deepcopy(SCHEMA["optim"])
-    opt, _ = make_optimizer(looped, trained_groups(looped.settings, True), optim)
+    opt, _ = make_optimizer(looped, trained_groups(looped.retrofit_config, True), optim)
     params = [p for g in opt.param_groups for p in g["params"]]
     return batch, opt, params, optim["grad_clip"]
 

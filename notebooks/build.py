@@ -37,8 +37,9 @@ from workbench.tasks.manifest import read_manifest
 
 looped, tok, info = load_run(KEEPER)        # strict: every file's hash and the base's hash are checked
 manifest = read_manifest(MANIFEST)
-print(f"{KEEPER.name}: block {looped.a}:{looped.b} of {looped.n_layers} layers, re-entry {looped.settings['reentry']}, "
-      f"max {looped.max_loops} loops, LoRA {'lora' in looped.settings}")
+config = looped.retrofit_config             # the architecture, as retrofit.json records it
+print(f"{KEEPER.name}: block {looped.a}:{looped.b} of {looped.n_layers} layers, re-entry {config.reentry}, "
+      f"max {config.max_loops} loops, LoRA {config.lora is not None}")
 print(f"rows: {MANIFEST.name}, {manifest.sidecar['rows']} rows, rows_sha256 {manifest.sidecar['rows_sha256'][:16]}...")'''
 
 
@@ -153,12 +154,14 @@ print(f"span {selection.prelude_end}:{selection.coda_start} of {selection.n_laye
 
 `retrofit` splits the model at the chosen block. With a fresh split bridge the re-entry is an
 exact identity, so at loop 1 the retrofit must reproduce the base model bit for bit, whatever
-the settings.
+the settings. Everything that decides the architecture is one `RetrofitConfig`; a run directory
+stores exactly its `to_dict()` and rebuilds the model from it.
 """),
-    code('''from workbench.loop.surgery import retrofit
+    code('''from workbench.loop.config import RetrofitConfig
+from workbench.loop.surgery import retrofit
 
-looped = retrofit(base, block=selection.recommended, reentry="bridge", max_loops=4)
-looped.settings'''),
+looped = retrofit(base, RetrofitConfig(block=selection.recommended, reentry="bridge", max_loops=4))
+looped.retrofit_config'''),
     code('''import torch
 
 enc = tok(["The capital of France is"], return_tensors="pt")

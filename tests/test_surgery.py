@@ -1,15 +1,21 @@
-"""Surgery: valid splits, re-entry and memory at their paper initialisations, parameter accounting."""
+"""Surgery: valid splits, re-entry and memory at their paper initialisations, parameter accounting,
+the RetrofitConfig a model declares and is rebuilt from."""
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.loop.config import LoraSettings, RetrofitConfig, parse_block
 from workbench.loop.halting import halt_depth, oracle_labels
 from workbench.loop.memory import alibi_slopes
 from workbench.loop.reentry import AdditiveInjection, SplitBridge
-from workbench.loop.surgery import attach_lora, parameter_report, parse_block, retrofit
+from workbench.loop.surgery import attach_lora, parameter_report, retrofit
+
+KEEPER = Path(__file__).resolve().parents[1] / "training" / "keepers" / "smollm2-chase"
 
 
 @pytest.mark.parametrize("block", [(-1, 3), (3, 3), (4, 2), (0, 7), "2:9", "x:3", "5"])
@@ -21,6 +27,55 @@ def test_invalid_blocks_are_errors(tiny, block):
 def test_block_edges_are_valid(tiny):
     assert retrofit(tiny[0], (0, 6)).n_layers == 6
     assert parse_block("10:16") == (10, 16)
+
+
+def test_the_model_declares_its_retrofit_config(tiny):
+    config = RetrofitConfig(block="1:4", reentry="inject", memory=True, max_loops=5, halting=True)
+    looped = retrofit(tiny[0], config)
+    assert looped.retrofit_config == config and config.block == (1, 4)
+    assert (looped.a, looped.b, looped.max_loops, looped.memory_window) == (1, 4, 5, 3)
+    assert looped.memory is not None and looped.halting is not None
+    keywords = retrofit(tiny[0], (1, 4), reentry="inject", memory=True, max_loops=5, halting=True)
+    assert keywords.retrofit_config == config  # the keyword convenience builds the same config
+    attach_lora(looped, r=4, alpha=8)
+    assert looped.retrofit_config == RetrofitConfig(**{**config.__dict__, "lora": LoraSettings(r=4, alpha=8)})
+
+
+def test_retrofit_config_round_trips_through_json(tiny):
+    config = RetrofitConfig(block=(2, 5), memory=True, lora=LoraSettings(r=4, targets=["q_proj", "v_proj"]))
+    d = json.loads(json.dumps(config.to_dict()))
+    assert d["block"] == [2, 5] and d["lora"] == {"r": 4, "alpha": 32, "dropout": 0.0, "targets": ["q_proj", "v_proj"]}
+    assert RetrofitConfig.from_dict(d) == config
+    assert "lora" not in RetrofitConfig(block=(2, 5)).to_dict()
+    rebuilt = retrofit(tiny[0], RetrofitConfig.from_dict(d))
+    assert rebuilt.retrofit_config == config and rebuilt.retrofit_config.to_dict() == d
+    assert sum("lora_" in n for n, _ in rebuilt.named_parameters()) == 2 * 2 * 3  # A, B x 2 targets x 3 layers
+
+
+def test_the_keepers_recorded_settings_are_a_retrofit_config():
+    settings = json.loads((KEEPER / "retrofit.json").read_text())["settings"]
+    config = RetrofitConfig.from_dict(settings)
+    assert config.block == (12, 24) and config.lora is not None and config.lora.r == 16
+    assert config.to_dict() == settings
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"block": [1, 3], "loops": 4}, "unknown key 'loops'; accepted: block, reentry, memory, max_loops"),
+    ({"reentry": "bridge"}, "no 'block'"),
+    ({"block": [1, 3], "lora": {"r": 4, "rank": 4}}, "unknown lora key 'rank'; accepted: r, alpha, dropout, targets"),
+    ({"block": [1, 3], "max_loops": 0}, "max_loops=0 must be an integer >= 1"),
+    ({"block": "1-3"}, "not of the form A:B"),
+])
+def test_retrofit_config_errors_name_what_is_accepted(bad, message):
+    with pytest.raises(WorkbenchError, match=message):
+        RetrofitConfig.from_dict(bad)
+
+
+def test_retrofit_takes_a_config_or_keywords_not_both(tiny):
+    with pytest.raises(WorkbenchError, match="extra options"):
+        retrofit(tiny[0], RetrofitConfig(block=(1, 3)), memory=True)
+    with pytest.raises(WorkbenchError, match="unknown option 'loops'"):
+        retrofit(tiny[0], (1, 3), loops=4)
 
 
 def test_unknown_reentry_is_an_error(tiny):

@@ -31,7 +31,8 @@ from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
 from workbench.models import decoder_layers
-from workbench.loop.surgery import check_block, parse_block, retrofit
+from workbench.loop.config import parse_block
+from workbench.loop.surgery import check_block, retrofit
 
 MAX_TOKENS = 128          # texts are truncated to this many tokens (their final token is then the read one)
 HELDOUT_EVERY = 4         # every 4th text is held out for the loss; the rest feed the angular curve

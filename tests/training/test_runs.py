@@ -62,7 +62,7 @@ def test_load_run_rebuilds_the_trained_model(finished_run):
     named = dict(looped.named_parameters())
     assert saved and all(torch.equal(named[k], v) for k, v in saved.items())
     assert float(named["reentry.prelude_proj.weight"].abs().sum()) > 0  # trained, not the fresh init
-    assert info["recipe"]["name"] == "tiny" and info["retrofit"]["settings"] == looped.settings
+    assert info["recipe"]["name"] == "tiny" and info["retrofit"]["settings"] == looped.retrofit_config.to_dict()
     ids = tok(["Function table:\nA -> B\nAnswer:"], return_tensors="pt")["input_ids"]
     assert looped.read(ids, loops=2).scores.shape[:2] == (1, 2)
 

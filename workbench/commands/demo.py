@@ -41,7 +41,7 @@ def demo(
     from workbench.io import check_out_dir, write_json_atomic
     from workbench.models import EMBEDDED_DEFAULT, load_base
     from workbench.probes.battery import run_battery
-    from workbench.train.rundir import read_retrofit_block
+    from workbench.train.rundir import read_retrofit
     from workbench.selection import select_block
 
     say = partial(typer.echo, err=as_json)  # with --json only the JSON goes to stdout
@@ -71,7 +71,7 @@ def demo(
         summary = train(RECIPE, out=out / "run", overrides=overrides)
         checkpoint = Path(summary["run_dir"])
         say(f"trained {summary['steps']} steps in {time.perf_counter() - t0:.0f} s")
-    block = read_retrofit_block(checkpoint)
+    block = read_retrofit(checkpoint)[1].block
 
     t0 = _step(say, f"3. loop-1 identity at the keeper's block {block[0]}:{block[1]}")
     rows = identity_report(base, tok, block, loops=1, lora=False)

@@ -23,8 +23,9 @@ from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask
 
-from workbench.loop.attention import pattern_hook
 from workbench.errors import WorkbenchError
+from workbench.loop.attention import pattern_hook
+from workbench.loop.config import RetrofitConfig
 from workbench.precision import autocast
 
 
@@ -99,20 +100,21 @@ class LoopedLM(HookedRootModule):
     """A looped retrofit of a decoder LM. Build it with `workbench.loop.surgery.retrofit`.
 
     The base model is held by reference (its weights are shared, never copied). Re-entry,
-    memory and halting modules are the only new parameters.
+    memory and halting modules are the only new parameters. `retrofit_config` declares the
+    architecture (`workbench.loop.config.RetrofitConfig`); `a`, `b`, `max_loops` and
+    `memory_window` read it. (`config` is the base's Hugging Face config.)
     """
 
-    def __init__(self, base: nn.Module, block: tuple[int, int], reentry: nn.Module,
-                 memory: nn.ModuleDict | None = None, memory_window: int = 3,
-                 halting: nn.Module | None = None, max_loops: int = 16):
+    retrofit_config: RetrofitConfig
+
+    def __init__(self, base: nn.Module, retrofit_config: RetrofitConfig, reentry: nn.Module,
+                 memory: nn.ModuleDict | None = None, halting: nn.Module | None = None):
         super().__init__()
         self.base = base
-        self.a, self.b = block
+        self.retrofit_config = retrofit_config
         self.n_layers = len(base.model.layers)
-        self.max_loops = max_loops
         self.reentry = reentry
         self.memory = memory
-        self.memory_window = memory_window
         self.halting = halting
         self.precision = "fp32"  # "bf16": frozen weights in bf16, forward under autocast (workbench.precision)
         self.prelude = nn.ModuleDict({str(i): _Site("hook_resid_post") for i in range(self.a)})
@@ -120,13 +122,31 @@ class LoopedLM(HookedRootModule):
         block_range, coda_range = range(self.a, self.b), range(self.b, self.n_layers)
         self.loop = nn.ModuleDict({
             str(t): _loop_sites(block_range, coda_range, memory is not None, halting is not None)
-            for t in range(1, max_loops + 1)
+            for t in range(1, self.max_loops + 1)
         })
         # Adaptive inference's loops per row [batch] (after every row stopped): reading or patching it is public.
         self.hook_loops_used = HookPoint() if halting is not None else None
         self.setup()
 
     # ----------------------------------------------------------------- pieces
+    @property
+    def a(self) -> int:
+        """The first looped layer."""
+        return self.retrofit_config.block[0]
+
+    @property
+    def b(self) -> int:
+        """One past the last looped layer: the Coda starts here."""
+        return self.retrofit_config.block[1]
+
+    @property
+    def max_loops(self) -> int:
+        return self.retrofit_config.max_loops
+
+    @property
+    def memory_window(self) -> int:
+        return self.retrofit_config.memory_window
+
     @property
     def layers(self) -> nn.ModuleList:
         return self.base.model.layers

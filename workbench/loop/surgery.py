@@ -7,27 +7,18 @@ a LoRA adapter on the block. Nothing here copies a base weight.
 
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import torch
+from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
 
 from workbench.errors import WorkbenchError
+from workbench.loop.config import LoraSettings, RetrofitConfig
 from workbench.loop.halting import HaltingHead
 from workbench.loop.looped import LoopedLM
 from workbench.loop.memory import LoopMemoryAttention
 from workbench.loop.reentry import make_reentry
-
-LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-def parse_block(block: str | tuple[int, int] | list[int]) -> tuple[int, int]:
-    """Returns (a, b) from "A:B" or a pair."""
-    if isinstance(block, str):
-        parts = block.split(":")
-        if len(parts) != 2 or not all(p.strip().lstrip("-").isdigit() for p in parts):
-            raise WorkbenchError(f"block '{block}' is not of the form A:B (e.g. 10:16)")
-        return int(parts[0]), int(parts[1])
-    a, b = block
-    return int(a), int(b)
 
 
 def check_block(block: tuple[int, int], n_layers: int) -> tuple[int, int]:
@@ -40,56 +31,69 @@ def check_block(block: tuple[int, int], n_layers: int) -> tuple[int, int]:
     return a, b
 
 
-def retrofit(model: nn.Module, block: tuple[int, int] | str, reentry: str = "bridge",
-             memory: bool = False, max_loops: int = 16, memory_window: int = 3,
-             memory_heads: int = 4, halting: bool = False, halting_pooling: str = "mean") -> LoopedLM:
+def retrofit(model: nn.Module, config: RetrofitConfig | tuple[int, int] | str, **options) -> LoopedLM:
     """Returns a LoopedLM over `model` (weights shared) with fresh re-entry at their paper inits.
+
+    This is the one place a retrofit is built: fresh, or rebuilt from a run's retrofit.json
+    (`retrofit(base, RetrofitConfig.from_dict(record["settings"]))`).
 
     Args:
         model: a HF causal LM of a supported family (see `workbench.models`).
-        block: (a, b) or "a:b": layers a..b-1 are looped.
-        reentry: "bridge" (retrofit paper's split bridge) or "inject" (RecurTrace additive).
-        memory: add Loop Memory Attention before each block layer (window, heads as given).
-        max_loops: hook points are allocated for loops 1..max_loops.
-        halting: add a halting head reading the pooled loop state.
+        config: a `RetrofitConfig`, or just its block ((a, b) or "a:b": layers a..b-1 are looped)
+            with the other fields as keyword `options` (reentry, memory, max_loops, memory_window,
+            memory_heads, halting, halting_pooling, lora).
+    When the config holds `lora`, the adapter is attached last (`attach_lora`; B = 0, so the
+    retrofit is unchanged).
     """
+    if isinstance(config, RetrofitConfig):
+        if options:
+            raise WorkbenchError(f"retrofit: a RetrofitConfig was given with extra options {sorted(options)}; "
+                                 "put them in the config")
+    else:
+        accepted = [f.name for f in fields(RetrofitConfig) if f.name != "block"]
+        unknown = sorted(set(options) - set(accepted))
+        if unknown:
+            raise WorkbenchError(f"retrofit: unknown option '{unknown[0]}'; accepted: {', '.join(accepted)}")
+        config = RetrofitConfig(block=config, **options)
     n_layers = len(model.model.layers)
-    a, b = check_block(parse_block(block), n_layers)
-    if not isinstance(max_loops, int) or max_loops < 1:
-        raise WorkbenchError(f"max_loops={max_loops!r} must be an integer >= 1")
+    a, b = check_block(config.block, n_layers)
     d = model.config.hidden_size
     ref = next(model.parameters())
     mem = None
-    if memory:
-        mem = nn.ModuleDict({str(i): LoopMemoryAttention(d, n_heads=memory_heads) for i in range(a, b)})
-    looped = LoopedLM(
-        model, (a, b), make_reentry(reentry, d), memory=mem, memory_window=memory_window,
-        halting=HaltingHead(d, halting_pooling) if halting else None, max_loops=max_loops,
-    )
+    if config.memory:
+        mem = nn.ModuleDict({str(i): LoopMemoryAttention(d, n_heads=config.memory_heads) for i in range(a, b)})
+    reentry = make_reentry(config.reentry, d)  # built in this order: each draws from the torch RNG
+    halting = HaltingHead(d, config.halting_pooling) if config.halting else None
+    looped = LoopedLM(model, replace(config, lora=None), reentry, memory=mem, halting=halting)
     for part in (looped.reentry, looped.memory, looped.halting):
         if part is not None:
             part.to(device=ref.device, dtype=ref.dtype)
-    looped.settings = dict(block=[a, b], reentry=reentry, memory=memory, max_loops=max_loops,
-                           memory_window=memory_window, memory_heads=memory_heads,
-                           halting=halting, halting_pooling=halting_pooling)
+    if config.lora is not None:
+        attach_lora(looped, config.lora)
     return looped
 
 
-def attach_lora(looped: LoopedLM, r: int = 16, alpha: int = 32, dropout: float = 0.0,
-                targets: tuple[str, ...] = LORA_TARGETS, init_lora_weights: bool = True) -> LoopedLM:
+def attach_lora(looped: LoopedLM, lora: LoraSettings | None = None, init_lora_weights: bool = True,
+                **settings) -> LoopedLM:
     """Puts one peft LoRA adapter on the block's projections (shared by every loop), in place.
 
+    `lora` is a `LoraSettings`, or give its fields (r, alpha, dropout, targets) as keywords.
     With `init_lora_weights=True`, B = 0 so the retrofit is unchanged. Base weights are frozen.
+    The model's `retrofit_config` records the adapter.
     """
-    from peft import LoraConfig, inject_adapter_in_model
-
-    config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets),
+    if lora is None:
+        lora = LoraSettings(**settings)
+    elif settings:
+        raise WorkbenchError(f"attach_lora: LoraSettings given with extra options {sorted(settings)}")
+    if looped.retrofit_config.lora is not None:
+        raise WorkbenchError("attach_lora: this retrofit already has a LoRA adapter")
+    config = LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout, target_modules=list(lora.targets),
                         layers_to_transform=list(range(looped.a, looped.b)), layers_pattern="layers",
                         init_lora_weights=init_lora_weights)
     inject_adapter_in_model(config, looped.base)
     for name, param in looped.base.named_parameters():
         param.requires_grad_("lora_" in name)
-    looped.settings["lora"] = dict(r=r, alpha=alpha, dropout=dropout, targets=list(targets))
+    looped.retrofit_config = replace(looped.retrofit_config, lora=lora)
     return looped
 
 

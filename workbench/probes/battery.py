@@ -35,6 +35,7 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
+from workbench.loop.config import RetrofitConfig
 from workbench.io import check_out_dir, read_toml, replace_dir, sha256_bytes, sha256_file, write_json_atomic
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
@@ -119,40 +120,38 @@ def load_checkpoint(spec: str):
     return looped, tok, {
         "path": str(spec), "kind": "run", "provenance_sha256": sha256_file(Path(spec) / PROVENANCE),
         "support": max(depths) if depths else None, "base": info["retrofit"]["base"]["spec"],
-        "base_sha256": base_sha256(looped.base), "settings": looped.settings,
+        "base_sha256": base_sha256(looped.base), "settings": looped.retrofit_config.to_dict(),
     }
 
 
 def _untrained(spec: str):
     from workbench.models import load_base
-    from workbench.train.rundir import RETROFIT, base_sha256
-    from workbench.loop.surgery import attach_lora, retrofit
+    from workbench.train.rundir import RETROFIT, base_sha256, read_retrofit
+    from workbench.loop.surgery import retrofit
 
     rest = spec[len(UNTRAINED):]
     if (Path(rest) / RETROFIT).is_file():
-        record = json.loads((Path(rest) / RETROFIT).read_text())
-        base, settings = record["base"]["spec"], dict(record["settings"])
+        record, config = read_retrofit(rest)
+        base = record["base"]["spec"]
         dtype, attn = getattr(torch, record["base"]["dtype"]), record["base"]["attn_implementation"]
     else:
         parts = rest.rsplit(":", 2)
         if len(parts) != 3 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
             raise WorkbenchError(f"--checkpoint '{spec}' is not untrained:RUN_DIR or untrained:BASE:A:B "
                                  f"(e.g. untrained:smollm2-135m-instruct:10:16)")
-        base, settings = parts[0], {"block": [int(parts[1]), int(parts[2])]}
+        base, config = parts[0], RetrofitConfig(block=(int(parts[1]), int(parts[2])))
         dtype, attn = torch.float32, "eager"
     model, tok = load_base(base, dtype=dtype, attn_implementation=attn)
-    lora = settings.pop("lora", None)
-    looped = retrofit(model, **settings)
-    if lora is not None:  # B = 0: the adapter is present and changes nothing
-        attach_lora(looped, r=lora["r"], alpha=lora["alpha"], dropout=lora["dropout"], targets=tuple(lora["targets"]))
+    looped = retrofit(model, config)  # a LoRA adapter is present with B = 0: it changes nothing
     looped.eval()
     for p in looped.parameters():
         p.requires_grad_(False)
     digest = base_sha256(looped.base)
-    identity = {"untrained": True, "base": base, "base_sha256": digest, "settings": looped.settings}
+    settings = looped.retrofit_config.to_dict()
+    identity = {"untrained": True, "base": base, "base_sha256": digest, "settings": settings}
     return looped, tok, {
         "path": spec, "kind": "untrained", "support": None, "base": base, "base_sha256": digest,
-        "settings": looped.settings,
+        "settings": settings,
         "provenance_sha256": sha256_bytes(json.dumps(identity, sort_keys=True).encode()),
     }
 

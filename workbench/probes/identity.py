@@ -55,9 +55,9 @@ def run(model, tokenizer, rows: list[dict], base: str | None = None, loops: int 
     device = device_of(model)
     enc = tokenizer(prompts, return_tensors="pt", padding=True).to(device)
     ids, mask = enc["input_ids"], enc["attention_mask"]
-    settings = getattr(model, "settings", {})
+    config = model.retrofit_config
     adapter = adapter_state(model)
-    own = dict(reentry=settings.get("reentry"), memory=bool(settings.get("memory")), lora="lora" in settings)
+    own = dict(reentry=config.reentry, memory=config.memory, lora=config.lora is not None)
     records = [dict(variant="checkpoint_self", **own, adapter=adapter,
                     max_abs_diff=max_abs_diff(model, ids, mask, base_logits(model.base, ids, mask), loops))]
     out = {}

@@ -4,7 +4,8 @@
       trainable.safetensors   the trained tensors only (block + bridge for full-block runs; LoRA
                               tensors + bridge for LoRA runs; + memory / halting when present),
                               named as in `LoopedLM.named_parameters()`; never the base again
-      retrofit.json           base spec + SHA-256 of its weights, split, re-entry, `looped.settings`
+      retrofit.json           base spec + SHA-256 of its weights, split, re-entry, and under
+                              "settings" exactly `looped.retrofit_config.to_dict()`
       recipe.toml             the resolved recipe, overrides included
       provenance.json         SHA-256 of every file above and of metrics.jsonl, row manifests,
                               code version, package versions, seeds
@@ -33,7 +34,8 @@ from safetensors.torch import load_file, save_file
 
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file, write_json_atomic
-from workbench.loop.surgery import attach_lora, parameter_groups, retrofit
+from workbench.loop.config import RetrofitConfig
+from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import load_base, weights_sha256
 from workbench.precision import apply_precision
 
@@ -78,13 +80,13 @@ def base_sha256(base: torch.nn.Module) -> str:
     return weights_sha256(_StateView(state))
 
 
-def trained_groups(settings: dict, block_trainable: bool) -> list[str]:
-    """The parameter groups (`surgery.parameter_groups`) a run trains and saves."""
+def trained_groups(config: RetrofitConfig, block_trainable: bool) -> list[str]:
+    """The parameter groups (`surgery.parameter_groups`) a run of this retrofit trains and saves."""
     groups = ["block"] if block_trainable else []
-    if "lora" in settings:
+    if config.lora is not None:
         groups.append("lora")
     groups.append("reentry")
-    groups += [g for g in ("memory", "halting") if settings.get(g)]
+    groups += [g for g in ("memory", "halting") if getattr(config, g)]
     return groups
 
 
@@ -130,8 +132,8 @@ def retrofit_record(looped, base_spec: str, base_hash: str, groups: list[str]) -
                  "dtype": str(next(looped.parameters()).dtype).removeprefix("torch."),
                  "attn_implementation": cfg._attn_implementation},
         "split": {"prelude": [0, looped.a], "block": [looped.a, looped.b], "coda": [looped.b, looped.n_layers]},
-        "reentry": looped.settings["reentry"],
-        "settings": looped.settings,
+        "reentry": looped.retrofit_config.reentry,
+        "settings": looped.retrofit_config.to_dict(),
         "trained_groups": groups,
         "tensors": {k: list(v.shape) for k, v in trained_state(looped, groups).items()},
     }
@@ -236,7 +238,7 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
     if not run_dir.is_dir():
         raise WorkbenchError(f"run directory '{run_dir}' does not exist")
     prov = verify_files(run_dir)
-    record = json.loads((run_dir / RETROFIT).read_text())
+    record, config = read_retrofit(run_dir)
     spec = base or record["base"]["spec"]
     dtype = dtype or getattr(torch, record["base"]["dtype"])
     model, tok = load_base(spec, dtype=dtype, attn_implementation=record["base"]["attn_implementation"])
@@ -244,11 +246,7 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
     if digest != record["base"]["sha256"]:
         raise WorkbenchError(f"base model '{spec}' has weights SHA-256 {digest[:12]}..., but {run_dir / RETROFIT} "
                              f"records {record['base']['sha256'][:12]}... (a different base)")
-    settings = dict(record["settings"])
-    lora = settings.pop("lora", None)
-    looped = retrofit(model, **settings)
-    if lora is not None:
-        attach_lora(looped, r=lora["r"], alpha=lora["alpha"], dropout=lora["dropout"], targets=tuple(lora["targets"]))
+    looped = retrofit(model, config)
     load_trained(looped, run_dir / TRAINABLE, record["trained_groups"])
     looped.eval()
     for p in looped.parameters():
@@ -370,10 +368,14 @@ def load_checkpoint(ckpt: Path, looped, groups: list[str], optimizer, param_name
     return read_checkpoint_state(ckpt)
 
 
-def read_retrofit_block(run_dir: str | os.PathLike) -> tuple[int, int]:
-    """Returns the looped block (a, b) recorded in a run directory's retrofit.json."""
+def read_retrofit(run_dir: str | os.PathLike) -> tuple[dict, RetrofitConfig]:
+    """Returns (retrofit.json of a run directory, its RetrofitConfig), without checking hashes.
+
+    Raises:
+        WorkbenchError: the directory holds no retrofit.json.
+    """
     path = Path(run_dir) / RETROFIT
-    if not path.exists():
+    if not path.is_file():
         raise WorkbenchError(f"'{run_dir}' is not a run directory: {RETROFIT} is missing")
-    a, b = json.loads(path.read_text())["settings"]["block"]
-    return int(a), int(b)
+    record = json.loads(path.read_text())
+    return record, RetrofitConfig.from_dict(record["settings"])

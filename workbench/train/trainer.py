@@ -28,7 +28,8 @@ from tqdm.auto import tqdm
 from workbench.dense import direct_loss, scratchpad_batch, scratchpad_loss
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file, write_bytes_atomic, write_json_atomic
-from workbench.loop.surgery import attach_lora, retrofit
+from workbench.loop.config import LoraSettings, RetrofitConfig
+from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.precision import resolve_precision
 from workbench.selection import resolve_block
@@ -54,6 +55,16 @@ def _lr_factor(warmup: int, total: int, schedule: str):
         frac = (step - warmup) / max(total - warmup, 1)
         return {"constant": 1.0, "linear": 1.0 - frac, "cosine": 0.5 * (1 + math.cos(math.pi * frac))}[schedule]
     return factor
+
+
+def retrofit_config(recipe: dict, block) -> RetrofitConfig:
+    """The retrofit a recipe's [model] and [lora] tables declare, at `block` (resolved when "auto")."""
+    m, lora = recipe["model"], recipe["lora"]
+    return RetrofitConfig(block=block, reentry=m["reentry"], memory=m["memory"], max_loops=m["max_loops"],
+                          memory_window=m["memory_window"], memory_heads=m["memory_heads"], halting=m["halting"],
+                          halting_pooling=m["halting_pooling"],
+                          lora=LoraSettings(r=lora["r"], alpha=lora["alpha"], dropout=lora["dropout"])
+                          if lora["enabled"] else None)
 
 
 def _hashed_seed(kind: str, step: int, seed: int) -> int:
@@ -86,15 +97,11 @@ class Trainer:
         if block == "auto":  # angular distance + Kneedle + window ablation (`workbench.selection`)
             block, self.block_record = resolve_block(base, self.tok, block)
         self.base_hash = rundir.base_sha256(base)
-        self.looped = retrofit(base, block, reentry=m["reentry"], memory=m["memory"], max_loops=m["max_loops"],
-                               memory_window=m["memory_window"], memory_heads=m["memory_heads"],
-                               halting=m["halting"], halting_pooling=m["halting_pooling"])
-        if r["lora"]["enabled"]:
-            attach_lora(self.looped, r=r["lora"]["r"], alpha=r["lora"]["alpha"], dropout=r["lora"]["dropout"])
+        self.looped = retrofit(base, retrofit_config(r, block))  # LoRA's A matrices are drawn last
         self.looped.to(self.acc.device).train()
         for p in self.looped.parameters():
             p.requires_grad_(False)
-        self.groups = rundir.trained_groups(self.looped.settings, r["train"]["block"])
+        self.groups = rundir.trained_groups(self.looped.retrofit_config, r["train"]["block"])
         self.parent, self.lineage = self._check_parent(r["init_from"]) if r["init_from"] else (None, None)
         t = r["task"]
         self.task_options = dict(tokenizer=self.tok, surface=t["surface"], symbol_set=t["symbol_set"],
@@ -161,7 +168,7 @@ class Trainer:
         if record["base"]["sha256"] != self.base_hash:
             raise WorkbenchError(f"init_from: '{parent}' was trained on base {record['base']['sha256'][:12]}..., this "
                                  f"recipe's base is {self.base_hash[:12]}...")
-        mine = json.loads(json.dumps(self.looped.settings))
+        mine = json.loads(json.dumps(self.looped.retrofit_config.to_dict()))
         if record["settings"] != mine:
             diff = sorted(k for k in set(mine) | set(record["settings"]) if mine.get(k) != record["settings"].get(k))
             raise WorkbenchError(f"init_from: '{parent}' has another retrofit ({', '.join(diff)} differ); "

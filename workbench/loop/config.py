@@ -1,0 +1,102 @@
+"""RetrofitConfig: everything that decides a retrofit's architecture, declared in one place.
+
+`workbench.loop.surgery.retrofit(base, config)` builds a `LoopedLM` from it, and the model
+keeps it as `looped.retrofit_config`. A run directory's retrofit.json stores `config.to_dict()`
+under "settings", and `RetrofitConfig.from_dict` reads it back, so the same function rebuilds
+a trained run, its untrained control and a fresh retrofit:
+
+    looped = retrofit(base, RetrofitConfig.from_dict(record["settings"]))
+
+Trained tensors are not part of it: they load on top (`workbench.train.rundir.load_run`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from workbench.errors import WorkbenchError
+
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def parse_block(block: str | tuple[int, int] | list[int]) -> tuple[int, int]:
+    """Returns (a, b) from "A:B" or a pair."""
+    if isinstance(block, str):
+        parts = block.split(":")
+        if len(parts) != 2 or not all(p.strip().lstrip("-").isdigit() for p in parts):
+            raise WorkbenchError(f"block '{block}' is not of the form A:B (e.g. 10:16)")
+        return int(parts[0]), int(parts[1])
+    a, b = block
+    return int(a), int(b)
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    """One LoRA adapter on the block's projections, shared by every loop (`surgery.attach_lora`)."""
+
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    targets: tuple[str, ...] = LORA_TARGETS
+
+    def __post_init__(self):
+        object.__setattr__(self, "targets", tuple(self.targets))
+
+    def to_dict(self) -> dict:
+        return {"r": self.r, "alpha": self.alpha, "dropout": self.dropout, "targets": list(self.targets)}
+
+
+@dataclass(frozen=True)
+class RetrofitConfig:
+    """A looped retrofit's architecture.
+
+    block: (a, b): layers a..b-1 are the looped Block ("a:b" is accepted).
+    reentry: "bridge" (the retrofit paper's split bridge) or "inject" (RecurTrace's additive injection).
+    memory, memory_window, memory_heads: Loop Memory Attention before each block layer.
+    max_loops: hook points exist for loops 1..max_loops.
+    halting, halting_pooling: a halting head reading the pooled loop state.
+    lora: the adapter on the block, or None.
+    """
+
+    block: tuple[int, int]
+    reentry: str = "bridge"
+    memory: bool = False
+    max_loops: int = 16
+    memory_window: int = 3
+    memory_heads: int = 4
+    halting: bool = False
+    halting_pooling: str = "mean"
+    lora: LoraSettings | None = field(default=None)
+
+    def __post_init__(self):
+        object.__setattr__(self, "block", parse_block(self.block))
+        if isinstance(self.max_loops, bool) or not isinstance(self.max_loops, int) or self.max_loops < 1:
+            raise WorkbenchError(f"max_loops={self.max_loops!r} must be an integer >= 1")
+        if isinstance(self.lora, dict):
+            object.__setattr__(self, "lora", LoraSettings(**self.lora))
+
+    def to_dict(self) -> dict:
+        """JSON-ready: the block as a list, `lora` present only when there is an adapter."""
+        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lora"}
+        out["block"] = list(self.block)
+        if self.lora is not None:
+            out["lora"] = self.lora.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> RetrofitConfig:
+        """The inverse of `to_dict`; a key it does not know is an error naming the accepted ones."""
+        accepted = [f.name for f in fields(cls)]
+        unknown = sorted(set(d) - set(accepted))
+        if unknown:
+            raise WorkbenchError(f"retrofit settings have unknown key '{unknown[0]}'; accepted: {', '.join(accepted)}")
+        if "block" not in d:
+            raise WorkbenchError("retrofit settings have no 'block' (the looped layers a:b)")
+        lora = d.get("lora")
+        if lora is not None:
+            lora_keys = [f.name for f in fields(LoraSettings)]
+            bad = sorted(set(lora) - set(lora_keys))
+            if bad:
+                raise WorkbenchError(f"retrofit settings: unknown lora key '{bad[0]}'; accepted: {', '.join(lora_keys)}")
+            lora = LoraSettings(**lora)
+        return cls(**{**d, "lora": lora})
