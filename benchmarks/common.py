@@ -8,7 +8,7 @@ round ran next to each other) and summarised by their median, with the min-max s
 over rounds.
 
 Results go to `benchmarks/results/<name>.json` as one JSON line, written to a temporary
-name and `os.replace`d.
+name, fsynced and `os.replace`d (`workbench.io.atomic_path`).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import re
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,9 +29,12 @@ from typing import Callable
 import torch
 from tqdm.auto import tqdm
 
+from workbench.defaults import EMBEDDED_DEFAULT
+from workbench.io import atomic_path
+
 BENCH_DIR = Path(__file__).resolve().parent
 RESULTS_DIR = BENCH_DIR / "results"
-DEFAULT_MODEL = "smollm2-135m-instruct"
+DEFAULT_MODEL = EMBEDDED_DEFAULT
 DEFAULT_BLOCK = "10:16"
 
 
@@ -254,14 +256,8 @@ def write_result(name: str, record: dict, out_dir: Path = RESULTS_DIR) -> Path:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{name}.json"
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(record, sort_keys=True, allow_nan=True) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(record, sort_keys=True, allow_nan=True) + "\n")
     return path
 
 

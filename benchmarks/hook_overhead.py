@@ -24,6 +24,8 @@ import torch
 
 import common
 
+from workbench.loop.hooks import hook_name
+
 NAME = "hook_overhead"
 FULL = dict(rows=2, loops=14, alphabet=8, reps=5, warmup=1)
 QUICK = dict(rows=2, loops=4, alphabet=8, reps=2, warmup=1)
@@ -34,9 +36,9 @@ def sites(looped, loops: int, readout_every_loop: bool = True) -> list[str]:
     """The four per-loop hook names for loops 1..T (hook_readout only at T if not every loop)."""
     names = []
     for t in range(1, loops + 1):
-        names += [f"loop.{t}.hook_input", f"loop.{t}.block.{looped.a}.hook_resid_post", f"loop.{t}.hook_state"]
+        names += [hook_name("input", t), hook_name("block_resid", t, looped.a), hook_name("state", t)]
         if readout_every_loop or t == loops:
-            names.append(f"loop.{t}.hook_readout")
+            names.append(hook_name("readout", t))
     return names
 
 

@@ -10,12 +10,12 @@ A benchmark without a results file is listed as not run.
 from __future__ import annotations
 
 import json
-import os
 import sys
-import tempfile
 from pathlib import Path
 
 import common
+
+from workbench.io import atomic_path
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 ORDER = ("forced_read", "readout_memory", "hook_overhead", "loop_cost", "training_step", "cpu_efficiency", "precision")
@@ -156,10 +156,8 @@ def render(found: dict[str, dict]) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> str:

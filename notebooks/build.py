@@ -107,19 +107,23 @@ logit_lens_figure(lens, top=top, row_id=row)'''),
 
 Every loop has its own hook points (DESIGN.md §3), so `run_with_cache` returns each loop's
 state under its own name, and the raw lens above is just the final norm and unembedding
-applied to `loop.{t}.hook_state` at the answer position.
+applied to `loop.{t}.hook_state` at the answer position. Names come from
+`workbench.loop.hooks.hook_name(site, loop, layer)`, and `stack_loops` stacks one site over
+loops into a `[T, ...]` tensor.
 """),
     code('''import torch
 
+from workbench.loop.hooks import hook_name, loop_hook_names, stack_loops
 from workbench.tasks.reader import encode_prompts
 
 enc = encode_prompts(tok, [rows[-1]["prompt"]])
 with torch.no_grad():
     _, cache = looped.run_with_cache(enc["input_ids"], attention_mask=enc["attention_mask"], loops=4,
-                                     names_filter=lambda name: name.endswith("hook_state"))
-    for name, h in cache.items():
+                                     names_filter=loop_hook_names("state", 4))
+    states = stack_loops(cache, "state", 4)                  # [T, batch, seq, d_model]
+    for t, h in enumerate(states, start=1):
         logits = looped.base.lm_head(looped.base.model.norm(h[:, -1]))
-        print(f"{name:18s} {tuple(h.shape)}  raw-lens top token {tok.decode(logits.argmax(-1))!r}")'''),
+        print(f"{hook_name('state', t):18s} {tuple(h.shape)}  raw-lens top token {tok.decode(logits.argmax(-1))!r}")'''),
 ]
 
 BLOCK_SELECTION = [

@@ -1,8 +1,11 @@
 """Hook names are a public contract (DESIGN.md §3): one hook point per site and loop."""
 
+import pytest
 import torch
 
 from tests.conftest import perturb
+from workbench.errors import WorkbenchError
+from workbench.loop.hooks import SITES, hook_name, loop_hook_names, stack_loops
 from workbench.loop.surgery import retrofit
 
 GOLDEN = [
@@ -24,6 +27,46 @@ def test_golden_hook_names(tiny):
     assert list(looped.hook_dict) == GOLDEN
 
 
+def test_hook_name_builds_every_name_the_model_has(tiny):
+    looped = retrofit(tiny[0], (2, 4), memory=True, halting=True, max_loops=2)
+    layers = {"prelude_resid": range(0, 2), "memory": range(2, 4), "pattern": range(2, 4), "block_resid": range(2, 4),
+              "coda_resid": range(4, 6)}
+    built = set()
+    for site, pattern in SITES.items():
+        loops = range(1, 3) if "{loop}" in pattern else [None]
+        built |= {hook_name(site, t, i) for t in loops for i in layers.get(site, [None])}
+    assert built == set(GOLDEN) == set(looped.hook_dict)
+    assert hook_name("block_resid", 2, 3) == "loop.2.block.3.hook_resid_post"
+    assert loop_hook_names("state", 3) == ["loop.1.hook_state", "loop.2.hook_state", "loop.3.hook_state"]
+
+
+@pytest.mark.parametrize("args, message", [
+    (("residual", 1), "unknown hook site 'residual'; accepted: prelude_resid, prelude, input"),
+    (("loops_used", 2), "takes no loop"),
+    (("state",), "needs a loop"),
+    (("block_resid", 1), "needs a layer"),
+    (("prelude", 1), "takes no loop"),
+    (("state", 1, 3), "takes no layer"),
+    (("state", 0), "loop=0 must be an integer >= 1"),
+])
+def test_hook_name_errors_say_what_the_site_takes(args, message):
+    with pytest.raises(WorkbenchError, match=message):
+        hook_name(*args)
+
+
+def test_stack_loops_stacks_one_site_over_loops(tiny, batch):
+    looped = retrofit(tiny[0], (1, 4))
+    perturb(looped.reentry)
+    _, cache = looped.run_with_cache(batch.input_ids, attention_mask=batch.attention_mask, loops=3,
+                                     names_filter=loop_hook_names("block_resid", 3, 2) + loop_hook_names("state", 2))
+    stacked = stack_loops(cache, "block_resid", 3, layer=2)
+    assert stacked.shape == (3, *cache["loop.1.block.2.hook_resid_post"].shape)
+    for t in (1, 2, 3):
+        assert torch.equal(stacked[t - 1], cache[f"loop.{t}.block.2.hook_resid_post"])
+    with pytest.raises(WorkbenchError, match="the cache holds no 'loop.3.hook_state' \\(1 of 3 loops missing\\)"):
+        stack_loops(cache, "state", 3)
+
+
 def test_hook_names_without_optional_parts(tiny):
     looped = retrofit(tiny[0], (2, 4), max_loops=2)
     assert list(looped.hook_dict) == [n for n in GOLDEN if ".memory." not in n and ".halt." not in n
@@ -35,8 +78,8 @@ def test_run_with_cache_keeps_every_loop(tiny, batch):
     perturb(looped.reentry)
     _, cache = looped.run_with_cache(batch.input_ids, attention_mask=batch.attention_mask, loops=3,
                                      names_filter=lambda n: n.endswith("hook_state") or n.endswith("memory.hook_out"))
-    states = [cache[f"loop.{t}.hook_state"] for t in (1, 2, 3)]
-    assert all(s.shape == (3, batch.input_ids.shape[1], 64) for s in states)
+    states = stack_loops(cache, "state", 3)
+    assert states.shape == (3, 3, batch.input_ids.shape[1], 64)
     assert not torch.equal(states[0], states[1]) and not torch.equal(states[1], states[2])
     assert "loop.1.block.1.memory.hook_out" not in cache  # memory is empty at loop 1
     assert cache["loop.2.block.1.memory.hook_out"].abs().max() > 0

@@ -18,9 +18,10 @@ from workbench.errors import WorkbenchError
 from workbench.models import load_base
 from workbench.selection import (
     BlockSelection, angular_distance_between, angular_distances, candidate_windows, default_window,
-    find_boundaries, find_knee, load_corpus, next_token_loss, position_ids, resolve_block, select_block,
+    find_boundaries, find_knee, load_corpus, next_token_loss, resolve_block, select_block,
     split_texts, window_ablation,
 )
+from workbench.loop.positions import last_real_token, position_ids
 from workbench.loop.surgery import retrofit
 from workbench.tasks.guardrail import guardrail_rows
 
@@ -112,6 +113,8 @@ def test_position_ids_count_real_tokens_only():
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 0, 0]])
     assert position_ids(mask)[0, 2:].tolist() == [0, 1, 2]
     assert position_ids(mask)[1, :3].tolist() == [0, 1, 2]
+    assert last_real_token(mask).tolist() == [4, 2]
+    assert last_real_token(torch.ones(2, 3, dtype=torch.long)).tolist() == [2, 2]
 
 
 # ------------------------------------------------------------------ Kneedle and its guards

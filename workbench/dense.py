@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.loop.positions import position_ids
 from workbench.precision import autocast
 from workbench.tasks.reader import candidate_ids, encode_prompts
 
@@ -125,8 +126,7 @@ def _decode(looped, tokenizer, chunk: list[dict], steps: int) -> list[list[int]]
     written: list[list[int]] = [[] for _ in chunk]
     rows = torch.arange(len(chunk))
     with autocast(looped.precision, ids.device.type):
-        pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        out = base(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        out = base(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True)
         for step in range(steps):
             logits = out.logits[:, -1, :].float()
             pick = logits.gather(-1, cands).argmax(-1)                          # [B] index among the symbols

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.loop.positions import position_ids
 from workbench.loop.surgery import attach_lora, retrofit
 
 # A small built-in prompt set: short and long, plain and chat-like, so padding is exercised.
@@ -22,9 +23,8 @@ IDENTITY_PROMPTS = (
 
 def base_logits(base, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
     """The untouched HF model's logits [batch, pos, vocab], with the position ids the loop uses."""
-    pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
-        return base(input_ids=input_ids, attention_mask=attention_mask, position_ids=pos).logits
+        return base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids(attention_mask)).logits
 
 
 def max_abs_diff(looped, input_ids, attention_mask, reference: torch.Tensor, loops: int) -> float:

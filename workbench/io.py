@@ -1,7 +1,9 @@
 """Small file helpers every writer uses: atomic writes, hashing, output-directory checks.
 
-Nothing is half-written: each file goes to a temporary name in the same directory and is
-`os.replace`d into place, so a killed process leaves either the old file or the new one.
+Nothing is half-written: each file goes to a temporary name in the same directory, is fsynced
+and `os.replace`d into place, so a killed process leaves either the old file or the new one.
+`atomic_path` is that one mechanism; the write_*_atomic helpers and every writer that hands a
+path to a library (parquet, safetensors) go through it.
 """
 
 from __future__ import annotations
@@ -11,21 +13,38 @@ import json
 import os
 import shutil
 import tomllib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Writes `data` to `path` through a temporary file, fsync and `os.replace`."""
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yields a temporary path beside `path` to write one file to; on success it is fsynced and
+    `os.replace`d onto `path`, on an exception it is removed and `path` is left as it was.
+
+        with atomic_path(out / "table.parquet") as tmp:
+            frame.to_parquet(tmp, index=False)
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Writes `data` to `path` atomically (`atomic_path`)."""
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
 
 
 def write_text_atomic(path: Path, text: str) -> None:

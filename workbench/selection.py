@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from workbench.errors import WorkbenchError
 from workbench.models import decoder_layers
 from workbench.loop.config import parse_block
+from workbench.loop.positions import last_real_token, position_ids
 from workbench.loop.surgery import check_block, retrofit
 
 MAX_TOKENS = 128          # texts are truncated to this many tokens (their final token is then the read one)
@@ -50,17 +51,6 @@ def angular_distance_between(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.arccos(cos.clamp(-1.0, 1.0)) / math.pi
 
 
-def last_real_positions(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Returns [batch] the index of each row's last real token, for either padding side."""
-    s = attention_mask.shape[1]
-    return s - 1 - attention_mask.long().flip(-1).argmax(-1)
-
-
-def position_ids(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Returns [batch, seq] positions counted over real tokens only, so padding cannot shift them."""
-    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
-
-
 def final_token_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor):
     """Returns (x_in, x_out), each [batch, n_layers, d_model]: every decoder layer's input and output
     residual stream at each row's last real token.
@@ -70,7 +60,7 @@ def final_token_states(model, input_ids: torch.Tensor, attention_mask: torch.Ten
     """
     layers = decoder_layers(model)
     rows = torch.arange(input_ids.shape[0])
-    last = last_real_positions(attention_mask)
+    last = last_real_token(attention_mask)
     x_in, x_out = [None] * len(layers), [None] * len(layers)
 
     def hook(i):

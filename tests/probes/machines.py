@@ -21,6 +21,7 @@ from torch import nn
 from transformer_lens import HookedRootModule
 
 from workbench.loop.looped import LoopReadout, _Site  # the same holder the real model's hook names come from
+from workbench.loop.positions import last_real_token
 from workbench.tasks.chase import parse_prompt
 
 MODES = ("carry", "prelude", "shortcut")
@@ -87,7 +88,7 @@ class TableMachine(HookedRootModule):
     def read(self, input_ids, attention_mask=None, loops=1, positions=None, candidates=None, return_states=False):
         B, S = input_ids.shape
         if positions is None:
-            last = S - 1 if attention_mask is None else S - 1 - attention_mask.long().flip(-1).argmax(-1)
+            last = S - 1 if attention_mask is None else last_real_token(attention_mask)
             positions = torch.as_tensor(last).expand(B).reshape(B, 1)
         cands = candidates if candidates.dim() == 2 else candidates.expand(B, -1)
         index = torch.tensor([[self.symbols.index(self.tokenizer.decode([int(c)]).strip()) for c in row]

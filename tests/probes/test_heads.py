@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from workbench.errors import WorkbenchError
+from workbench.loop.hooks import hook_name
 from workbench.probes import heads
 from workbench.tasks.chase import parse_prompt
 
@@ -48,7 +49,7 @@ def planted(tiny_looped, rows):
     subset = [r for r in rows if r["depth"] >= 2][::2]
     planter = Planter(tok)
     handle = looped.register_forward_pre_hook(planter.remember, with_kwargs=True)
-    names = [(f"loop.{t}.block.{PLANT_LAYER}.attn.hook_pattern", planter.plant) for t in range(1, 5)]
+    names = [(hook_name("pattern", t, PLANT_LAYER), planter.plant) for t in range(1, 5)]
     try:
         with looped.hooks(fwd_hooks=names):
             tables = heads.run(looped, tok, subset, n_null=100)

@@ -9,6 +9,7 @@ from typing import Optional
 import pandas as pd
 import typer
 
+from workbench.io import atomic_path
 from workbench.results import compare_results
 
 
@@ -31,9 +32,8 @@ def compare(
     headlines = compare_headlines(read_headlines(results_a), read_headlines(results_b))
     report = {"a": str(results_a), "b": str(results_b), "depths": records, "headlines": headlines}
     write_json_atomic(target / "compare.json", report)
-    tmp = target / ".compare.parquet.tmp"
-    table.to_parquet(tmp, index=False)
-    tmp.replace(target / "compare.parquet")
+    with atomic_path(target / "compare.parquet") as tmp:
+        table.to_parquet(tmp, index=False)
     if as_json:
         typer.echo(json.dumps(report, indent=1, default=str))
         return

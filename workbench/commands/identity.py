@@ -6,11 +6,12 @@ import json
 
 import typer
 
+from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.identity import IDENTITY_PROMPTS, identity_report
 
 
 def identity(
-    model: str = typer.Option("smollm2-135m-instruct", "--model", help="HF directory, .gguf file, or embedded default name."),
+    model: str = typer.Option(EMBEDDED_DEFAULT, "--model", help="HF directory, .gguf file, or embedded default name."),
     block: str = typer.Option(..., "--block", help="Layers to loop, A:B (A inclusive, B exclusive)."),
     loops: int = typer.Option(3, "--loops", help="Loops to run; loop 1 is compared with the base model."),
     attn: str = typer.Option("eager", "--attn", help="Attention implementation: eager or sdpa."),

@@ -7,11 +7,13 @@ from typing import Optional
 
 import typer
 
+from workbench.defaults import EMBEDDED_DEFAULT
+
 
 def probe(
     checkpoint: str = typer.Option(..., "--checkpoint", help="A run directory, untrained:RUN_DIR (that run's "
                                    "architecture, untrained), or untrained:BASE:A:B (e.g. "
-                                   "untrained:smollm2-135m-instruct:10:16) for an untrained retrofit control."),
+                                   f"untrained:{EMBEDDED_DEFAULT}:10:16) for an untrained retrofit control."),
     battery: Path = typer.Option(Path("probes/default.toml"), "--battery", help="Battery TOML file."),
     rows: Optional[Path] = typer.Option(None, "--rows", help="A row manifest (.jsonl) replacing every probe's rows."),
     only: Optional[str] = typer.Option(None, "--only", help="Comma list of probes to run (e.g. depth_matrix,splice)."),

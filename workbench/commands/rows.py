@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
 
 
@@ -44,7 +45,7 @@ def rows(
     permutation: bool = typer.Option(False, "--permutation", help="chase: the bijective control."),
     split: str = typer.Option("test", "--split", help="train or test (seed material; RecurTrace code pool)."),
     model: str = typer.Option(
-        "smollm2-135m-instruct", "--model", help="Model whose tokenizer every symbol must be one token of."
+        EMBEDDED_DEFAULT, "--model", help="Model whose tokenizer every symbol must be one token of."
     ),
 ) -> None:
     """Write a frozen row manifest: F.jsonl and F.manifest.json."""

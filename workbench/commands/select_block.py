@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import time
 from pathlib import Path
 
 import typer
 
+from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
+from workbench.io import write_text_atomic
 
 SELECTION_JSON = "block_selection.json"
 SELECTION_HTML = "block_selection.html"
@@ -28,14 +29,8 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
         raise WorkbenchError(f"--out '{out}' exists and is not empty; give a new or empty directory, or --overwrite")
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def select_block(
-    model: str = typer.Option("smollm2-135m-instruct", "--model", help="HF directory, .gguf file, or embedded default name."),
+    model: str = typer.Option(EMBEDDED_DEFAULT, "--model", help="HF directory, .gguf file, or embedded default name."),
     corpus: Path | None = typer.Option(None, "--corpus", help="Text file, one text per line (default: the built-in corpus)."),
     window: int | None = typer.Option(None, "--window", help="Layers to loop (default: max(2, round(L/5)), clipped to the span)."),
     out: Path = typer.Option(Path("results/select_block"), "--out", help="Output directory (must be new or empty)."),
@@ -60,9 +55,9 @@ def select_block(
         "seconds": round(time.perf_counter() - start, 1),
     }
     out.mkdir(parents=True, exist_ok=True)
-    _write_atomically(out / SELECTION_JSON, json.dumps(record, indent=2))
+    write_text_atomic(out / SELECTION_JSON, json.dumps(record, indent=2))
     html = selection.figure().to_html(include_plotlyjs=True, full_html=True)
-    _write_atomically(out / SELECTION_HTML, html)
+    write_text_atomic(out / SELECTION_HTML, html)
     _summary(selection, out, record["seconds"])
 
 

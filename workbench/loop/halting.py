@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from workbench.errors import WorkbenchError
+from workbench.loop.positions import last_real_token
 
 POOLING = ("mean", "last")
 
@@ -34,8 +35,7 @@ class HaltingHead(nn.Module):
         m = attention_mask.to(h.dtype).unsqueeze(-1)
         if self.pooling == "mean":
             return (h * m).sum(dim=1) / m.sum(dim=1).clamp(min=1)
-        last = h.shape[1] - 1 - attention_mask.long().flip(-1).argmax(-1)
-        return h[torch.arange(h.shape[0], device=h.device), last]
+        return h[torch.arange(h.shape[0], device=h.device), last_real_token(attention_mask)]
 
     def forward(self, h: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         return torch.sigmoid(self.proj(self.pool(h, attention_mask)).squeeze(-1))

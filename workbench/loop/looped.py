@@ -26,6 +26,7 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 from workbench.errors import WorkbenchError
 from workbench.loop.attention import pattern_hook
 from workbench.loop.config import RetrofitConfig
+from workbench.loop.positions import last_real_token, position_ids
 from workbench.precision import autocast
 
 
@@ -166,7 +167,7 @@ class LoopedLM(HookedRootModule):
         if attention_mask is None:
             pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
         else:
-            pos = (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+            pos = position_ids(attention_mask)
         # Always build the mask: with eager attention an absent mask is not causal.
         kw = dict(config=self.config, inputs_embeds=x, attention_mask=attention_mask, cache=None, position_ids=pos)
         masks = {"full_attention": create_causal_mask(**kw)}
@@ -379,8 +380,7 @@ class LoopedLM(HookedRootModule):
         if positions is None:
             if attention_mask is None:
                 return torch.full((b, 1), s - 1, dtype=torch.long, device=input_ids.device)
-            last = s - 1 - attention_mask.long().flip(-1).argmax(-1)  # last real token, any padding side
-            return last.unsqueeze(-1)
+            return last_real_token(attention_mask).unsqueeze(-1)
         positions = torch.as_tensor(positions, dtype=torch.long, device=input_ids.device)
         if positions.dim() == 1:
             positions = positions.unsqueeze(0).expand(b, -1)

@@ -34,9 +34,10 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
 from workbench.loop.config import RetrofitConfig
-from workbench.io import check_out_dir, read_toml, replace_dir, sha256_bytes, sha256_file, write_json_atomic
+from workbench.io import atomic_path, check_out_dir, read_toml, replace_dir, sha256_bytes, sha256_file, write_json_atomic
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
@@ -138,7 +139,7 @@ def _untrained(spec: str):
         parts = rest.rsplit(":", 2)
         if len(parts) != 3 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
             raise WorkbenchError(f"--checkpoint '{spec}' is not untrained:RUN_DIR or untrained:BASE:A:B "
-                                 f"(e.g. untrained:smollm2-135m-instruct:10:16)")
+                                 f"(e.g. untrained:{EMBEDDED_DEFAULT}:10:16)")
         base, config = parts[0], RetrofitConfig(block=(int(parts[1]), int(parts[2])))
         dtype, attn = torch.float32, "eager"
     model, tok = load_base(base, dtype=dtype, attn_implementation=attn)
@@ -250,9 +251,8 @@ def _one(name, options, manifests, model, tok, context, staging) -> tuple[dict, 
 
 
 def _write_parquet(frame: pd.DataFrame, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    frame.to_parquet(tmp, index=False)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        frame.to_parquet(tmp, index=False)
 
 
 def _model_record(model, info: dict) -> dict:

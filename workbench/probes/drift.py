@@ -28,6 +28,8 @@ from scipy.linalg import subspace_angles
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
+from workbench.loop.hooks import hook_name
+from workbench.loop.positions import last_real_token
 from workbench.headlines import Headline, measured
 
 from workbench.errors import WorkbenchError
@@ -73,7 +75,7 @@ def collect_states(model, tokenizer, rows, T, positions, max_samples, batch_size
         mask = enc["attention_mask"].bool()
         if positions == "read":
             keep = torch.zeros_like(mask)
-            keep[torch.arange(len(idx)), mask.shape[1] - 1 - mask.long().flip(-1).argmax(-1)] = True
+            keep[torch.arange(len(idx)), last_real_token(mask)] = True
             mask = keep
 
         def grab(t):
@@ -81,7 +83,7 @@ def collect_states(model, tokenizer, rows, T, positions, max_samples, batch_size
                 pooled[t - 1].append(x[mask].double().cpu().numpy())
             return hook
 
-        with model.hooks(fwd_hooks=[(f"loop.{t}.hook_state", grab(t)) for t in range(1, T + 1)]):
+        with model.hooks(fwd_hooks=[(hook_name("state", t), grab(t)) for t in range(1, T + 1)]):
             model(enc["input_ids"], attention_mask=enc["attention_mask"], loops=T)
     states = [np.concatenate(p) for p in pooled]
     if len(states[0]) > max_samples:

@@ -26,6 +26,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.loop.hooks import hook_name
+from workbench.loop.positions import last_real_token
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, counted, measured
 from workbench.probes.common import batches, check_loops, device_of, iterate, line_spans, require_chase
@@ -79,7 +81,7 @@ def _batch_masses(model, tokenizer, rows, enc, layers, T) -> pd.DataFrame:
     mask = enc["attention_mask"]
     S = mask.shape[1]
     target, table = (m.to(mask.device) for m in target_masks(tokenizer, rows, S, T))
-    read_pos = S - 1 - mask.long().flip(-1).argmax(-1)
+    read_pos = last_real_token(mask)
     batch = torch.arange(len(rows), device=mask.device)
     masses: dict[tuple[int, int], tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -90,7 +92,7 @@ def _batch_masses(model, tokenizer, rows, enc, layers, T) -> pd.DataFrame:
                               (at_read * table[:, None, :]).sum(-1).cpu())
         return hook
 
-    hooks = [(f"loop.{t}.block.{i}.attn.hook_pattern", record(t, i)) for t in range(1, T + 1) for i in layers]
+    hooks = [(hook_name("pattern", t, i), record(t, i)) for t in range(1, T + 1) for i in layers]
     with model.hooks(fwd_hooks=hooks):
         model(enc["input_ids"], attention_mask=mask, loops=T)
     records = []

@@ -27,6 +27,8 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
+from workbench.loop.hooks import hook_name
+from workbench.loop.positions import last_real_token
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, counted, ranges
 from workbench.probes.common import batches, check_loops, device_of, iterate, require_chase, split_rows
@@ -84,7 +86,7 @@ def collect_features(model, tokenizer, rows, layers, T, batch_size, progress) ->
     for idx, enc in tqdm(list(batches(tokenizer, rows, batch_size, device)), disable=not progress,
                          desc="linear_probe"):
         mask = enc["attention_mask"]
-        read_pos = mask.shape[1] - 1 - mask.long().flip(-1).argmax(-1)
+        read_pos = last_real_token(mask)
         batch = torch.arange(len(idx), device=device)
         grabbed: dict[tuple[str, int], torch.Tensor] = {}
 
@@ -93,8 +95,8 @@ def collect_features(model, tokenizer, rows, layers, T, batch_size, progress) ->
                 grabbed[(site, t)] = x[batch, read_pos].float().cpu()
             return hook
 
-        hooks = [(f"loop.{t}.hook_state", grab("state", t)) for t in range(1, T + 1)]
-        hooks += [(f"loop.{t}.block.{i}.hook_resid_post", grab(f"block.{i}", t)) for t in range(1, T + 1) for i in layers]
+        hooks = [(hook_name("state", t), grab("state", t)) for t in range(1, T + 1)]
+        hooks += [(hook_name("block_resid", t, i), grab(f"block.{i}", t)) for t in range(1, T + 1) for i in layers]
         with model.hooks(fwd_hooks=hooks):
             model(enc["input_ids"], attention_mask=mask, loops=T)  # the Coda runs once: states are all we need
         for key, value in grabbed.items():

@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.loop.hooks import hook_name, stack_loops
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, clustered_mean, ranges
 from workbench.probes.common import batches, check_loops, device_of, row_candidates, shared_candidates, split_rows
@@ -61,21 +62,19 @@ def collect(model, tokenizer, rows, T, batch_size, progress) -> tuple[np.ndarray
     device = device_of(model)
     states = readouts = None
     for idx, enc in tqdm(list(batches(tokenizer, rows, batch_size, device)), disable=not progress, desc="logit_lens"):
-        grabbed: dict[int, torch.Tensor] = {}
+        grabbed: dict[str, torch.Tensor] = {}
 
-        def grab(t):
-            def hook(x, hook):  # [B, n_positions, D]
-                grabbed[t] = x[:, -1].double().cpu()
-            return hook
+        def grab(x, hook):  # [B, n_positions, D]
+            grabbed[hook.name] = x[:, -1].double().cpu()
 
-        with model.hooks(fwd_hooks=[(f"loop.{t}.hook_readout", grab(t)) for t in range(1, T + 1)]):
+        with model.hooks(fwd_hooks=[(hook_name("readout", t), grab) for t in range(1, T + 1)]):
             r = model.read(enc["input_ids"], attention_mask=enc["attention_mask"], loops=T, return_states=True,
                            candidates=shared_candidates(row_candidates(tokenizer, [rows[i] for i in idx]).to(device)))
         if states is None:
             D = r.states.shape[-1]
             states, readouts = np.zeros((len(rows), T, D)), np.zeros((len(rows), T, D))
         states[idx] = r.states[:, :, -1].double().cpu().numpy()
-        readouts[idx] = torch.stack([grabbed[t] for t in range(1, T + 1)], dim=1).numpy()
+        readouts[idx] = stack_loops(grabbed, "readout", T).transpose(0, 1).numpy()  # [B, T, D]
     return states, readouts
 
 

@@ -35,6 +35,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.loop.hooks import hook_name
+from workbench.loop.positions import last_real_token
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, clustered_mean
 from workbench.probes.common import (check_loops, device_of, iterate, iterate_from, require_chase, row_candidates,
@@ -48,10 +50,11 @@ THRESHOLDS = (("source_orbit", 0.75), ("lawful", 0.75), ("shortcut", 0.50))
 VERDICT_HORIZON = 3
 
 
-def hook_name(site: str, k0: int, layer: int) -> str:
-    """The hook point a splice at `site` of loop k0 substitutes."""
-    return {"state": f"loop.{k0}.hook_state", "block_resid": f"loop.{k0}.block.{layer}.hook_resid_post",
-            "reentry_input": f"loop.{k0}.hook_input"}[site]
+def splice_hook(site: str, k0: int, layer: int) -> str:
+    """The hook point a splice at `site` of loop k0 substitutes (`workbench.loop.hooks`)."""
+    if site == "block_resid":
+        return hook_name("block_resid", k0, layer)
+    return hook_name({"state": "state", "reentry_input": "input"}[site], k0)
 
 
 def make_pairs(tokenizer, rows: list[dict], seed: int = 0) -> list[tuple[int, int]]:
@@ -131,10 +134,10 @@ def _splice_chunk(model, tokenizer, rows, chunk, k0s, horizon, combos, layer, fi
         raise WorkbenchError("spliced rows must have equal token lengths; the pairing is broken")
     cands = shared_candidates(row_candidates(tokenizer, rows_a).to(device))
     mask = enc_a["attention_mask"]
-    read_pos = mask.shape[1] - 1 - mask.long().flip(-1).argmax(-1)  # last real token, as LoopedLM reads
+    read_pos = last_real_token(mask)  # as LoopedLM reads
     records = []
     for k0 in k0s:
-        names = {site: hook_name(site, k0, layer) for site, _ in combos}
+        names = {site: splice_hook(site, k0, layer) for site, _ in combos}
         cache: dict[str, torch.Tensor] = {}
 
         def save(x, hook):

@@ -24,6 +24,7 @@ import math
 import os
 import tomllib
 
+from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
 from workbench.io import read_toml
 
@@ -40,7 +41,7 @@ SCHEMA: dict = {
     "seed": 0,
     "init_from": "",                 # a finished run or keeper directory to continue from ("" = fresh)
     "model": {
-        "base": "smollm2-135m-instruct",
+        "base": EMBEDDED_DEFAULT,
         "block": "10:16",            # "A:B", or "auto" (workbench.selection.resolve_block)
         "reentry": "bridge",         # "bridge" | "inject"
         "memory": False,

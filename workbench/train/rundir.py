@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from workbench.errors import WorkbenchError
-from workbench.io import sha256_file, write_json_atomic
+from workbench.io import atomic_path, sha256_file, write_json_atomic
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import load_base, weights_sha256
@@ -53,10 +53,8 @@ PACKAGES = ("torch", "transformers", "peft", "safetensors", "accelerate", "trans
 # ----------------------------------------------------------------------------- atomic files
 def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict | None = None) -> None:
     """Writes a safetensors file atomically (contiguous CPU copies of the tensors)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
 
 
 # ----------------------------------------------------------------------------- what is saved

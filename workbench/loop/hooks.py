@@ -1,0 +1,81 @@
+"""The hook-name contract: every hook point of a LoopedLM, named from one place.
+
+A LoopedLM has hook points per site *and per loop* (so `run_with_cache` keeps every loop).
+Their names are module paths, and this table is the one source of them:
+
+    site           name                                         holds
+    prelude_resid  prelude.{layer}.hook_resid_post              a Prelude layer's output (layer < a)
+    prelude        hook_prelude                                 p, the Prelude's output
+    input          loop.{loop}.hook_input                       u_t, the block input after re-entry
+    memory         loop.{loop}.block.{layer}.memory.hook_out    Loop Memory Attention's update (t >= 2)
+    pattern        loop.{loop}.block.{layer}.attn.hook_pattern  attention probabilities [B, H, q, k]
+    block_resid    loop.{loop}.block.{layer}.hook_resid_post    a block layer's output (a <= layer < b)
+    state          loop.{loop}.hook_state                       h_t, the block's output
+    coda_resid     loop.{loop}.coda.{layer}.hook_resid_post     a Coda layer's output on h_t (layer >= b)
+    readout        loop.{loop}.hook_readout                     Norm(Coda(h_t)) at the read positions
+    halt           loop.{loop}.halt.hook_prob                   the halting head's continue probability
+    loops_used     hook_loops_used                              adaptive inference's loops per row [B]
+
+Loops count from 1; layers are the base model's own indices. Probes, benchmarks and notebooks
+build names with `hook_name` and stack a site over loops with `stack_loops`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import torch
+
+from workbench.errors import WorkbenchError
+
+SITES = {
+    "prelude_resid": "prelude.{layer}.hook_resid_post",
+    "prelude": "hook_prelude",
+    "input": "loop.{loop}.hook_input",
+    "memory": "loop.{loop}.block.{layer}.memory.hook_out",
+    "pattern": "loop.{loop}.block.{layer}.attn.hook_pattern",
+    "block_resid": "loop.{loop}.block.{layer}.hook_resid_post",
+    "state": "loop.{loop}.hook_state",
+    "coda_resid": "loop.{loop}.coda.{layer}.hook_resid_post",
+    "readout": "loop.{loop}.hook_readout",
+    "halt": "loop.{loop}.halt.hook_prob",
+    "loops_used": "hook_loops_used",
+}
+
+
+def hook_name(site: str, loop: int | None = None, layer: int | None = None) -> str:
+    """Returns the hook point's name, e.g. hook_name("block_resid", 2, 14) == "loop.2.block.14.hook_resid_post".
+
+    Raises:
+        WorkbenchError: an unknown site, or a loop / layer the site needs and did not get (or does not take).
+    """
+    if site not in SITES:
+        raise WorkbenchError(f"unknown hook site '{site}'; accepted: {', '.join(SITES)}")
+    pattern = SITES[site]
+    for key, value in (("loop", loop), ("layer", layer)):
+        needed = "{" + key + "}" in pattern
+        if needed and value is None:
+            raise WorkbenchError(f"hook site '{site}' needs a {key} ({pattern})")
+        if not needed and value is not None:
+            raise WorkbenchError(f"hook site '{site}' takes no {key} ({pattern}); got {key}={value!r}")
+    if loop is not None and (isinstance(loop, bool) or not isinstance(loop, int) or loop < 1):
+        raise WorkbenchError(f"loop={loop!r} must be an integer >= 1 (loops count from 1)")
+    return pattern.format(loop=loop, layer=layer)
+
+
+def loop_hook_names(site: str, loops: int, layer: int | None = None) -> list[str]:
+    """The names of `site` at loops 1..loops."""
+    return [hook_name(site, t, layer) for t in range(1, loops + 1)]
+
+
+def stack_loops(cache: Mapping[str, torch.Tensor], site: str, loops: int, layer: int | None = None) -> torch.Tensor:
+    """Returns `site` at loops 1..loops from a cache (an ActivationCache or any name -> tensor mapping), [T, ...].
+
+    Raises:
+        WorkbenchError: a loop's tensor is missing from the cache (name it in the cache's names_filter).
+    """
+    names = loop_hook_names(site, loops, layer)
+    missing = [n for n in names if n not in cache]
+    if missing:
+        raise WorkbenchError(f"the cache holds no '{missing[0]}' ({len(missing)} of {len(names)} loops missing)")
+    return torch.stack([cache[n] for n in names])
