@@ -151,8 +151,11 @@ rows = task_rows(tok)[:8]                     # the accuracy part of the damage
 selection = select_block(base, tok, texts=texts, rows=rows, stride=10, progress=False)
 print(f"span {selection.prelude_end}:{selection.coda_start} of {selection.n_layers} layers; "
       f"window {selection.window}; recommended {selection.recommended}")'''),
-    code('''selection.figure()'''),
-    code('''selection.windows_frame()'''),
+    code('''from workbench.plots.selection import angular_distance_figure, windows_frame
+
+record = selection.to_dict()                  # what block_selection.json holds
+angular_distance_figure(record)'''),
+    code('''windows_frame(record)'''),
     md("""
 ## Surgery, and the identity check
 

@@ -22,6 +22,7 @@ from workbench.selection import (
     split_texts, window_ablation,
 )
 from workbench.loop.positions import last_real_token, position_ids
+from workbench.plots.selection import curve_frame, windows_frame
 from workbench.loop.surgery import retrofit
 from workbench.tasks.guardrail import guardrail_rows
 
@@ -196,7 +197,11 @@ def test_select_block_windows_lie_inside_the_span(tiny_ro):
         assert sel.knees[key]["reason"]
     d = json.loads(sel.to_json())
     assert {"angular_distance", "prelude_end", "coda_start", "windows", "recommended", "knees"} <= set(d)
-    assert sel.curve_frame()["region"].tolist().count("span") == sel.coda_start - sel.prelude_end
+    curve = curve_frame(sel.to_dict())
+    assert curve["region"].tolist().count("span") == sel.coda_start - sel.prelude_end
+    assert curve["region"].tolist()[:sel.prelude_end] == ["prelude"] * sel.prelude_end
+    windows = windows_frame(d)  # drawn from the JSON record, as the report draws it
+    assert windows["a"].tolist() == [w["block"][0] for w in sel.windows] and windows["rank"].tolist()[0] == 1
 
 
 def test_select_block_refuses_bad_options(tiny_ro):

@@ -125,6 +125,20 @@ class Headline:
 
 
 # ----------------------------------------------------------------------------- building numbers
+def fmt_number(x) -> str:
+    """Returns a short human string for a headline number (NaN as an en dash)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    if isinstance(x, (int, np.integer)):
+        return f"{int(x):,}"
+    if isinstance(x, (float, np.floating)):
+        ax = abs(float(x))
+        return f"{x:.3g}" if ax != 0 and (ax < 1e-3 or ax >= 1e5) else f"{x:.4g}"
+    return str(x)
+
+
 def fmt(x, kind: str = "value") -> str:
     """A number as the headlines print it (None and NaN as an en dash)."""
     if x is None or (isinstance(x, float) and math.isnan(x)):
@@ -139,8 +153,6 @@ def fmt(x, kind: str = "value") -> str:
         return f"{float(x):.2f}×"
     if kind == "count":
         return f"{int(x):,}"
-    from workbench.plots.base import fmt_number
-
     return fmt_number(x)
 
 

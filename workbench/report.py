@@ -19,8 +19,14 @@ import os
 from pathlib import Path
 
 import pandas as pd
+from plotly.offline import get_plotlyjs
 
 from workbench.errors import WorkbenchError
+from workbench.headlines import (compare_headlines, fmt, fmt_number, headlines_from_summary,
+                                 headlines_from_tables)
+from workbench.io import write_bytes_atomic
+from workbench.plots.registry import build_all, part_names
+from workbench.plots.selection import angular_distance_figure
 from workbench.results import compare_results, load_results, read_summary
 
 REPORT = "report.html"
@@ -150,8 +156,6 @@ def _inline(v) -> str:
     if isinstance(v, (list, tuple)):
         text = json.dumps(v, default=str)
         return text if len(text) <= 120 else text[:117] + "..."
-    from workbench.plots.base import fmt_number
-
     return fmt_number(v)
 
 
@@ -159,8 +163,6 @@ def report_headlines(results_dir: str | os.PathLike, tables: dict[str, pd.DataFr
                      summary: dict | None = None) -> dict:
     """Returns {probe: Headline} of a results directory: recomputed from its tables (so they carry
     per-row values for paired tests), else as summary.json stored them."""
-    from workbench.headlines import headlines_from_summary, headlines_from_tables
-
     tables = load_results(results_dir) if tables is None else tables
     summary = read_summary(results_dir) if summary is None else summary
     return {**headlines_from_summary(summary), **headlines_from_tables(tables)}
@@ -173,8 +175,6 @@ def headline_table(headlines: dict, control: dict | None = None, skipped: dict |
     control's value beside it and the paired difference (this − control, bootstrap over shared
     rows) with McNemar's p where the rows are 0/1 and one per row.
     """
-    from workbench.headlines import compare_headlines, fmt
-
     if not headlines and not skipped:
         return "<p class='caption'>No headline numbers (summary.json absent or empty).</p>"
     e = html.escape
@@ -326,17 +326,12 @@ def figure_html(fig, div_id: str) -> str:
 
 
 def _block_selection_figure(results_dir: Path):
+    """The block-selection figure drawn from block_selection.json (the record itself, no model code)."""
     path = results_dir / BLOCK_SELECTION
     if not path.is_file():
         return None
-    from dataclasses import fields
-
-    from workbench.selection import BlockSelection
-
     try:
-        d = json.loads(path.read_text())  # the command adds keys of its own (hashes, timing): keep the fields
-        kept = {f.name: d[f.name] for f in fields(BlockSelection) if f.name in d}
-        return BlockSelection(**{**kept, "recommended": tuple(d["recommended"])}).figure()
+        return angular_distance_figure(json.loads(path.read_text()))
     except (json.JSONDecodeError, TypeError, KeyError) as err:
         raise WorkbenchError(f"{path}: not a block selection written by `workbench select-block` ({err})") from None
 
@@ -344,8 +339,6 @@ def _block_selection_figure(results_dir: Path):
 def _sections(results_dir: Path, tables: dict[str, pd.DataFrame]) -> list[tuple[str, list[str]]]:
     """Returns (result name, [html fragments]) for every result present, in SECTIONS order; each
     figure is followed by its caption (FIGURE_CAPTIONS)."""
-    from workbench.plots.registry import build_all
-
     figures: dict[str, list[str]] = {}
     for result, key, fig in build_all(tables):
         figures.setdefault(result, []).append(figure_html(fig, f"fig-{key}") + _caption(key))
@@ -372,10 +365,6 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
         control: another results directory (the untrained control, or another specimen) shown
             beside this one in the headline table, with paired tests over the rows both read.
     """
-    from plotly.offline import get_plotlyjs
-
-    from workbench.plots.registry import part_names
-
     results_dir = Path(results_dir)
     tables, summary = load_results(results_dir), read_summary(results_dir)
     headlines = report_headlines(results_dir, tables, summary)
@@ -428,8 +417,6 @@ def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None =
         out: the HTML file to write; default `results_dir/report.html`.
         control: a control results directory shown beside it (see `render_report`).
     """
-    from workbench.io import write_bytes_atomic
-
     out = Path(out) if out is not None else Path(results_dir) / REPORT
     text = render_report(results_dir, control=control)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -254,7 +254,11 @@ def window_ablation(model, tokenizer, windows: list[tuple[int, int]], heldout: l
 # ------------------------------------------------------------------ the selection
 @dataclass
 class BlockSelection:
-    """What `select_block` returns: the curve, the span, the ranked windows, the recommendation."""
+    """What `select_block` returns: the curve, the span, the ranked windows, the recommendation.
+
+    Its `to_dict()` is block_selection.json; the figure and tables are drawn from that record by
+    `workbench.plots.selection` (computation never draws).
+    """
 
     model: str
     n_layers: int
@@ -278,28 +282,6 @@ class BlockSelection:
         """Returns `to_dict()` as JSON text."""
         return json.dumps(self.to_dict(), indent=kwargs.pop("indent", 2), **kwargs)
 
-    def curve_frame(self):
-        """Returns a tidy DataFrame: layer, angular_distance, region (prelude / span / coda)."""
-        import pandas as pd
-
-        region = ["prelude" if i < self.prelude_end else "coda" if i >= self.coda_start else "span"
-                  for i in range(self.n_layers)]
-        return pd.DataFrame({"layer": range(self.n_layers), "angular_distance": self.angular_distance,
-                             "region": region})
-
-    def windows_frame(self):
-        """Returns a DataFrame with one row per ablated window (a, b, rank, damage and its parts)."""
-        import pandas as pd
-
-        rows = [{"a": w["block"][0], "b": w["block"][1], **{k: v for k, v in w.items() if k != "block"}}
-                for w in self.windows]
-        return pd.DataFrame(rows)
-
-    def figure(self):
-        """Returns the plotly figure of the curve with knees and the recommended window."""
-        from workbench.plots.selection import angular_distance_figure
-
-        return angular_distance_figure(self)
 
 
 def load_corpus(path=None) -> list[str]:

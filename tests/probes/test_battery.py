@@ -47,7 +47,8 @@ def test_the_battery_writes_one_table_per_file_and_a_summary(results, manifests)
     out, summary = results
     names = {p.name for p in out.iterdir()}
     assert {"depth_matrix.parquet", "depth_matrix__frontier.parquet", "overshoot.parquet", "overshoot__cost.parquet",
-            "splice.parquet", "splice__verdict.parquet", "summary.json", "report.html"} <= names
+            "splice.parquet", "splice__verdict.parquet", "summary.json"} <= names
+    assert "report.html" not in names  # computation never draws: `workbench probe` writes the report
     assert "halting.parquet" not in names and not any(n.startswith(".") for n in names)
     frame = pd.read_parquet(out / "depth_matrix.parquet")
     assert len(frame) == 12 * 3 and not frame.duplicated(["row_id", "loop"]).any()  # (row, loop <= 3)

@@ -41,6 +41,7 @@ def demo(
     from workbench.io import check_out_dir, write_json_atomic
     from workbench.models import EMBEDDED_DEFAULT, load_base
     from workbench.probes.battery import run_battery
+    from workbench.report import write_report
     from workbench.train.rundir import read_retrofit
     from workbench.selection import select_block
 
@@ -81,6 +82,7 @@ def demo(
 
     t0 = _step(say, f"4. probing {checkpoint} with {BATTERY}")
     summary = run_battery(str(checkpoint), BATTERY, out / "probe", overwrite=overwrite)
+    write_report(out / "probe")
     headline["probes"] = summary["probes"]
     say(f"probes done in {time.perf_counter() - t0:.0f} s")
 

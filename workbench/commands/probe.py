@@ -28,9 +28,11 @@ def probe(
     """Run the probe battery on a checkpoint: one parquet per probe table, summary.json, report.html."""
     from workbench.probes import parse_only
     from workbench.probes.battery import run_battery
+    from workbench.report import write_report
 
     summary = run_battery(checkpoint, battery, out, rows=None if rows is None else str(rows),
                           only=parse_only(only), overwrite=overwrite, seed=seed, precision=precision)
+    write_report(out)
     print_summary(summary, as_json)
     if not as_json:
         typer.echo(f"results: {out} ({summary['wall_s']:.0f} s)")

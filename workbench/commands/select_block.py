@@ -38,6 +38,7 @@ def select_block(
 ) -> None:
     """Find the loopable span (angular distance + Kneedle) and rank windows in it by loop-2 damage."""
     from workbench.models import load_base, weights_sha256
+    from workbench.plots.selection import angular_distance_figure
     from workbench.selection import load_corpus
     from workbench.selection import select_block as run_selection
 
@@ -56,7 +57,7 @@ def select_block(
     }
     out.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out / SELECTION_JSON, json.dumps(record, indent=2))
-    html = selection.figure().to_html(include_plotlyjs=True, full_html=True)
+    html = angular_distance_figure(record).to_html(include_plotlyjs=True, full_html=True)
     write_text_atomic(out / SELECTION_HTML, html)
     _summary(selection, out, record["seconds"])
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pandas as pd
@@ -100,17 +99,3 @@ def class_fractions(df: pd.DataFrame, by: list[str], classes: list[str], col: st
     frac = counts.div(n, axis=0)
     frac["n"] = n
     return frac.reset_index()
-
-
-def fmt_number(x) -> str:
-    """Returns a short human string for a headline number (NaN as an en dash)."""
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    if isinstance(x, (bool, np.bool_)):
-        return str(bool(x))
-    if isinstance(x, (int, np.integer)):
-        return f"{int(x):,}"
-    if isinstance(x, (float, np.floating)):
-        ax = abs(float(x))
-        return f"{x:.3g}" if ax != 0 and (ax < 1e-3 or ax >= 1e5) else f"{x:.4g}"
-    return str(x)

@@ -3,6 +3,8 @@ above the damage of every ablated window."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
@@ -12,24 +14,40 @@ from workbench.plots.theme import COLORWAY, INK, apply_theme
 SPAN_FILL, CHOSEN_FILL = "rgba(0,114,178,0.08)", "rgba(0,158,115,0.25)"
 
 
+def curve_frame(selection: Mapping) -> pd.DataFrame:
+    """Returns a tidy DataFrame of a block selection's curve: layer, angular_distance, region (prelude / span / coda).
+
+    `selection` is a block_selection.json record (`workbench.selection.BlockSelection.to_dict()`).
+    """
+    n, start, end = len(selection["angular_distance"]), selection["prelude_end"], selection["coda_start"]
+    region = ["prelude" if i < start else "coda" if i >= end else "span" for i in range(n)]
+    return pd.DataFrame({"layer": range(n), "angular_distance": selection["angular_distance"], "region": region})
+
+
+def windows_frame(selection: Mapping) -> pd.DataFrame:
+    """Returns one row per ablated window of a block selection record (a, b, rank, damage and its parts)."""
+    return pd.DataFrame([{"a": w["block"][0], "b": w["block"][1], **{k: v for k, v in w.items() if k != "block"}}
+                         for w in selection["windows"]])
+
+
 def angular_distance_figure(data, prelude_end: int | None = None, coda_start: int | None = None,
                             recommended: tuple[int, int] | None = None, windows: pd.DataFrame | None = None,
                             knees: dict | None = None, title: str | None = None) -> go.Figure:
     """Returns the figure: curve (top) and per-window damage (bottom, when windows are given).
 
     Args:
-        data: a `workbench.selection.BlockSelection` (everything else is read from it), or a
-            DataFrame with columns `layer` and `angular_distance`.
+        data: a block selection record (block_selection.json, `BlockSelection.to_dict()`; everything
+            else is read from it), or a DataFrame with columns `layer` and `angular_distance`.
         prelude_end, coda_start: the span [prelude_end, coda_start), shaded.
         recommended: the chosen window (a, b), shaded and marked in the damage panel.
         windows: DataFrame with columns a, b, damage (and loss_increase, accuracy_drop for hover).
         knees: {"prelude_end": {"layer", "reason"}, "coda_start": {...}}; knee layers get a line.
     """
-    if hasattr(data, "curve_frame"):
-        sel = data
-        curve, windows = sel.curve_frame(), sel.windows_frame()
-        prelude_end, coda_start, recommended, knees = sel.prelude_end, sel.coda_start, sel.recommended, sel.knees
-        title = title or f"Angular distance between adjacent layers: {sel.model}"
+    if isinstance(data, Mapping):
+        curve, windows = curve_frame(data), windows_frame(data)
+        prelude_end, coda_start, knees = data["prelude_end"], data["coda_start"], data["knees"]
+        recommended = tuple(data["recommended"])
+        title = title or f"Angular distance between adjacent layers: {data['model']}"
     else:
         curve = data
     has_windows = windows is not None and len(windows) > 0

@@ -11,9 +11,9 @@ A battery is a TOML file (`probes/default.toml` is the default one):
     depths = [1, 2, 3]                 #   only `depths`, from `manifest` (all optional)
     loops = 7                          # every other key is an option of the probe's `run`
 
-The results directory gets `<table>.parquet` per table, `summary.json` and `report.html`. It is
-written into a staging directory and moved into place at the end, so a failed battery
-leaves nothing behind. `summary.json`:
+The results directory gets `<table>.parquet` per table and `summary.json` (`workbench probe`
+then adds report.html with `workbench.report`: computation never draws). It is written into a
+staging directory and moved into place at the end, so a failed battery leaves nothing behind. `summary.json`:
 
     probes      {probe: {headline numbers..., "wall_s": s}} or {"status": "not_applicable", "reason"}
     probe_runs  {probe: {"rows": {manifest, n, rows_sha256, row_ids_sha256}, "options", "tables"}}
@@ -227,7 +227,6 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
 
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _write_report(out)
     return summary
 
 
@@ -269,15 +268,6 @@ def _created_by() -> str:
         return f"workbench {version('workbench')}"
     except PackageNotFoundError:
         return "workbench"
-
-
-def _write_report(out: Path) -> Path | None:
-    """Writes report.html with the report writer when it is installed (`workbench.report`)."""
-    try:
-        from workbench.report import write_report
-    except ImportError:  # the report module is optional while it is being written
-        return None
-    return write_report(out)
 
 
 __all__ = ["PROBES", "load_battery", "load_checkpoint", "plan", "run_battery", "run_probe"]
