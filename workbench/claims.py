@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import html
 import json
-import tomllib
 from pathlib import Path
 
 import pandas as pd
+import tomllib
 
 from workbench.arms import compare_arms, load_arm
 from workbench.errors import WorkbenchError
+from workbench.io import write_bytes_atomic
 from workbench.stats import fisher, mcnemar
 
 CLAIMS_FILE = Path(__file__).resolve().parent / "data" / "claims.toml"
@@ -344,8 +345,6 @@ def ledger_html(rows: list[dict]) -> str:
 
 def write_ledger(out: str | Path, rows: list[dict]) -> list[Path]:
     """Writes LEDGER.md, ledger.html and ledger.json into `out`; returns their paths."""
-    from workbench.io import write_bytes_atomic
-
     out = Path(out)
     files = {"LEDGER.md": ledger_markdown(rows), "ledger.html": ledger_html(rows),
              "ledger.json": json.dumps(rows, indent=1, sort_keys=True) + "\n"}

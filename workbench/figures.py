@@ -17,9 +17,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.offline import get_plotlyjs
 
 from workbench.errors import WorkbenchError
 from workbench.io import read_toml, write_bytes_atomic
+from workbench.plots.registry import FIGURES, build, figure_key, find_builder
+from workbench.results import load_results
 
 FORMATS = ("pdf", "svg", "png", "html")
 WIDTHS_IN = {"single": 3.5, "double": 7.0}
@@ -46,8 +49,6 @@ class FigureSpec:
 
 def default_spec() -> list[FigureSpec]:
     """Returns every registered figure at double-column width."""
-    from workbench.plots.registry import FIGURES, figure_key
-
     return [FigureSpec(figure_key(b), WIDTHS_IN["double"], HEIGHTS_IN["double"]) for bs in FIGURES.values() for b in bs]
 
 
@@ -58,8 +59,6 @@ def load_spec(path: str | os.PathLike) -> tuple[list[FigureSpec], int]:
     `size` ("single" or "double") or `width_in`, optional `height_in`, `step`, `file`, and
     `options` (keyword arguments of the builder).
     """
-    from workbench.plots.registry import find_builder
-
     path = Path(path)
     raw = read_toml(path, "figure spec")
     unknown = set(raw) - {"dpi", "figure"}
@@ -146,8 +145,6 @@ class Export:
 
 
 def _write_one(fig: go.Figure, spec: FigureSpec, fmt: str, folder: Path, dpi: int) -> list[Path]:
-    from plotly.offline import get_plotlyjs
-
     paper = paper_figure(fig, spec)
     image = folder / f"{spec.stem}.{fmt}"
     if fmt == "html":
@@ -197,9 +194,6 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
         spec: figures and sizes; default every registered figure at double-column width.
         dpi: resolution of PNG output.
     """
-    from workbench.plots.registry import build, find_builder
-    from workbench.results import load_results
-
     if fmt not in FORMATS:
         raise WorkbenchError(f"format '{fmt}' is unknown; accepted: {', '.join(FORMATS)}")
     if not results:

@@ -18,13 +18,20 @@ the same rows can be compared number by number (`compare_headlines`).
 
 from __future__ import annotations
 
+import html
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
 import numpy as np
 import pandas as pd
+from rich import box
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
 
+from workbench.probes import PROBES, get_probe
+from workbench.results import load_results
 from workbench.stats import bootstrap_mean, mcnemar, paired_bootstrap, wilson
 
 LEVEL = 0.95
@@ -118,8 +125,6 @@ class Headline:
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:  # notebooks
-        import html
-
         return (f"<p><b>{html.escape(self.probe)}</b>: {html.escape(self.sentence)}</p>"
                 + self.frame().to_html(index=False, escape=True))
 
@@ -300,8 +305,6 @@ def compare_headlines(a: Mapping[str, Headline], b: Mapping[str, Headline]) -> l
 # ----------------------------------------------------------------------------- reading results
 def headlines_from_tables(tables: Mapping[str, pd.DataFrame]) -> dict[str, Headline]:
     """Returns {probe: Headline} for every probe whose main table is present, in battery order."""
-    from workbench.probes import PROBES, get_probe
-
     out = {}
     for name in PROBES:
         if name in tables:
@@ -313,8 +316,6 @@ def headlines_from_tables(tables: Mapping[str, pd.DataFrame]) -> dict[str, Headl
 
 def headlines_from_summary(summary: Mapping) -> dict[str, Headline]:
     """Returns {probe: Headline} from a summary.json's stored headlines (no per-row values), in battery order."""
-    from workbench.probes import PROBES
-
     probes = summary.get("probes") or {}
     order = [n for n in PROBES if n in probes] + sorted(n for n in probes if n not in PROBES)
     return {name: Headline.from_dict(probes[name]["headline"]) for name in order
@@ -323,8 +324,6 @@ def headlines_from_summary(summary: Mapping) -> dict[str, Headline]:
 
 def read_headlines(results_dir) -> dict[str, Headline]:
     """Returns {probe: Headline} of a results directory, recomputed from its tables (with per-row values)."""
-    from workbench.results import load_results
-
     return headlines_from_tables(load_results(results_dir))
 
 
@@ -334,16 +333,11 @@ WIDTH = 100
 
 def console(width: int = WIDTH):
     """A rich Console that never wraps wider than `width` columns and writes plain text when piped."""
-    from rich.console import Console
-
     return Console(width=width, highlight=False, soft_wrap=False)
 
 
 def headline_table(headlines: Mapping[str, Headline], extra: Mapping[str, str] | None = None, title: str | None = None):
     """Returns a rich Table: probe, quantity, value [95% interval], n; `extra` adds a line per probe."""
-    from rich import box
-    from rich.table import Table
-
     table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, expand=False, title_justify="left")
     table.add_column("probe", style="bold", no_wrap=True)
     table.add_column("quantity", overflow="fold", ratio=1)
@@ -372,9 +366,6 @@ def print_headlines(headlines: Mapping[str, Headline], skipped: Mapping[str, str
 
 def print_comparison(records: list[dict], name_a: str, name_b: str, width: int = WIDTH, out=None) -> None:
     """Prints `compare_headlines` records as a table within `width` columns."""
-    from rich import box
-    from rich.table import Table
-
     con = console(width) if out is None else out
     con.print(f"A = {_escape(name_a)}\nB = {_escape(name_b)}\nB − A: paired bootstrap over the rows both read "
               f"(95% CI); McNemar p where the rows are 0/1, one per row. The report (`workbench report B --control A`) "
@@ -398,8 +389,6 @@ def print_comparison(records: list[dict], name_a: str, name_b: str, width: int =
 
 
 def _escape(text: str) -> str:
-    from rich.markup import escape
-
     return escape(text)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 import torch
+from peft.tuners.lora import LoraLayer
 
 from workbench.errors import WorkbenchError
 from workbench.loop.positions import position_ids
@@ -46,8 +47,6 @@ def max_abs_diff(looped, input_ids, attention_mask, reference: torch.Tensor, loo
 
 def lora_layers(model) -> list:
     """The peft LoRA layers inside `model` (empty when no adapter is attached)."""
-    from peft.tuners.lora import LoraLayer
-
     return [m for m in model.modules() if isinstance(m, LoraLayer)]
 
 

@@ -13,10 +13,17 @@ import importlib.metadata
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+from gguf import GGUFReader
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+)
 from transformers.utils import logging as hf_logging
 
 from workbench.defaults import EMBEDDED_DEFAULT
@@ -127,8 +134,6 @@ def _load_embedded(dtype: torch.dtype, attn: str):
 
 
 def _gguf_architecture(path: Path) -> str:
-    from gguf import GGUFReader
-
     field = GGUFReader(path).fields.get("general.architecture")
     if field is None:
         return "unknown"
@@ -157,7 +162,6 @@ def _save_atomically(model: PreTrainedModel, tok, target: Path) -> None:
     tok.save_pretrained(tmp)
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.exists():  # another process won the race; keep theirs
-        import shutil
 
         shutil.rmtree(tmp)
         return

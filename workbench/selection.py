@@ -30,10 +30,13 @@ from kneed import KneeLocator
 from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
-from workbench.models import decoder_layers
 from workbench.loop.config import parse_block
 from workbench.loop.positions import last_real_token, position_ids
 from workbench.loop.surgery import check_block, retrofit
+from workbench.models import decoder_layers
+from workbench.tasks.chase import chase_rows
+from workbench.tasks.guardrail import guardrail_rows
+from workbench.tasks.reader import read_rows
 
 MAX_TOKENS = 128          # texts are truncated to this many tokens (their final token is then the read one)
 HELDOUT_EVERY = 4         # every 4th text is held out for the loss; the rest feed the angular curve
@@ -200,12 +203,8 @@ def task_rows(tokenizer, task: str = "guardrail", n: int = TASK_ROWS) -> list[di
     for bases that can read a table.
     """
     if task == "guardrail":
-        from workbench.tasks.guardrail import guardrail_rows
-
         return guardrail_rows()[:n]
     if task == "chase":
-        from workbench.tasks.chase import chase_rows
-
         return chase_rows(CHASE_ALPHABET, [1], n, CHASE_SEED, tokenizer=tokenizer)
     raise WorkbenchError(f"task '{task}' is unknown; accepted: {', '.join(TASKS)}")
 
@@ -217,8 +216,6 @@ def task_accuracy(looped, tokenizer, rows: list[dict], loops: int, batch_size: i
     own frame leaves loops past a row's depth ungraded; here loop 2 of a depth-1 row is the
     point: does applying the window twice still give the answer?).
     """
-    from workbench.tasks.reader import read_rows
-
     predicted = read_rows(looped, tokenizer, rows, loops=loops, batch_size=batch_size).predicted_symbols()
     return [sum(p[t] == r["answer"] for p, r in zip(predicted, rows)) / len(rows) for t in range(loops)]
 

@@ -6,11 +6,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-import pandas as pd
 import typer
-
-from workbench.io import atomic_path
-from workbench.results import compare_results
 
 
 def compare(
@@ -22,7 +18,11 @@ def compare(
 ) -> None:
     """Compare two probe results: final answers per depth (McNemar), then every headline number side by side
     with B − A and its paired 95% interval over the rows both read."""
+    import pandas as pd
+
     from workbench.headlines import compare_headlines, console, print_comparison, read_headlines
+    from workbench.io import atomic_path
+    from workbench.results import compare_results
     from workbench.io import write_json_atomic
 
     table = compare_results(results_a, results_b)

@@ -7,7 +7,6 @@ import json
 import typer
 
 from workbench.defaults import EMBEDDED_DEFAULT
-from workbench.identity import IDENTITY_PROMPTS, identity_report
 
 
 def identity(
@@ -22,6 +21,7 @@ def identity(
     from rich.table import Table
 
     from workbench.headlines import console
+    from workbench.identity import IDENTITY_PROMPTS, identity_report
     from workbench.models import load_base
 
     base, tok = load_base(model, attn_implementation=attn)

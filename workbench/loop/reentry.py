@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from workbench.errors import WorkbenchError
+
 
 class SplitBridge(nn.Module):
     """Retrofit paper Sec. 3.2 / App. A.2: `h + g * (W_p LN(p) + W_s h + bias - h)`.
@@ -67,8 +69,6 @@ REENTRY_DESIGNS = {"bridge": SplitBridge, "inject": AdditiveInjection}
 
 def make_reentry(design: str, d_model: int) -> nn.Module:
     """Returns a fresh re-entry module for `design` ("bridge" or "inject")."""
-    from workbench.errors import WorkbenchError
-
     if design not in REENTRY_DESIGNS:
         raise WorkbenchError(f"unknown re-entry design '{design}'; accepted: {', '.join(REENTRY_DESIGNS)}")
     return REENTRY_DESIGNS[design](d_model)

@@ -6,7 +6,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.plots.base import nested, require
+from workbench.plots.base import SEQUENTIAL, nested, require
 from workbench.plots.theme import COLORWAY, INK, apply_theme
 
 COMPARISONS = {"consecutive": "loop t vs t−1", "vs_loop1": "loop t vs loop 1"}
@@ -82,8 +82,6 @@ def drift_heads_figure(df: pd.DataFrame, heads: pd.DataFrame) -> go.Figure:
         df: the drift table (its loops fix the axis).
         heads: the drift__heads table (loop, layer, head, share).
     """
-    from workbench.plots.base import SEQUENTIAL
-
     require(heads, ["loop", "layer", "head", "share"], "drift__heads")
     heads = heads.assign(label=[f"L{l}H{h}" for l, h in zip(heads["layer"], heads["head"])])
     order = heads.drop_duplicates("label").sort_values(["layer", "head"])["label"].tolist()

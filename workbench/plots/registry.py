@@ -14,8 +14,13 @@ from typing import Callable, Mapping
 import pandas as pd
 import plotly.graph_objects as go
 
+from workbench.errors import WorkbenchError
 from workbench.plots.audit import gradient_audit_figure, latency_figure
-from workbench.plots.classes import overshoot_cost_figure, overshoot_figure, splice_figure
+from workbench.plots.classes import (
+    overshoot_cost_figure,
+    overshoot_figure,
+    splice_figure,
+)
 from workbench.plots.depth import depth_matrix_figure, frontier_figure
 from workbench.plots.drift import drift_figure, drift_heads_figure
 from workbench.plots.halting import halting_figure
@@ -92,8 +97,6 @@ def build_all(tables: Mapping[str, pd.DataFrame], only: list[str] | None = None)
 
 def find_builder(name: str) -> tuple[str, Builder]:
     """Returns (result, builder) for a figure name such as "frontier"; WorkbenchError if unknown."""
-    from workbench.errors import WorkbenchError
-
     for result, builders in FIGURES.items():
         for builder in builders:
             if figure_key(builder) == name:

@@ -27,7 +27,9 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import shutil
 import time
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pandas as pd
@@ -36,12 +38,29 @@ from tqdm.auto import tqdm
 
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
+from workbench.io import (
+    atomic_path,
+    check_out_dir,
+    read_toml,
+    replace_dir,
+    sha256_bytes,
+    sha256_file,
+    write_json_atomic,
+)
 from workbench.loop.config import RetrofitConfig
-from workbench.io import atomic_path, check_out_dir, read_toml, replace_dir, sha256_bytes, sha256_file, write_json_atomic
+from workbench.loop.surgery import retrofit
+from workbench.models import load_base
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
 from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
+from workbench.train.rundir import (
+    PROVENANCE,
+    RETROFIT,
+    base_sha256,
+    load_run,
+    read_retrofit,
+)
 
 SELECTION_KEYS = ("manifest", "depths", "per_depth")
 BATTERY_KEYS = ("manifest", "batch_size", "name")
@@ -113,7 +132,6 @@ def load_checkpoint(spec: str):
     """
     if spec.startswith(UNTRAINED):
         return _untrained(spec)
-    from workbench.train.rundir import PROVENANCE, base_sha256, load_run
 
     looped, tok, info = load_run(spec)
     stages = info["recipe"].get("stages", [])
@@ -126,10 +144,6 @@ def load_checkpoint(spec: str):
 
 
 def _untrained(spec: str):
-    from workbench.models import load_base
-    from workbench.train.rundir import RETROFIT, base_sha256, read_retrofit
-    from workbench.loop.surgery import retrofit
-
     rest = spec[len(UNTRAINED):]
     if (Path(rest) / RETROFIT).is_file():
         record, config = read_retrofit(rest)
@@ -223,8 +237,6 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
         write_json_atomic(staging / "summary.json", summary)
         replace_dir(staging, out)
     except BaseException:
-        import shutil
-
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return summary
@@ -262,8 +274,6 @@ def _model_record(model, info: dict) -> dict:
 
 
 def _created_by() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return f"workbench {version('workbench')}"
     except PackageNotFoundError:

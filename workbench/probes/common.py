@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.tasks.chase import TEMPLATES
 from workbench.tasks.reader import ANSWER_PREFIX, candidate_ids, encode_prompts
 
 
@@ -121,8 +122,6 @@ def line_spans(tokenizer, row: dict) -> tuple[dict[str, tuple[int, int]], tuple[
          (first, end) token span of the whole table, number of prompt tokens). A token belongs to
         a line when its characters overlap the line's text (`K -> V` without the newline).
     """
-    from workbench.tasks.chase import TEMPLATES
-
     enc = tokenizer(row["prompt"], return_offsets_mapping=True)
     offsets = enc["offset_mapping"]
     tpl = TEMPLATES[row.get("surface", "symbolic")]["line"]

@@ -18,6 +18,7 @@ import pandas as pd
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, measured
 from workbench.probes.common import require_chase
+from workbench.train.audit import gradient_audit
 
 
 def run(model, tokenizer, rows: list[dict], n_rows: int = 4, eps: float = 1e-3, seed: int = 0) -> dict[str, pd.DataFrame]:
@@ -29,8 +30,6 @@ def run(model, tokenizer, rows: list[dict], n_rows: int = 4, eps: float = 1e-3, 
             rounding, divided by eps, sets a floor on the relative error of about 1e-2 on tiny models).
         seed: the random direction.
     """
-    from workbench.train.audit import gradient_audit
-
     require_chase(rows, "gradient_audit")
     batch = spread(rows, n_rows)
     if max(r["depth"] for r in batch) < 2:

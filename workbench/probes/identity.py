@@ -28,10 +28,19 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.headlines import Headline, Number, fmt, measured, proportion
-from workbench.identity import (IDENTITY_PROMPTS, adapter_state, adapters_disabled, base_logits, identity_report,
-                                max_abs_diff)
+from workbench.headlines import Headline, Number, fmt, measured, pair, proportion
+from workbench.identity import (
+    IDENTITY_PROMPTS,
+    adapter_state,
+    adapters_disabled,
+    base_logits,
+    identity_report,
+    max_abs_diff,
+)
+from workbench.loop.surgery import retrofit
+from workbench.models import load_base
 from workbench.probes.common import device_of
+from workbench.tasks.guardrail import MAX_DROP_POINTS, guardrail_counts
 
 COLUMNS = ["variant", "reentry", "memory", "lora", "adapter", "max_abs_diff"]
 
@@ -62,8 +71,6 @@ def run(model, tokenizer, rows: list[dict], base: str | None = None, loops: int 
                     max_abs_diff=max_abs_diff(model, ids, mask, base_logits(model.base, ids, mask), loops))]
     out = {}
     if base is not None:
-        from workbench.models import load_base
-
         reference_model, _ = load_base(base, dtype=next(model.parameters()).dtype,
                                        attn_implementation=model.config._attn_implementation)
         reference_model.to(device)
@@ -86,9 +93,6 @@ def run(model, tokenizer, rows: list[dict], base: str | None = None, loops: int 
 
 def guardrail_table(model, reference_model, tokenizer, batch_size: int = 16) -> pd.DataFrame:
     """The guardrail read at loop 1 on the untouched base (a fresh retrofit of it) and on `model`, per row."""
-    from workbench.loop.surgery import retrofit
-    from workbench.tasks.guardrail import guardrail_counts
-
     on_base = guardrail_counts(retrofit(reference_model, (model.a, model.b), max_loops=1).eval(), tokenizer,
                                batch_size=batch_size)
     on_model = guardrail_counts(model, tokenizer, batch_size=batch_size)
@@ -170,9 +174,6 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 
 def _guardrail(g: pd.DataFrame, words: list[str]) -> list[Number]:
-    from workbench.headlines import pair
-    from workbench.tasks.guardrail import MAX_DROP_POINTS
-
     g = g.set_index("row_id")
     before = proportion("guardrail_base", "guardrail at loop 1: the base", g["base_correct"],
                         expect="the embedded default: 49/64")

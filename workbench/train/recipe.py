@@ -22,6 +22,8 @@ import copy
 import difflib
 import math
 import os
+
+import tomli_w
 import tomllib
 
 from workbench.defaults import EMBEDDED_DEFAULT
@@ -303,8 +305,6 @@ def load_recipe(path: str | os.PathLike, overrides: list[str] | dict | None = No
 
 def dumps(recipe: dict) -> str:
     """Returns the resolved recipe as TOML text (None values left out: TOML has no null)."""
-    import tomli_w
-
     def strip(node):
         if isinstance(node, dict):
             return {k: strip(v) for k, v in node.items() if v is not None}
