@@ -24,6 +24,7 @@ demo: $(STAMP)
 	$(BIN)/workbench demo --out results/demo --overwrite
 
 test: $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -75,8 +75,8 @@ def load_looped(model: str, block: str, max_loops: int = 16):
 
     The re-entry is at its identity init; its values do not change the cost of a pass.
     """
-    from workbench.models import load_base
     from workbench.loop.surgery import retrofit
+    from workbench.models import load_base
 
     base, tok = load_base(model)
     looped = retrofit(base, block, max_loops=max_loops)

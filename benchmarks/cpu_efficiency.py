@@ -17,10 +17,9 @@ from __future__ import annotations
 import sys
 import time
 
-import torch
-
 import common
 import flops
+import torch
 import training_step
 
 NAME = "cpu_efficiency"

@@ -19,10 +19,9 @@ from __future__ import annotations
 import sys
 import time
 
-import torch
-
 import common
 import flops
+import torch
 
 NAME = "forced_read"
 FULL = dict(rows=2, loops=14, alphabet=8, reps=3, warmup=0, styles="last_loop,forward")

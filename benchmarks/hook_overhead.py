@@ -20,9 +20,8 @@ from __future__ import annotations
 import sys
 import time
 
-import torch
-
 import common
+import torch
 
 from workbench.loop.hooks import hook_name
 

@@ -21,10 +21,9 @@ from __future__ import annotations
 import sys
 import time
 
-import torch
-
 import common
 import flops
+import torch
 
 NAME = "loop_cost"
 FULL = dict(rows=2, max_t=16, alphabet=8, reps=2, warmup=0)

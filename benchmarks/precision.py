@@ -29,10 +29,9 @@ import copy
 import sys
 import time
 
-import torch
-
 import common
 import flops
+import torch
 
 NAME = "precision"
 FULL = dict(batch=8, depth=4, alphabet=8, reps=3, warmup=1, read_rows=16, read_loops=8, mm_reps=20)
@@ -44,9 +43,9 @@ TARGET_SHARE = 0.40
 
 def build(model: str, block: str, precision: str, max_loops: int):
     """The default recipe's architecture (LoRA r16 on block projections, bridge) at a precision."""
+    from workbench.loop.surgery import attach_lora, retrofit
     from workbench.models import load_base
     from workbench.precision import apply_precision
-    from workbench.loop.surgery import attach_lora, retrofit
 
     base, tok = load_base(model)
     looped = retrofit(base, block, max_loops=max_loops)
@@ -68,8 +67,8 @@ def build(model: str, block: str, precision: str, max_loops: int):
 
 
 def optimizer(looped):
-    from workbench.train.recipe import SCHEMA
     from workbench.train.optim import make_optimizer
+    from workbench.train.recipe import SCHEMA
 
     cfg = {**copy.deepcopy(SCHEMA["optim"]), "lr": 2e-4}
     opt, _ = make_optimizer(looped, ["lora", "reentry"], cfg)

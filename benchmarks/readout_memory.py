@@ -22,9 +22,8 @@ import gc
 import sys
 import time
 
-import torch
-
 import common
+import torch
 
 NAME = "readout_memory"
 FULL = dict(rows=4, loops=14, alphabet=8, reps=1, warmup=0, extrapolate_rows=64)

@@ -26,10 +26,9 @@ import copy
 import sys
 import time
 
-import torch
-
 import common
 import flops
+import torch
 
 NAME = "training_step"
 FULL = dict(batch=4, depth=4, alphabet=8, reps=3, warmup=1)
@@ -38,10 +37,10 @@ QUICK = dict(batch=2, depth=2, alphabet=8, reps=2, warmup=1)
 
 def setup(looped, tok, batch_size: int, depth: int, alphabet: int, seed: int):
     """Returns (batch, optimizer, trained params, clip) as the trainer would build them."""
-    from workbench.train.recipe import SCHEMA
-    from workbench.train.rundir import trained_groups
     from workbench.train.losses import make_batch
     from workbench.train.optim import make_optimizer
+    from workbench.train.recipe import SCHEMA
+    from workbench.train.rundir import trained_groups
 
     rows = common.chase_rows(tok, batch_size, alphabet, seed, depths=range(1, depth + 1))
     batch = make_batch(rows, tok)

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 ATTEMPTS = ROOT / "training" / "attempts"
@@ -65,7 +66,8 @@ def table(runs: list[dict]) -> str:
     for r in runs:
         stop = f"guardrail at step {r['steps']}" if r["status"] == "stopped_by_guardrail" else f"finished, {r['steps']}"
         lines.append(f"| `{r['run']}` | {r['setting']} | {stop} | {r['min_active']:.3f} / {r['mean_active']:.3f} "
-                     f"(step {r['eval_step']}) | {', '.join(f'{c:.3f}' for c in r['ce'])} | {r['base']} -> {r['last']} ({r['readings']}) | {r['where']} |")
+                     f"(step {r['eval_step']}) | {', '.join(f'{c:.3f}' for c in r['ce'])} | "
+                     f"{r['base']} -> {r['last']} ({r['readings']}) | {r['where']} |")
     return "\n".join(lines) + "\n"
 
 

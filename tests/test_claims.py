@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.claims import (CLAIMS_FILE, ROOT, build_ledger, ledger_html, ledger_markdown, load_claims)
+from workbench.claims import CLAIMS_FILE, ROOT, build_ledger, ledger_html, ledger_markdown, load_claims
 from workbench.errors import WorkbenchError
 
 LEDGER_DIR = ROOT / "claims"

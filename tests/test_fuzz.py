@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from workbench import cli
 from workbench.errors import WorkbenchError
-from workbench.train.recipe import apply_overrides, load_recipe
 from workbench.tasks.manifest import read_manifest, sidecar_path, write_manifest
+from workbench.train.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -5,8 +5,8 @@ import torch
 
 from tests.conftest import PROMPTS, TINY
 from workbench.identity import base_logits, identity_report, max_abs_diff
-from workbench.models import load_base
 from workbench.loop.surgery import attach_lora, retrofit
+from workbench.models import load_base
 
 
 @pytest.mark.parametrize("spec", TINY)
@@ -16,7 +16,7 @@ def test_loop1_identity_every_design(spec, attn):
     rows = identity_report(base, tok, (1, 4), loops=3)
     assert len(rows) == 8  # 2 designs x memory on/off x LoRA on/off
     assert {(r["reentry"], r["memory"], r["lora"]) for r in rows} == {
-        (d, m, l) for d in ("bridge", "inject") for m in (False, True) for l in (False, True)
+        (d, m, lora) for d in ("bridge", "inject") for m in (False, True) for lora in (False, True)
     }
     assert all(r["max_abs_diff"] == 0.0 for r in rows), rows
 

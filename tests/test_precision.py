@@ -7,8 +7,8 @@ import torch
 
 from workbench import precision as P
 from workbench.errors import WorkbenchError
-from workbench.models import load_base
 from workbench.loop.surgery import attach_lora, retrofit
+from workbench.models import load_base
 
 
 @pytest.fixture
@@ -71,10 +71,10 @@ def test_detect_hardware_reads_this_machine():
 
 
 def test_a_bf16_battery_runs_identity_in_fp32_first(tiny_run, tmp_path):
+    from workbench.models import load_tokenizer
     from workbench.probes.battery import run_battery
     from workbench.tasks import build_rows
     from workbench.tasks.manifest import write_manifest
-    from workbench.models import load_tokenizer
 
     rows = tmp_path / "rows.jsonl"
     write_manifest(build_rows("chase", [1, 2], 2, 5, alphabet=4, tokenizer=load_tokenizer("tiny-llama")), rows)

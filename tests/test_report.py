@@ -208,8 +208,10 @@ def test_control_side_by_side_with_paired_tests(tmp_path):
                                                                          "overshoot", "overshoot__cost")})
     dm = tables["depth_matrix"].copy()
     dm["correct"] = dm["correct"].where(dm["correct"].isna(), False).astype("boolean")  # a control that is always wrong
-    control = write_results(tmp_path / "control", {"depth_matrix": dm, "depth_matrix__frontier": tables["depth_matrix__frontier"],
-                                                   "overshoot": tables["overshoot"], "overshoot__cost": tables["overshoot__cost"]})
+    control = write_results(tmp_path / "control", {"depth_matrix": dm,
+                                                   "depth_matrix__frontier": tables["depth_matrix__frontier"],
+                                                   "overshoot": tables["overshoot"],
+                                                   "overshoot__cost": tables["overshoot__cost"]})
     for d in (keeper, control):  # compare_results pairs only results computed on the same rows
         (d / "summary.json").write_text(json.dumps({"probe_runs": {"depth_matrix": {"rows": {"rows_sha256": "ab" * 32}}}}))
     app = typer.Typer()

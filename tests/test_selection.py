@@ -15,15 +15,25 @@ import workbench.selection as selection
 from workbench.commands.select_block import SELECTION_HTML, SELECTION_JSON
 from workbench.commands.select_block import select_block as select_block_command
 from workbench.errors import WorkbenchError
-from workbench.models import load_base
-from workbench.selection import (
-    BlockSelection, angular_distance_between, angular_distances, candidate_windows, default_window,
-    find_boundaries, find_knee, load_corpus, next_token_loss, resolve_block, select_block,
-    split_texts, window_ablation,
-)
 from workbench.loop.positions import last_real_token, position_ids
-from workbench.plots.selection import curve_frame, windows_frame
 from workbench.loop.surgery import retrofit
+from workbench.models import load_base
+from workbench.plots.selection import curve_frame, windows_frame
+from workbench.selection import (
+    BlockSelection,
+    angular_distance_between,
+    angular_distances,
+    candidate_windows,
+    default_window,
+    find_boundaries,
+    find_knee,
+    load_corpus,
+    next_token_loss,
+    resolve_block,
+    select_block,
+    split_texts,
+    window_ablation,
+)
 from workbench.tasks.guardrail import guardrail_rows
 
 TEXTS = [

@@ -3,7 +3,8 @@
 An *arm* is a run directory plus a battery results directory that holds `depth_matrix.parquet` (every row of one
 frozen manifest read at loops 1..max depth; `probes/arms.toml` writes exactly that) or `final.parquet` (one final
 answer per row, any arm, dense controls included: `scripts/final_answers.py`, which also writes per-depth latency)
-and, where the battery ran the identity probe, `identity__guardrail.parquet`. `compare_arms(a, b)` pairs the two arms' final answers (loop = depth)
+and, where the battery ran the identity probe, `identity__guardrail.parquet`. `compare_arms(a, b)` pairs the two
+arms' final answers (loop = depth)
 by row id and returns per-depth counts with one-sided Fisher p-values in both directions and the exact McNemar p,
 the frontier of each arm at the registered bar 0.71 and its 0.60 / 0.80 sensitivity, the interpolated depth at
 which the arms' accuracy curves cross (if they do), and each arm's guardrail reading. Nothing here draws: the
@@ -14,11 +15,11 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+import tomllib
 
 from workbench.errors import WorkbenchError
 from workbench.stats import fisher, frontier, mcnemar

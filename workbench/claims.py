@@ -203,10 +203,11 @@ def support_scaling(specimen: Path, claim: dict) -> dict:
         per.append((_summary(spec, claim.get("results", BATTERY))["checkpoint"]["support"], r))
     per.sort(key=lambda x: x[0])
     at = [r["ratios"]["0.71"] for _, r in per]
+    spread = [[v for v in r["ratios"].values() if v is not None] for _, r in per]
     return {"per_support": [{"support": s, **r["ratios"]} for s, r in per], "range": [min(at), max(at)],
             "rows": sum(r["rows"] for _, r in per),
-            "text": "; ".join(f"support {s}: {r['ratios']['0.71']:.2f} (0.60-0.80: {min(v for v in r['ratios'].values() if v is not None):.2f}-"
-                              f"{max(v for v in r['ratios'].values() if v is not None):.2f})" for s, r in per)}
+            "text": "; ".join(f"support {s}: {r['ratios']['0.71']:.2f} (0.60-0.80: {min(v):.2f}-{max(v):.2f})"
+                              for (s, r), v in zip(per, spread))}
 
 
 MEASURES = {f.__name__: f for f in (diagonal, intermediate, overshoot_inside, overshoot_beyond, frontier_ratio,

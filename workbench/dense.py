@@ -11,7 +11,8 @@ Both arms run loop 1 only, which is the base model with the adapter on the block
   paper's dense reader, which accepted a completed answer whatever followed it).
 
 `read_direct` / `read_scratchpad` return one row per manifest row (row_id, depth, target, predicted, correct, and for
-the scratchpad the number of chain symbols written right); `latency_by_depth` times one row at a time per depth. The scratchpad's frame also holds what it wrote
+the scratchpad the number of chain symbols written right); `latency_by_depth` times one row at a time per depth.
+The scratchpad's frame also holds what it wrote
 (`written`) beside the chain.
 """
 

@@ -12,10 +12,11 @@ import hashlib
 import json
 import os
 import shutil
-import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+import tomllib
 
 from workbench.errors import WorkbenchError
 

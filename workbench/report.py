@@ -22,8 +22,7 @@ import pandas as pd
 from plotly.offline import get_plotlyjs
 
 from workbench.errors import WorkbenchError
-from workbench.headlines import (compare_headlines, fmt, fmt_number, headlines_from_summary,
-                                 headlines_from_tables)
+from workbench.headlines import compare_headlines, fmt, fmt_number, headlines_from_summary, headlines_from_tables
 from workbench.io import write_bytes_atomic
 from workbench.plots.registry import build_all, part_names
 from workbench.plots.selection import angular_distance_figure

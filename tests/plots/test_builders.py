@@ -7,13 +7,27 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
-
 import synthetic
+
 from workbench.errors import WorkbenchError
-from workbench.plots import (THEME, depth_matrix_figure, drift_figure, drift_heads_figure, frontier_figure, gradient_audit_figure,
-                             halting_figure, head_concentration_figure, heads_figure, latency_figure, overshoot_cost_figure,
-                             lens_agreement_figure, linear_probe_figure, logit_lens_figure, overshoot_figure,
-                             splice_figure)
+from workbench.plots import (
+    THEME,
+    depth_matrix_figure,
+    drift_figure,
+    drift_heads_figure,
+    frontier_figure,
+    gradient_audit_figure,
+    halting_figure,
+    head_concentration_figure,
+    heads_figure,
+    latency_figure,
+    lens_agreement_figure,
+    linear_probe_figure,
+    logit_lens_figure,
+    overshoot_cost_figure,
+    overshoot_figure,
+    splice_figure,
+)
 from workbench.stats import frontier as frontier_depth
 
 

@@ -5,13 +5,13 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import synthetic
 import typer
 from typer.testing import CliRunner
 
-import synthetic
 from workbench.commands.figures import figures as figures_command
 from workbench.errors import WorkbenchError
-from workbench.figures import (FigureSpec, default_spec, export_figures, figure_data, load_spec, paper_figure)
+from workbench.figures import FigureSpec, default_spec, export_figures, figure_data, load_spec, paper_figure
 from workbench.plots import depth_matrix_figure, heads_figure
 
 REPO = Path(__file__).resolve().parents[2]

@@ -70,7 +70,8 @@ def test_the_html_draws_every_figure_in_chromium(order, tmp_path):
     with Browser(tmp_path / "profile") as browser:
         browser.goto(page.as_uri())
         drawn = browser.wait_for("document.readyState === 'complete' && "
-                                 "[...document.querySelectorAll('.plotly-graph-div')].filter(d => d.querySelector('.main-svg')).length === 3 "
+                                 "[...document.querySelectorAll('.plotly-graph-div')]"
+                                 ".filter(d => d.querySelector('.main-svg')).length === 3 "
                                  "&& document.querySelectorAll('.plotly-graph-div img').length === 0", 60, "3 figures drawn")
         assert drawn and not browser.errors
         assert not [u for u in browser.requests if u.startswith("http")]

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from workbench.models import load_base, load_tokenizer
 from workbench.loop.surgery import retrofit
+from workbench.models import load_base, load_tokenizer
 from workbench.tasks import build_rows
 
 

@@ -12,8 +12,17 @@ from rich.console import Console
 
 from tests.probes.machines import TableMachine
 from workbench.errors import WorkbenchError
-from workbench.headlines import (Headline, clustered_mean, compare_headlines, headlines_from_summary,
-                                 headlines_from_tables, pair, print_comparison, print_headlines, proportion)
+from workbench.headlines import (
+    Headline,
+    clustered_mean,
+    compare_headlines,
+    headlines_from_summary,
+    headlines_from_tables,
+    pair,
+    print_comparison,
+    print_headlines,
+    proportion,
+)
 from workbench.probes import depth_matrix, logit_lens, overshoot, splice
 from workbench.stats import bootstrap_mean, wilson
 from workbench.tasks.executors import ParkingExecutor, PerfectExecutor, ShuffledExecutor

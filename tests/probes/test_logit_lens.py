@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import torch
 
+from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.probes import logit_lens
-from workbench.loop.surgery import retrofit
 from workbench.tasks.reader import read_rows
 
 

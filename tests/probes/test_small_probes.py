@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from workbench.loop.looped import LoopReadout
+from workbench.loop.surgery import attach_lora, retrofit
 from workbench.models import load_base
 from workbench.probes import NotApplicable, gradient_audit, halting, identity, latency
-from workbench.loop.surgery import attach_lora, retrofit
 from workbench.tasks.executors import PerfectExecutor, parse_chase
 
 
@@ -80,7 +80,8 @@ def test_identity_is_exact_until_the_block_changes(rows):
     head = identity.headline(tables)
     assert head["guardrail_base"].n == 64 and head["guardrail_base"].value == g["base_correct"].mean()
     assert head["guardrail_change"].value == pytest.approx(g["checkpoint_correct"].mean() - g["base_correct"].mean())
-    gained, lost = int((g["checkpoint_correct"] & ~g["base_correct"]).sum()), int((g["base_correct"] & ~g["checkpoint_correct"]).sum())
+    gained = int((g["checkpoint_correct"] & ~g["base_correct"]).sum())
+    lost = int((g["base_correct"] & ~g["checkpoint_correct"]).sum())
     assert f"{gained} rows gained, {lost} lost, McNemar p = " in head.sentence
 
 

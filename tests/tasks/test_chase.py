@@ -7,7 +7,14 @@ from hypothesis import strategies as st
 from workbench.errors import WorkbenchError
 from workbench.tasks import chase
 from workbench.tasks.chase import (
-    LETTERS, NAMES, TEMPLATE_VERSION, chase_row, chase_rows, parse_prompt, render, draw_instance,
+    LETTERS,
+    NAMES,
+    TEMPLATE_VERSION,
+    chase_row,
+    chase_rows,
+    draw_instance,
+    parse_prompt,
+    render,
 )
 from workbench.tasks.seeding import row_rng
 

@@ -8,7 +8,11 @@ from workbench.errors import WorkbenchError
 from workbench.stats import mcnemar
 from workbench.tasks.executors import ReadoutExecutor
 from workbench.tasks.guardrail import (
-    GuardrailCounts, guardrail_compare, guardrail_counts, guardrail_rows, passes,
+    GuardrailCounts,
+    guardrail_compare,
+    guardrail_counts,
+    guardrail_rows,
+    passes,
 )
 from workbench.tasks.manifest import rows_sha256
 from workbench.tasks.reader import candidate_ids

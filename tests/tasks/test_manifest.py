@@ -8,7 +8,8 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from workbench.commands.rows import parse_depths, rows as rows_command
+from workbench.commands.rows import parse_depths
+from workbench.commands.rows import rows as rows_command
 from workbench.errors import WorkbenchError
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.manifest import read_manifest, sidecar_path, write_manifest

@@ -8,7 +8,15 @@ import pytest
 from workbench.errors import WorkbenchError
 from workbench.tasks import build_rows
 from workbench.tasks.recurtrace import (
-    POOL, TEST_CODES, TEST_DEPTHS, TRAIN_CODES, TRAIN_DEPTHS, arithmetic_row, phop_row, recurtrace_rows, state_row,
+    POOL,
+    TEST_CODES,
+    TEST_DEPTHS,
+    TRAIN_CODES,
+    TRAIN_DEPTHS,
+    arithmetic_row,
+    phop_row,
+    recurtrace_rows,
+    state_row,
 )
 
 

@@ -18,7 +18,8 @@ def _metrics(run: Path) -> list[dict]:
 
 @pytest.mark.parametrize("kind", ["direct", "scratchpad"])
 def test_a_dense_arm_trains_at_loop_1_and_reports_the_final_cell(write_recipe, tmp_path, kind):
-    path = write_recipe(train={"block": False}, lora={"enabled": True, "r": 4, "alpha": 8}, eval={"every": 3, "per_depth": 4, "depths": [1, 2, 3]},
+    path = write_recipe(train={"block": False}, lora={"enabled": True, "r": 4, "alpha": 8},
+                        eval={"every": 3, "per_depth": 4, "depths": [1, 2, 3]},
                         stages=[{"kind": kind, "depths": [1, 2, 3], "steps": 3}])
     assert needed_loops(load_recipe(path)) == 3   # the held-out depths bound it; every training step runs loop 1
     summary = train(path, out=tmp_path / "run", progress=False)

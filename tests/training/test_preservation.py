@@ -8,11 +8,18 @@ import pytest
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.train.rundir import CHECKPOINTS, checkpoints, load_run, verify_files
 from workbench.tasks.guardrail import GUARDRAIL_VERSION, guardrail_rows
-from workbench.tasks.rehearsal import (FAMILIES, NUMBER_FAMILIES, check_held_out, corpus_lines, pattern_text, rehearsal_batch,
-                                       rehearsal_texts)
+from workbench.tasks.rehearsal import (
+    FAMILIES,
+    NUMBER_FAMILIES,
+    check_held_out,
+    corpus_lines,
+    pattern_text,
+    rehearsal_batch,
+    rehearsal_texts,
+)
 from workbench.train.losses import adapter_disabled, kl_to_base
+from workbench.train.rundir import CHECKPOINTS, checkpoints, load_run, verify_files
 from workbench.train.trainer import train
 
 
@@ -71,8 +78,8 @@ def test_kl_to_base_is_zero_at_init_and_positive_once_the_adapter_moves(tiny_lor
 
 @pytest.fixture
 def tiny_lora():
-    from workbench.models import load_base
     from workbench.loop.surgery import attach_lora, retrofit
+    from workbench.models import load_base
 
     torch.manual_seed(0)
     base, tok = load_base("tiny-llama")

@@ -10,10 +10,10 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from workbench.errors import WorkbenchError
-from workbench.models import load_base, weights_sha256
 from workbench.io import sha256_file
-from workbench.train.rundir import load_run
 from workbench.loop.surgery import parameter_groups
+from workbench.models import load_base, weights_sha256
+from workbench.train.rundir import load_run
 
 
 def copy_run(finished_run, tmp_path):

@@ -21,9 +21,8 @@ def compare(
     import pandas as pd
 
     from workbench.headlines import compare_headlines, console, print_comparison, read_headlines
-    from workbench.io import atomic_path
+    from workbench.io import atomic_path, write_json_atomic
     from workbench.results import compare_results
-    from workbench.io import write_json_atomic
 
     table = compare_results(results_a, results_b)
     target = Path(out) if out is not None else Path(results_b)

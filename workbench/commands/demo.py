@@ -42,8 +42,8 @@ def demo(
     from workbench.models import EMBEDDED_DEFAULT, load_base
     from workbench.probes.battery import run_battery
     from workbench.report import write_report
-    from workbench.train.rundir import read_retrofit
     from workbench.selection import select_block
+    from workbench.train.rundir import read_retrofit
 
     say = partial(typer.echo, err=as_json)  # with --json only the JSON goes to stdout
     check_out_dir(out, overwrite)

@@ -32,7 +32,8 @@ def check_out_dir(out: Path, overwrite: bool) -> None:
 def select_block(
     model: str = typer.Option(EMBEDDED_DEFAULT, "--model", help="HF directory, .gguf file, or embedded default name."),
     corpus: Path | None = typer.Option(None, "--corpus", help="Text file, one text per line (default: the built-in corpus)."),
-    window: int | None = typer.Option(None, "--window", help="Layers to loop (default: max(2, round(L/5)), clipped to the span)."),
+    window: int | None = typer.Option(None, "--window", help="Layers to loop (default: max(2, round(L/5)), "
+                                      "clipped to the span)."),
     out: Path = typer.Option(Path("results/select_block"), "--out", help="Output directory (must be new or empty)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty --out directory."),
 ) -> None:

@@ -10,7 +10,8 @@ import plotly.graph_objects as go
 
 from workbench.plots.base import SEQUENTIAL, hline, require, wilson
 from workbench.plots.theme import COLORWAY, apply_theme
-from workbench.stats import FRONTIER_BAR, frontier as frontier_depth
+from workbench.stats import FRONTIER_BAR
+from workbench.stats import frontier as frontier_depth
 
 DIAGONAL = "diagonal (t = d)"
 

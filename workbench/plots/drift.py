@@ -83,7 +83,7 @@ def drift_heads_figure(df: pd.DataFrame, heads: pd.DataFrame) -> go.Figure:
         heads: the drift__heads table (loop, layer, head, share).
     """
     require(heads, ["loop", "layer", "head", "share"], "drift__heads")
-    heads = heads.assign(label=[f"L{l}H{h}" for l, h in zip(heads["layer"], heads["head"])])
+    heads = heads.assign(label=[f"L{layer}H{h}" for layer, h in zip(heads["layer"], heads["head"])])
     order = heads.drop_duplicates("label").sort_values(["layer", "head"])["label"].tolist()
     loops = sorted(set(df["loop"]) | set(heads["loop"]))
     grid = heads.pivot_table(index="loop", columns="label", values="share").reindex(index=loops, columns=order)

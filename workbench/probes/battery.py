@@ -223,7 +223,8 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
                "support": info["support"]}
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
     staging.mkdir(parents=True, exist_ok=False)
-    summary = {"probes": {}, "probe_runs": {}, "checkpoint": {k: info[k] for k in ("path", "kind", "provenance_sha256", "support")},
+    checkpoint = {k: info[k] for k in ("path", "kind", "provenance_sha256", "support")}
+    summary = {"probes": {}, "probe_runs": {}, "checkpoint": checkpoint,
                "manifests": {m: {k: man.sidecar[k] for k in ("rows_sha256", "row_ids_sha256")} for m, man in manifests.items()},
                "model": _model_record(model, info), "battery": spec["path"], "seed": seed, "created_by": _created_by(),
                "precision": {**precision_record, "fp32_probes": [n for n in todo if n in EXACT_PROBES or used == "fp32"]}}

@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 import torch
 
-from workbench.loop.halting import halt_depth
 from workbench.headlines import Headline, counted, measured
+from workbench.loop.halting import halt_depth
 from workbench.probes import NotApplicable
 from workbench.probes.common import batches, check_loops, device_of, row_candidates, shared_candidates
 

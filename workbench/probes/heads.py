@@ -26,10 +26,10 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.loop.hooks import hook_name
-from workbench.loop.positions import last_real_token
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, counted, measured
+from workbench.loop.hooks import hook_name
+from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, device_of, iterate, line_spans, require_chase
 
 

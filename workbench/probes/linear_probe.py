@@ -27,10 +27,10 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from workbench.loop.hooks import hook_name
-from workbench.loop.positions import last_real_token
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, counted, ranges
+from workbench.loop.hooks import hook_name
+from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, device_of, iterate, require_chase, split_rows
 
 TARGETS = {"x_prev": -1, "x_t": 0, "x_next": 1}

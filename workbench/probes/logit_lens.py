@@ -24,9 +24,9 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.loop.hooks import hook_name, stack_loops
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, clustered_mean, ranges
+from workbench.loop.hooks import hook_name, stack_loops
 from workbench.probes.common import batches, check_loops, device_of, row_candidates, shared_candidates, split_rows
 
 LENSES = ("coda", "raw", "tuned")

@@ -12,7 +12,8 @@ that substitutes B's tensor at one site of loop k0 (A's own Prelude is still re-
 `span` "all" substitutes every position, "read" only the read position, leaving A's context
 in place. An all-position substitution anywhere in loop k0 leaves loop k0's output equal to
 B's (the rest of the loop sees only B's tensors; Loop Memory Attention aside), so the "all"
-span runs only at the sites in `all_sites` (the state, by default). At loop k0 + j A's read symbol is classified, in this priority, as
+span runs only at the sites in `all_sites` (the state, by default). At loop k0 + j A's read symbol
+is classified, in this priority, as
 *source_orbit* (x^B_{k0+j}: B's chain carried on), *lawful* (f_A^j(x^B_{k0}): A's rule
 applied to the spliced symbol), *shortcut* (x^A_{k0+j}: A's own chain, the splice ignored)
 or *other*. Entries where two of the three class symbols coincide are kept but marked
@@ -35,12 +36,20 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.loop.hooks import hook_name
-from workbench.loop.positions import last_real_token
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, clustered_mean
-from workbench.probes.common import (check_loops, device_of, iterate, iterate_from, require_chase, row_candidates,
-                                     shared_candidates, token_lengths)
+from workbench.loop.hooks import hook_name
+from workbench.loop.positions import last_real_token
+from workbench.probes.common import (
+    check_loops,
+    device_of,
+    iterate,
+    iterate_from,
+    require_chase,
+    row_candidates,
+    shared_candidates,
+    token_lengths,
+)
 from workbench.tasks.reader import encode_prompts
 
 SITES = ("state", "block_resid", "reentry_input")

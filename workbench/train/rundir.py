@@ -26,9 +26,9 @@ import json
 import os
 import shutil
 import subprocess
-import tomllib
 from pathlib import Path
 
+import tomllib
 import torch
 from safetensors.torch import load_file, save_file
 

@@ -18,9 +18,9 @@ import math
 import random
 import shutil
 import time
-import tomllib
 from pathlib import Path
 
+import tomllib
 import torch
 from accelerate import Accelerator
 from tqdm.auto import tqdm
@@ -40,8 +40,15 @@ from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
 from workbench.tasks.seeding import row_seed
 from workbench.train import rundir
 from workbench.train.evaluate import evaluate, evaluate_dense
-from workbench.train.losses import (adapter_disabled, answer_loss, chain_loss, halting_loss, kl_to_base, make_batch,
-                                    sample_loop_counts)
+from workbench.train.losses import (
+    adapter_disabled,
+    answer_loss,
+    chain_loss,
+    halting_loss,
+    kl_to_base,
+    make_batch,
+    sample_loop_counts,
+)
 from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer
 from workbench.train.recipe import DENSE_KINDS, dumps, load_recipe
 
