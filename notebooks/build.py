@@ -105,7 +105,7 @@ logit_lens_figure(lens, top=top, row_id=row)'''),
     md("""
 ## The same states through hooks
 
-Every loop has its own hook points (DESIGN.md §3), so `run_with_cache` returns each loop's
+Every loop has its own hook points (docs/hooks.md), so `run_with_cache` returns each loop's
 state under its own name, and the raw lens above is just the final norm and unembedding
 applied to `loop.{t}.hook_state` at the answer position. Names come from
 `workbench.loop.hooks.hook_name(site, loop, layer)`, and `stack_loops` stacks one site over

@@ -1,4 +1,4 @@
-"""Hook names are a public contract (DESIGN.md §3): one hook point per site and loop."""
+"""Hook names are a public contract (docs/hooks.md): one hook point per site and loop."""
 
 import pytest
 import torch

@@ -1,4 +1,4 @@
-"""Paired exact tests, Fisher gates, Wilson and bootstrap intervals and the validity frontier (ANALYSES.md §3-4)."""
+"""Paired exact tests, Fisher gates, Wilson and bootstrap intervals and the validity frontier (docs/analyses.md)."""
 
 from __future__ import annotations
 

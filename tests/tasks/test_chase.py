@@ -22,7 +22,7 @@ SEEDS = (20260702, 20260705)
 
 
 def check_chase_row(row: dict) -> None:
-    """Every invariant of ANALYSES.md §1.1 that one row must satisfy."""
+    """Every invariant of the chase (docs/analyses.md) that one row must satisfy."""
     n, d, table = row["alphabet"], row["depth"], row["table"]
     orbit = [row["start"], *row["chain"]]
     assert 1 <= d < n

@@ -1,4 +1,4 @@
-"""Run directories: the layout of DESIGN.md §6 and strict loading (hashes, base, tensors)."""
+"""Run directories: the layout of docs/architecture.md and strict loading (hashes, base, tensors)."""
 
 from __future__ import annotations
 

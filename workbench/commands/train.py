@@ -1,4 +1,4 @@
-"""`workbench train`: train a recipe into a run directory (DESIGN.md §6)."""
+"""`workbench train`: train a recipe into a run directory (docs/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """LoopedLM: Prelude -> weight-tied Block run T times with re-entry -> Coda, every loop hooked.
 
-The forward reads like DESIGN.md §2:
+The forward reads like the recurrence in docs/architecture.md:
 
     p = Prelude(embed(tokens));  h_0 = p
     for t in 1..T:
@@ -8,7 +8,7 @@ The forward reads like DESIGN.md §2:
         h_t = Block(u_t)                      # the same layer objects every loop
         readout_t = Norm(Coda(h_t))           # at the positions the caller asks for
 
-Hook points exist per site *and per loop index* (DESIGN.md §3), so `run_with_cache`
+Hook points exist per site *and per loop index* (docs/hooks.md), so `run_with_cache`
 keeps every loop rather than silently only the last.
 """
 
@@ -196,7 +196,7 @@ class LoopedLM(HookedRootModule):
 
     # ----------------------------------------------------------------- the loop
     def _loop(self, input_ids, attention_mask, loops: int):
-        """Yields (t, h_t, ctx) for t = 1..loops; the recurrence of DESIGN.md §2."""
+        """Yields (t, h_t, ctx) for t = 1..loops; the recurrence of docs/architecture.md."""
         self._check_loops(loops)
         ctx = self._context(input_ids, attention_mask)
         h, p = self._prelude(ctx)

@@ -1,4 +1,4 @@
-"""Depth × loop accuracy and the validity frontier (ANALYSES.md §3, depth_matrix and frontier)."""
+"""Depth × loop accuracy and the validity frontier (docs/analyses.md: depth_matrix, frontier)."""
 
 from __future__ import annotations
 

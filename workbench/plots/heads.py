@@ -1,4 +1,4 @@
-"""Head specialisation per loop: retrieval mass on the current symbol's table line (ANALYSES.md §3, heads)."""
+"""Head specialisation per loop: retrieval mass on the current symbol's table line (docs/analyses.md: heads)."""
 
 from __future__ import annotations
 

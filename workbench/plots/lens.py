@@ -1,4 +1,4 @@
-"""Per-loop logit lens: which chain symbol each loop's readout holds (ANALYSES.md §3, logit_lens)."""
+"""Per-loop logit lens: which chain symbol each loop's readout holds (docs/analyses.md: logit_lens)."""
 
 from __future__ import annotations
 

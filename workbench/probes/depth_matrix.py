@@ -6,7 +6,7 @@ Tables:
     depth_matrix: row_id, depth, loop, target, predicted, correct — one row per (row_id, loop <= T);
         `target` is x_t for t <= d, None past d (where `correct` is <NA>).
     depth_matrix__frontier: bar (0.60, 0.71, 0.80), frontier, support, frontier_over_support,
-        support_source — the threshold-crossing depth of the diagonal accuracy (ANALYSES.md §3),
+        support_source — the threshold-crossing depth of the diagonal accuracy (docs/analyses.md),
         `support` the trained support (max supervised depth, `support_source` "trained") when
         known, else the rows' max depth ("rows").
 """

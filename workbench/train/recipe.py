@@ -1,6 +1,6 @@
 """Training recipes: one TOML file each, validated against a fixed schema, with `--set` overrides.
 
-A recipe is the whole record of a run (STYLE.md 6): every key has a default here, every key a
+A recipe is the whole record of a run (docs/architecture.md, run directories): every key has a default here, every key a
 user writes must be one of them (a misspelled option is an error naming it and the nearest
 known key, never silently ignored), and the resolved recipe, overrides included, is written
 back into the run directory as `recipe.toml`.

@@ -1,4 +1,4 @@
-"""Run directories (DESIGN.md §6): what a training run writes, and strict loading of it.
+"""Run directories (docs/architecture.md): what a training run writes, and strict loading of it.
 
     runs/<name>/
       trainable.safetensors   the trained tensors only (block + bridge for full-block runs; LoRA

@@ -1,6 +1,6 @@
 """`train` and its Trainer: setup, stages of steps, checkpoints, the run directory.
 
-It reads like a table of contents (STYLE.md 4): `setup` (recipe → base → surgery → groups →
+It reads like a table of contents: `setup` (recipe → base → surgery → groups →
 held-out rows → run files), `run` (for each step: fresh hashed rows, loss, gradients summed over
 ranks, liveness, clip, step, realized movement; periodic held-out evaluation and checkpoints),
 `finish` (trained tensors, the base-hash assertion for frozen-base runs, provenance).
