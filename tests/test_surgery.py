@@ -10,7 +10,7 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.loop.config import LoraSettings, RetrofitConfig, parse_block
-from workbench.loop.halting import halt_depth, oracle_labels
+from workbench.loop.halting import HaltingHead, halt_depth, oracle_labels
 from workbench.loop.memory import alibi_slopes
 from workbench.loop.reentry import AdditiveInjection, SplitBridge
 from workbench.loop.surgery import attach_lora, parameter_report, retrofit
@@ -130,6 +130,19 @@ def test_parameter_report_counts(tiny):
     assert rep["trainable"]["block"] == 0 and rep["trainable"]["base"] == 0
     assert rep["trainable"]["lora"] == rep["added"]["lora"] > 0
     assert rep["trainable"]["reentry"] == bridge
+
+
+@pytest.mark.parametrize("pooling", ["mean", "last"])
+def test_halting_pools_over_real_tokens_only(pooling):
+    """Padding, on either side, must not move the pooled state: mean over real tokens, or the last real one."""
+    head = HaltingHead(8, pooling)
+    h = torch.randn(3, 5, 8)
+    mask = torch.tensor([[1, 1, 1, 1, 1], [0, 0, 1, 1, 1], [1, 1, 1, 0, 0]])
+    pooled = head.pool(h, mask)
+    real = [h[0], h[1, 2:], h[2, :3]]
+    expected = torch.stack([r.mean(0) if pooling == "mean" else r[-1] for r in real])
+    assert torch.allclose(pooled, expected, atol=1e-6)
+    assert not torch.allclose(pooled[2], head.pool(h[2:], None)[0])  # counting the pads would differ
 
 
 def test_oracle_labels_and_halt_depth():

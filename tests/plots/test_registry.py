@@ -5,17 +5,21 @@ import pytest
 from workbench.errors import WorkbenchError
 from workbench.plots import FIGURES, build_all, figure_key, find_builder
 from workbench.plots.registry import builder_parts, part_names
-
-EVERY_FIGURE = ["logit_lens", "lens_agreement", "depth_matrix", "frontier", "overshoot", "overshoot_cost", "splice",
-                "heads", "head_concentration", "linear_probe", "drift", "drift_heads", "halting", "gradient_audit",
-                "latency"]
+from workbench.probes import PROBES
+from workbench.report import FIGURE_CAPTIONS, SECTIONS
 
 
 def test_every_probe_result_has_figures_with_unique_names():
-    assert set(FIGURES) == {"logit_lens", "depth_matrix", "overshoot", "splice", "heads", "linear_probe", "drift",
-                            "halting", "gradient_audit", "latency"}
+    """Read from the probe registry and the report, not from a list kept beside FIGURES: a probe added without
+    figures, a figure without a caption or a report section, or two builders with one name fail here."""
+    assert set(FIGURES) == set(PROBES) - {"identity"}  # identity is shown as a table in the report
     keys = [figure_key(b) for bs in FIGURES.values() for b in bs]
-    assert keys == EVERY_FIGURE
+    assert len(keys) == len(set(keys))
+    assert [k for k in keys if k not in FIGURE_CAPTIONS] == []
+    assert [r for r in FIGURES if r not in SECTIONS] == []
+    for result, builders in FIGURES.items():
+        for b in builders:
+            assert find_builder(figure_key(b)) == (result, b)
 
 
 def test_parts_are_the_dataframe_parameters():
@@ -28,7 +32,7 @@ def test_parts_are_the_dataframe_parameters():
 
 def test_build_all_renders_what_is_present(tables):
     built = build_all(tables)
-    assert [k for _, k, _ in built] == EVERY_FIGURE
+    assert [k for _, k, _ in built] == [figure_key(b) for bs in FIGURES.values() for b in bs]  # every figure, in order
     # A required part absent: that figure is skipped, the others stay.
     partial = {k: v for k, v in tables.items() if k != "heads__summary"}
     keys = [k for _, k, _ in build_all(partial)]

@@ -155,4 +155,7 @@ def test_hashed_seeds_differ_from_every_additive_offset():
 
 
 def test_generation_is_deterministic(tok):
-    assert chase_rows(16, [1, 7], 16, 3, tokenizer=tok) == chase_rows(16, [1, 7], 16, 3, tokenizer=tok)
+    rows = chase_rows(16, [1, 7], 16, 3, tokenizer=tok)
+    assert len(rows) == 32 and rows == chase_rows(16, [1, 7], 16, 3, tokenizer=tok)
+    other = chase_rows(16, [1, 7], 16, 4, tokenizer=tok)  # another seed: other tables, so equality above means something
+    assert sum(a["prompt"] != b["prompt"] for a, b in zip(rows, other)) == len(rows)
