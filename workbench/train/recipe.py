@@ -55,7 +55,8 @@ SCHEMA: dict = {
         "attn": "eager",
     },
     "train": {"block": True,         # full-block budget: the looped block's own weights train
-              "precision": "fp32"},  # "fp32" | "bf16" (frozen weights bf16, trainables fp32; workbench.precision)
+              "precision": "fp32",   # "fp32" | "bf16" (frozen weights bf16, trainables fp32; workbench.precision)
+              "compile": False},     # torch.compile every decoder layer (benchmarks/precision.py --compile)
     "guardrail": {                   # the capability guardrail at loop 1 (workbench.tasks.guardrail)
         "enabled": True,             # scored before training and at every evaluation
         "max_drop": 3.0,             # points below the base that stop the run (retrofit paper Sec. 4.3)

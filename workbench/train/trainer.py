@@ -128,6 +128,10 @@ class Trainer:
         # The base's reading in the run's own precision (bf16 alone moves it): loop 1 is the base until a parent loads.
         self.guardrail_base = self._guardrail() if r["guardrail"]["enabled"] else None
         self.teacher = self._teacher() if r["preserve"]["kl_weight"] > 0 else None  # the base, never the parent
+        if r["train"]["compile"]:
+            # In place (nn.Module.compile), so parameter names and checkpoints are unchanged; after the teacher's copy.
+            for layer in self.looped.layers:
+                layer.compile()
         if self.parent is not None:
             rundir.load_trained(self.looped, self.parent / rundir.TRAINABLE, self.groups)
 
