@@ -1,5 +1,13 @@
 """The one reader (retrofit paper Sec. 4.2): score the task's symbols at the read position of every loop.
 
+Rows whose answer is not one single-token symbol (RecurTrace's state tracking: six register
+values; arithmetic: an integer) are read exactly by `read_answers` instead: the prompt is
+followed by the answer's tokens (" " + answer + "\n", tokenized on their own, as greedy decoding
+appends them) and every loop is read at each answer position over the whole vocabulary. A row
+is correct at loop t when the argmax at every position is the next answer token, which is
+exactly when greedy decoding at loop t writes the answer and then ends the line (a causal
+model's prediction at a position never sees the tokens after it).
+
 Each candidate symbol is scored by the logit of its single token (" " + symbol, as it
 follows `Answer:`) at the last prompt token of loop t, through the model's one-pass read
 (`model.read(..., loops=T, candidates=...)`); the prediction is the argmax over the row's
@@ -25,6 +33,8 @@ from workbench.errors import WorkbenchError
 from workbench.tasks.manifest import rows_sha256
 
 ANSWER_PREFIX = " "  # a row may override it with an `answer_prefix` field (the guardrail's digits do)
+ANSWER_END = "\n"   # a multi-token answer is read up to and including the end of its line
+READ_BYTES = 256 * 2 ** 20  # full-vocabulary scores one `read_answers` forward may hold
 
 
 @functools.lru_cache(maxsize=256)
@@ -154,9 +164,10 @@ def read_rows(model, tokenizer, rows: list[dict], loops: int, batch_size: int = 
     """
     if not rows:
         raise WorkbenchError("no rows to read")
-    bad = [r["row_id"] for r in rows if r["answer"] not in r["symbols"]]
+    bad = [r for r in rows if not reads_symbol(r)]
     if bad:
-        raise WorkbenchError(f"row '{bad[0]}' has an answer that is not one of its symbols; the reader scores symbols")
+        raise WorkbenchError(f"row '{bad[0]['row_id']}' has an answer that is not one of its symbols "
+                             f"({bad[0]['answer']!r}); read it exactly with read_answers")
     cands = [candidate_ids(tokenizer, r["symbols"], r.get("answer_prefix", ANSWER_PREFIX)) for r in rows]
     scores = score_prompts(model, tokenizer, [r["prompt"] for r in rows], cands, loops, batch_size, progress)
     return ReadResult(
@@ -167,3 +178,123 @@ def read_rows(model, tokenizer, rows: list[dict], loops: int, batch_size: int = 
         scores=scores,
         manifest_sha256=rows_sha256(rows),
     )
+
+
+# ----------------------------------------------------------------------------- multi-token answers
+def reads_symbol(row: dict) -> bool:
+    """Whether a row's answer is one of its candidate symbols (`read_rows`); else `read_answers` reads it."""
+    return row["answer"] in row["symbols"]
+
+
+def answer_token_ids(tokenizer, row: dict) -> list[int]:
+    """The token ids greedy decoding must write for the row's answer: prefix + answer + end of line."""
+    text = row.get("answer_prefix", ANSWER_PREFIX) + row["answer"] + ANSWER_END
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def answer_batch(tokenizer, rows: list[dict]) -> dict:
+    """Prompt + answer tokens, left padded, and where each answer token is predicted.
+
+    Returns {input_ids, attention_mask [B, S]; positions [B, K] (the position whose next-token
+    prediction is answer token k; padded by repeating the last); targets [B, K] answer token ids;
+    valid [B, K] bool}, K the longest answer in tokens.
+    """
+    prompts = tokenizer([r["prompt"] for r in rows])["input_ids"]
+    answers = [answer_token_ids(tokenizer, r) for r in rows]
+    seqs = [p + a for p, a in zip(prompts, answers)]
+    S, K = max(map(len, seqs)), max(map(len, answers))
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    ids = torch.full((len(rows), S), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), S), dtype=torch.long)
+    positions = torch.zeros((len(rows), K), dtype=torch.long)
+    targets = torch.full((len(rows), K), pad, dtype=torch.long)
+    valid = torch.zeros((len(rows), K), dtype=torch.bool)
+    for i, (p, a, seq) in enumerate(zip(prompts, answers, seqs)):
+        offset = S - len(seq)
+        ids[i, offset:], mask[i, offset:] = torch.tensor(seq), 1
+        first = offset + len(p) - 1                       # the last prompt token predicts answer token 0
+        positions[i] = torch.tensor([first + min(k, len(a) - 1) for k in range(K)])
+        targets[i, : len(a)], valid[i, : len(a)] = torch.tensor(a), True
+    return {"input_ids": ids, "attention_mask": mask, "positions": positions, "targets": targets, "valid": valid}
+
+
+def answer_logprobs(scores: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor):
+    """(log p of the answer [B, T], exact greedy match [B, T], argmax tokens [B, T, K], log p of the greedy
+    tokens [B, T]) from full-vocabulary scores [B, T, K, V] at the answer positions (teacher forced)."""
+    logp = scores.float().log_softmax(-1)
+    target = targets.unsqueeze(1).expand(-1, scores.shape[1], -1)              # [B, T, K]
+    picked = logp.gather(-1, target.unsqueeze(-1)).squeeze(-1)
+    best, top = logp.max(-1)
+    hit = (top == target) | ~valid.unsqueeze(1)
+    keep = valid.unsqueeze(1)
+    return (picked * keep).sum(-1), hit.all(-1), top, (best * keep).sum(-1)
+
+
+@dataclass
+class AnswerRead:
+    """Every loop's exact reading of multi-token answers, from `read_answers`."""
+
+    row_ids: list[str]
+    depths: np.ndarray  # [R]
+    answers: list[str]
+    predicted: list[list[str]]  # [R][T] greedy text at the answer positions (teacher forced), stripped
+    correct: np.ndarray  # [R, T] bool: greedy decoding at loop t writes the answer, then ends the line
+    logprob: np.ndarray  # [R, T] log p(answer tokens) at loop t
+    manifest_sha256: str
+
+    @property
+    def loops(self) -> int:
+        """T, the number of loops read."""
+        return self.correct.shape[1]
+
+    def frame(self) -> pd.DataFrame:
+        """Returns one row per (row_id, loop): row_id, depth, loop, target (the answer), predicted, correct, logprob."""
+        records = [(rid, int(d), t + 1, ans, pred[t], bool(ok[t]), float(lp[t]))
+                   for rid, d, ans, pred, ok, lp in zip(self.row_ids, self.depths, self.answers, self.predicted,
+                                                        self.correct, self.logprob) for t in range(len(ok))]
+        df = pd.DataFrame.from_records(records, columns=["row_id", "depth", "loop", "target", "predicted", "correct",
+                                                         "logprob"])
+        df["correct"] = df["correct"].astype("boolean")
+        return df
+
+
+def answer_batches(model, tokenizer, rows: list[dict], loops: int, batch_size: int, progress: bool = False):
+    """Yields (row indices, `answer_batch` on the model's device), rows batched by prompt length; a batch is
+    split further so that full-vocabulary scores at the answer positions stay under `READ_BYTES`."""
+    device = _device(model)
+    longest = max(len(answer_token_ids(tokenizer, r)) for r in rows)
+    step = max(1, min(batch_size, READ_BYTES // (4 * loops * longest * len(tokenizer))))
+    order = np.argsort([len(tokenizer.encode(r["prompt"])) for r in rows], kind="stable")
+    for start in tqdm(range(0, len(order), step), disable=not progress, desc="read answers"):
+        idx = [int(i) for i in order[start:start + step]]
+        yield idx, {k: v.to(device) for k, v in answer_batch(tokenizer, [rows[i] for i in idx]).items()}
+
+
+@torch.no_grad()
+def read_answers(model, tokenizer, rows: list[dict], loops: int, batch_size: int = 16,
+                 progress: bool = False) -> AnswerRead:
+    """Returns an `AnswerRead`: each row's answer read exactly at loops 1..`loops`, one forward per batch.
+
+    Full-vocabulary scores are held only at the answer positions; a batch is split further so that
+    they stay under `READ_BYTES`.
+
+    Raises:
+        WorkbenchError: no rows, or loops < 1.
+    """
+    if not rows:
+        raise WorkbenchError("no rows to read")
+    if loops < 1:
+        raise WorkbenchError(f"loops must be >= 1, got {loops}")
+    correct = np.zeros((len(rows), loops), dtype=bool)
+    logprob = np.zeros((len(rows), loops))
+    predicted: list[list[str]] = [[] for _ in rows]
+    for idx, b in answer_batches(model, tokenizer, rows, loops, batch_size, progress):
+        readout = model.read(b["input_ids"], attention_mask=b["attention_mask"], loops=loops, positions=b["positions"])
+        lp, ok, top, _ = answer_logprobs(readout.scores, b["targets"], b["valid"])
+        n_valid = b["valid"].sum(-1).tolist()
+        for j, i in enumerate(idx):
+            correct[i], logprob[i] = ok[j].cpu().numpy(), lp[j].double().cpu().numpy()
+            predicted[i] = [tokenizer.decode(top[j, t, : n_valid[j]].tolist()).strip() for t in range(loops)]
+    return AnswerRead(row_ids=[r["row_id"] for r in rows], depths=np.array([r["depth"] for r in rows]),
+                      answers=[r["answer"] for r in rows], predicted=predicted, correct=correct, logprob=logprob,
+                      manifest_sha256=rows_sha256(rows))
