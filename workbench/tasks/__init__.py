@@ -31,10 +31,11 @@ DEFAULT_ALPHABET = {"chase": 16, "phop": 32}
 
 def build_rows(task: str, depths: Iterable[int], per_depth: int, seed: int, *, alphabet: int | None = None,
                tokenizer=None, surface: str = "symbolic", symbol_set: str | None = None,
-               permutation: bool = False, split: str = "test") -> list[dict]:
+               permutation: bool = False, split: str = "test", first_index: int = 0) -> list[dict]:
     """Returns the rows of one task family, depth-major; options a task does not use must be left default.
 
-    `alphabet` defaults to 16 for the chase and 32 for p-hop; state and arith take none.
+    `alphabet` defaults to 16 for the chase and 32 for p-hop; state and arith take none. Row
+    indices run from `first_index` at each depth.
 
     Raises:
         WorkbenchError: an unknown task, an option the task does not take, or a bad value.
@@ -44,11 +45,18 @@ def build_rows(task: str, depths: Iterable[int], per_depth: int, seed: int, *, a
     alphabet = DEFAULT_ALPHABET.get(task) if alphabet is None else alphabet
     if task == "chase":
         return chase_rows(alphabet, depths, per_depth, seed, tokenizer=tokenizer, surface=surface,
-                          symbol_set=symbol_set, permutation=permutation, split=split)
+                          symbol_set=symbol_set, permutation=permutation, split=split, first_index=first_index)
     if surface != "symbolic" or symbol_set is not None or permutation or (alphabet is not None and task != "phop"):
         raise WorkbenchError(f"task '{task}' takes no surface, symbol set or permutation option"
                              + ("" if task == "phop" else ", nor an alphabet"))
-    options = {"split": split}
+    options = {"split": split, "first_index": first_index}
     if task == "phop":
         options.update(tokenizer=tokenizer, alphabet=alphabet)
     return recurtrace_rows(task, depths, per_depth, seed, **options)
+
+
+def task_row(task: str, depth: int, index: int, seed: int, *, split: str, tokenizer=None, alphabet: int | None = None,
+             surface: str = "symbolic", symbol_set: str | None = None, permutation: bool = False) -> dict:
+    """Returns one row of any task (the trainer's fresh rows); options as for `build_rows`."""
+    return build_rows(task, [depth], 1, seed, alphabet=alphabet, tokenizer=tokenizer, surface=surface,
+                      symbol_set=symbol_set, permutation=permutation, split=split, first_index=index)[0]

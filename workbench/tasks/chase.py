@@ -195,12 +195,14 @@ def chase_row(
     }
 
 
-def chase_rows(alphabet: int, depths: Iterable[int], per_depth: int, seed: int, **options) -> list[dict]:
-    """Returns `per_depth` rows at each depth, depth-major; `options` as for `chase_row`."""
+def chase_rows(alphabet: int, depths: Iterable[int], per_depth: int, seed: int, first_index: int = 0,
+               **options) -> list[dict]:
+    """Returns `per_depth` rows at each depth (indices from `first_index`), depth-major; `options` as `chase_row`'s."""
     depths = list(depths)
     if not depths or per_depth < 1:
         raise WorkbenchError(f"need at least one depth and per_depth >= 1; got depths {depths}, per_depth {per_depth}")
-    return [chase_row(alphabet, d, i, seed, **options) for d in depths for i in range(per_depth)]
+    indices = range(first_index, first_index + per_depth)
+    return [chase_row(alphabet, d, i, seed, **options) for d in depths for i in indices]
 
 
 def _check_options(alphabet: int, depth: int, surface: str, symbol_set: str, split: str) -> None:

@@ -102,15 +102,17 @@ def arithmetic_row(depth: int, index: int, seed: int, *, split: str = "test") ->
     return _row("arith", split, seed, index, 0, depth, prompt, start, chain, [], steps=steps)
 
 
-def recurtrace_rows(task: str, depths: Iterable[int], per_depth: int, seed: int, **options) -> list[dict]:
-    """Returns `per_depth` rows at each depth for task "phop", "state" or "arith", depth-major."""
+def recurtrace_rows(task: str, depths: Iterable[int], per_depth: int, seed: int, first_index: int = 0,
+                    **options) -> list[dict]:
+    """Returns `per_depth` rows at each depth (indices from `first_index`) for task "phop", "state" or "arith"."""
     makers = {"phop": phop_row, "state": state_row, "arith": arithmetic_row}
     if task not in makers:
         raise WorkbenchError(f"RecurTrace task '{task}' is unknown; accepted: {', '.join(makers)}")
     depths = list(depths)
     if not depths or per_depth < 1:
         raise WorkbenchError(f"need at least one depth and per_depth >= 1; got depths {depths}, per_depth {per_depth}")
-    return [makers[task](d, i, seed, **options) for d in depths for i in range(per_depth)]
+    indices = range(first_index, first_index + per_depth)
+    return [makers[task](d, i, seed, **options) for d in depths for i in indices]
 
 
 def _apply_rule(rng: random.Random, names: list[str], state: list[int]) -> str:

@@ -5,20 +5,30 @@ from __future__ import annotations
 import pandas as pd
 
 from workbench.dense import read_direct, read_scratchpad
-from workbench.tasks.reader import read_rows
+from workbench.tasks.reader import read_answers, read_rows, reads_symbol
 
 
-def evaluate(looped, tokenizer, rows: list[dict], batch_size: int = 16) -> tuple[dict, pd.DataFrame]:
-    """Returns ({depth: {loop: active-label accuracy}} for t <= d, the reader's tidy frame)."""
+def evaluate(looped, tokenizer, rows: list[dict], batch_size: int = 16,
+             answer_loops: int | None = None) -> tuple[dict, pd.DataFrame]:
+    """Returns ({depth: {loop: accuracy}}, the reader's tidy frame).
+
+    Symbol rows: active-label accuracy, x_t at loop t <= d, each depth read to its own loop count.
+    Multi-token answer rows (state, arith): the exact final answer at every loop 1..`answer_loops`.
+    """
     was_training = looped.training
     looped.eval()
-    frames = []
-    for depth in sorted({r["depth"] for r in rows}):  # each depth read to its own loop count only
-        subset = [r for r in rows if r["depth"] == depth]
-        frames.append(read_rows(looped, tokenizer, subset, loops=depth, batch_size=batch_size).frame())
-    frame = pd.concat(frames, ignore_index=True)
+    if not all(reads_symbol(r) for r in rows):
+        frame = read_answers(looped, tokenizer, rows, loops=answer_loops or looped.max_loops,
+                             batch_size=batch_size).frame()
+        active = frame
+    else:
+        frames = []
+        for depth in sorted({r["depth"] for r in rows}):  # each depth read to its own loop count only
+            subset = [r for r in rows if r["depth"] == depth]
+            frames.append(read_rows(looped, tokenizer, subset, loops=depth, batch_size=batch_size).frame())
+        frame = pd.concat(frames, ignore_index=True)
+        active = frame[frame["loop"] <= frame["depth"]]
     looped.train(was_training)
-    active = frame[frame["loop"] <= frame["depth"]]
     acc = active.groupby(["depth", "loop"])["correct"].mean()
     matrix: dict[str, dict[str, float]] = {}
     for (d, t), v in acc.items():

@@ -19,7 +19,7 @@ from peft.tuners.lora import LoraLayer
 
 from workbench.errors import WorkbenchError
 from workbench.loop.halting import oracle_labels
-from workbench.tasks.reader import candidate_ids, encode_prompts
+from workbench.tasks.reader import answer_batch, answer_logprobs, candidate_ids, encode_prompts, reads_symbol
 
 
 # ----------------------------------------------------------------------------- batches and losses
@@ -29,12 +29,19 @@ def _upcast(x: torch.Tensor) -> torch.Tensor:
 
 
 def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="cpu") -> dict:
-    """Returns the tensors a training step needs for chase rows.
+    """Returns the tensors a training step needs for chase or p-hop rows (single-token symbols).
 
     Keys: input_ids, attention_mask [B, S] (left padded); candidates [B, N] token ids of the
     row's symbols; targets [B, T] index of x_t among the symbols (T = max depth; -1 past d);
     weights [B, T] (chain_weight for t < d, 1 at t = d, 0 past d); answer_ids [B]; depths [B].
+
+    Rows with multi-token answers (state tracking, arithmetic) get the reader's teacher-forced
+    answer batch instead (`workbench.tasks.reader.answer_batch`: input_ids, attention_mask,
+    positions, targets, valid [B, K]) plus depths and `answer_tokens` = True.
     """
+    if not all(reads_symbol(r) for r in rows):
+        out = {**answer_batch(tokenizer, rows), "depths": torch.tensor([r["depth"] for r in rows])}
+        return {**{k: v.to(device) for k, v in out.items()}, "answer_tokens": True}
     enc = encode_prompts(tokenizer, [r["prompt"] for r in rows])
     T = max(r["depth"] for r in rows)
     targets = torch.full((len(rows), T), -1, dtype=torch.long)
@@ -78,10 +85,32 @@ def chain_loss(looped, batch: dict, denominator: float | None = None) -> tuple[t
 
 
 def answer_loss(looped, batch: dict, loops: int, denominator: float | None = None) -> torch.Tensor:
-    """Language-model loss of the answer token at loop `loops`, full vocabulary (RecurTrace Stage 1)."""
-    logits = looped(batch["input_ids"], attention_mask=batch["attention_mask"], loops=loops).logits[:, -1]
-    nll = F.cross_entropy(_upcast(logits), batch["answer_ids"], reduction="sum")
+    """Language-model loss of the answer at loop `loops`, full vocabulary (RecurTrace Stage 1).
+
+    One token for symbol rows; for multi-token answers the summed loss of every answer token
+    (teacher forced, the end of line included), divided by the rows.
+    """
+    logits = looped(batch["input_ids"], attention_mask=batch["attention_mask"], loops=loops).logits
+    if batch.get("answer_tokens"):
+        at = batch["positions"].unsqueeze(-1).expand(-1, -1, logits.shape[-1])
+        nll = F.cross_entropy(_upcast(logits.gather(1, at)).transpose(1, 2), batch["targets"], reduction="none")
+        return (nll * batch["valid"]).sum() / (len(nll) if denominator is None else denominator)
+    nll = F.cross_entropy(_upcast(logits[:, -1]), batch["answer_ids"], reduction="sum")
     return nll / (len(batch["answer_ids"]) if denominator is None else denominator)
+
+
+def answer_losses(looped, batch: dict, loops: int):
+    """(per-loop answer loss [B, T] (detached), the readout) from one read to `loops` (Stage 2's oracle)."""
+    if batch.get("answer_tokens"):
+        r = looped.read(batch["input_ids"], attention_mask=batch["attention_mask"], loops=loops,
+                        positions=batch["positions"])
+        with torch.no_grad():
+            return -answer_logprobs(r.scores, batch["targets"], batch["valid"])[0], r
+    r = looped.read(batch["input_ids"], attention_mask=batch["attention_mask"], loops=loops)
+    with torch.no_grad():
+        logits = r.scores[:, :, -1, :].float()                               # [B, T, V]
+        return F.cross_entropy(logits.transpose(1, 2), batch["answer_ids"].unsqueeze(1).expand(-1, loops),
+                               reduction="none"), r
 
 
 def sample_loop_counts(n: int, mean: float = 4.0, sigma: float = 0.5, max_loops: int = 8, seed: int = 0) -> np.ndarray:
@@ -104,12 +133,8 @@ def halting_loss(looped, batch: dict, cfg: dict, denominator: float | None = Non
     expected-depth cost (ACT) or a KL to a geometric prior (PonderNet).
     """
     T = cfg["oracle_max"]
-    r = looped.read(batch["input_ids"], attention_mask=batch["attention_mask"], loops=T)
-    logits = r.scores[:, :, -1, :].float()                                 # [B, T, V]
-    with torch.no_grad():
-        losses = F.cross_entropy(logits.transpose(1, 2), batch["answer_ids"].unsqueeze(1).expand(-1, T),
-                                 reduction="none")                         # [B, T]
-        labels = oracle_labels(losses, margin=cfg["margin"], depth_cost=cfg["depth_cost"])
+    losses, r = answer_losses(looped, batch, T)                             # [B, T]
+    labels = oracle_labels(losses, margin=cfg["margin"], depth_cost=cfg["depth_cost"])
     p = r.halt_probs.float().clamp(1e-6, 1 - 1e-6)                          # continue probs [B, T]
     denom = len(p) if denominator is None else denominator
     if cfg["objective"] == "oracle":

@@ -32,6 +32,7 @@ from workbench.io import read_toml
 
 STAGE_KINDS = ("chain", "sampled", "halting", "direct", "scratchpad")
 DENSE_KINDS = ("direct", "scratchpad")  # the dense controls (workbench.dense): loop 1 only
+ANSWER_TASKS = ("state", "arith")  # multi-token answers, read exactly (`workbench.tasks.reader.read_answers`)
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "linear")
 HALTING_OBJECTIVES = ("oracle", "act", "pondernet")
@@ -205,7 +206,10 @@ def _choice(key: str, value: str, accepted: tuple) -> None:
 
 def _validate(r: dict) -> None:
     _choice("model.reentry", r["model"]["reentry"], ("bridge", "inject"))
-    _choice("task.name", r["task"]["name"], ("chase",))
+    from workbench.tasks import TASKS  # the generators import torch: only when a recipe is validated
+
+    _choice("task.name", r["task"]["name"], TASKS)
+    _check_task(r)
     _choice("optim.name", r["optim"]["name"], OPTIMIZERS)
     _choice("optim.schedule", r["optim"]["schedule"], SCHEDULES)
     _choice("halting.objective", r["halting"]["objective"], HALTING_OBJECTIVES)
@@ -228,6 +232,8 @@ def _validate(r: dict) -> None:
         raise WorkbenchError("lora.enabled = true with train.block = true: the LoRA budget keeps the block's "
                              "base weights frozen; set train.block = false")
     alphabet, max_loops = r["task"]["alphabet"], r["model"]["max_loops"]
+    if r["task"]["name"] in ANSWER_TASKS:
+        alphabet = None  # no alphabet bounds a state-tracking or arithmetic depth
     for key in ("optim.batch_size", "eval.per_depth", "checkpoint.every", "checkpoint.keep", "log.every"):
         section, name = key.split(".")
         if r[section][name] < 1:
@@ -255,10 +261,32 @@ def _validate(r: dict) -> None:
                                  f"1..model.max_loops = {max_loops}")
 
 
-def _check_depths(key: str, depths: list, alphabet: int, max_loops: int) -> None:
+def _check_depths(key: str, depths: list, alphabet: int | None, max_loops: int) -> None:
+    if alphabet is None:  # RecurTrace's answer tasks: a depth is a number of rules, any number of loops reads it
+        if not depths or not all(isinstance(d, int) and d >= 1 for d in depths):
+            raise WorkbenchError(f"recipe key '{key}' = {depths} must be depths >= 1")
+        return
     if not depths or not all(isinstance(d, int) and 1 <= d < alphabet and d <= max_loops for d in depths):
         raise WorkbenchError(f"recipe key '{key}' = {depths} must be depths in 1..{min(alphabet - 1, max_loops)} "
                              "(below the alphabet, within model.max_loops)")
+
+
+def _check_task(r: dict) -> None:
+    """Chase-only options left at their defaults for the RecurTrace tasks; only sampled and halting stages
+    train multi-token answers (chain and the dense controls grade single-token symbols)."""
+    t = r["task"]
+    if t["name"] != "chase" and (t["surface"] != "symbolic" or t["symbol_set"] != "letters" or t["permutation"]):
+        raise WorkbenchError(f"task.name = '{t['name']}' takes no task.surface, task.symbol_set or task.permutation "
+                             "(chase options); leave them at their defaults")
+    if t["name"] == "phop" and not 2 <= t["alphabet"] <= 32:
+        raise WorkbenchError(f"recipe key 'task.alphabet' = {t['alphabet']} is out of range for phop; accepted: 2..32")
+    for i, s in enumerate(r["stages"]):
+        if t["name"] in ANSWER_TASKS and s["kind"] not in ("sampled", "halting"):
+            raise WorkbenchError(f"stage {i} is a {s['kind']} stage, which grades single-token symbols; "
+                                 f"task '{t['name']}' answers in several tokens: use kind 'sampled'")
+        if t["name"] != "chase" and s["kind"] in DENSE_KINDS:
+            raise WorkbenchError(f"stage {i} is a {s['kind']} stage, a dense control of the chase; "
+                                 f"task '{t['name']}' trains with kind 'sampled' or 'chain'")
 
 
 def parse_override(item: str) -> tuple[str, object]:

@@ -78,6 +78,14 @@ def base_sha256(base: torch.nn.Module) -> str:
     return weights_sha256(_StateView(state))
 
 
+def state_sha256(looped: torch.nn.Module, skip: str = "halting.") -> str:
+    """Returns `weights_sha256` of every tensor of the retrofit (base, block, re-entry, memory, LoRA) whose name
+    does not start with `skip`: Stage 2 asserts with it that only the halting head moved."""
+    from workbench.models import weights_sha256
+
+    return weights_sha256(_StateView({k: v for k, v in looped.state_dict().items() if not k.startswith(skip)}))
+
+
 def trained_groups(config: RetrofitConfig, block_trainable: bool) -> list[str]:
     """The parameter groups (`surgery.parameter_groups`) a run of this retrofit trains and saves."""
     groups = ["block"] if block_trainable else []

@@ -33,7 +33,7 @@ from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.precision import resolve_precision
 from workbench.selection import resolve_block
-from workbench.tasks.chase import chase_row, chase_rows
+from workbench.tasks import build_rows, task_row
 from workbench.tasks.guardrail import guardrail_compare, guardrail_counts
 from workbench.tasks.manifest import row_ids_sha256, rows_sha256
 from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
@@ -74,6 +74,17 @@ def retrofit_config(recipe: dict, block) -> RetrofitConfig:
                           if lora["enabled"] else None)
 
 
+def task_options(task: dict, tokenizer) -> dict:
+    """The generator options of a recipe's [task] table (`workbench.tasks.build_rows`): the chase takes
+    all of them, p-hop its alphabet, state tracking and arithmetic none."""
+    if task["name"] == "chase":
+        return dict(tokenizer=tokenizer, alphabet=task["alphabet"], surface=task["surface"],
+                    symbol_set=task["symbol_set"], permutation=task["permutation"])
+    if task["name"] == "phop":
+        return dict(tokenizer=tokenizer, alphabet=task["alphabet"])
+    return {}
+
+
 def _hashed_seed(kind: str, step: int, seed: int) -> int:
     return row_seed(f"workbench-train-{kind}", "train", 0, 0, step, seed) % (2 ** 63)
 
@@ -110,11 +121,9 @@ class Trainer:
             p.requires_grad_(False)
         self.groups = rundir.trained_groups(self.looped.retrofit_config, r["train"]["block"])
         self.parent, self.lineage = self._check_parent(r["init_from"]) if r["init_from"] else (None, None)
-        t = r["task"]
-        self.task_options = dict(tokenizer=self.tok, surface=t["surface"], symbol_set=t["symbol_set"],
-                                 permutation=t["permutation"])
+        self.task_options = task_options(r["task"], self.tok)
         e = r["eval"]
-        self.heldout = chase_rows(t["alphabet"], e["depths"], e["per_depth"], e["seed"], split="test",
+        self.heldout = build_rows(r["task"]["name"], e["depths"], e["per_depth"], e["seed"], split="test",
                                   **self.task_options)
         if self.acc.is_main_process and not self.resume:
             self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -212,6 +221,7 @@ class Trainer:
             h = r["halting"]
             cfg = {**r["optim"], "name": "adamw", "lr": h["lr"], "prelude_lr_mult": 1.0, "weight_decay": 0.0}
             self.opt, self.opt_names = make_optimizer(self.looped, ["halting"], cfg)
+            self._freeze_for_stage2()
             steps = sum(s["steps"] for s in self.stages if s["kind"] == "halting")
             factor = _lr_factor(h["warmup_steps"], steps, "cosine")
         else:
@@ -222,6 +232,16 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
         self.params = [p for g in self.opt.param_groups for p in g["params"]]
         self.state["optimizer"] = "halting" if kind == "halting" else "main"
+
+    def _freeze_for_stage2(self) -> None:
+        """Stage 2 (RecurTrace App. E): asserts only the halting head takes gradient, and records the digest of
+        everything else (base, block, re-entry, memory, LoRA), which `finish` checks is unchanged."""
+        moving = [n for n, p in self.looped.named_parameters() if p.requires_grad and not n.startswith("halting.")]
+        if moving:
+            raise WorkbenchError(f"Stage 2 must train the halting head alone; {moving[0]} takes gradient")
+        if not any(p.requires_grad for p in self.looped.halting.parameters()):
+            raise WorkbenchError("Stage 2 has no halting parameter to train")
+        self.state["stage2_frozen_sha256"] = rundir.state_sha256(self.looped)
 
     # -------------------------------------------------------------- one step
     def stage_at(self, step: int) -> tuple[int, dict, int]:
@@ -235,10 +255,10 @@ class Trainer:
 
     def rows(self, step: int, stage: dict) -> list[dict]:
         """The global batch of a step: fresh training rows from hashed seeds, the same on every rank."""
-        B, alphabet, seed = self.recipe["optim"]["batch_size"], self.recipe["task"]["alphabet"], self.recipe["seed"]
+        B, seed = self.recipe["optim"]["batch_size"], self.recipe["seed"]
         rng = random.Random(_hashed_seed("depths", step, seed))
         depths = rng.choices(stage["depths"], weights=stage["depth_weights"] or None, k=B)
-        return [chase_row(alphabet, d, step * B + i, seed, split="train", **self.task_options)
+        return [task_row(self.recipe["task"]["name"], d, step * B + i, seed, split="train", **self.task_options)
                 for i, d in enumerate(depths)]
 
     def step(self, step: int) -> dict:
@@ -387,7 +407,8 @@ class Trainer:
             kinds = {s["kind"] for s in self.recipe["stages"]}
             dense = next((k for k in DENSE_KINDS if k in kinds), None)
             matrix, _ = (evaluate_dense(self.looped, self.tok, self.heldout, dense, self.recipe["eval"]["batch_size"])
-                         if dense else evaluate(self.looped, self.tok, self.heldout, self.recipe["eval"]["batch_size"]))
+                         if dense else evaluate(self.looped, self.tok, self.heldout, self.recipe["eval"]["batch_size"],
+                                                answer_loops=self.recipe["sampler"]["max"]))
             cells = [v for row in matrix.values() for v in row.values()]
             self.latest_acc = f"{min(cells):.2f}/{sum(cells) / len(cells):.2f}"  # worst / mean cell
             self._log({"kind": "eval", "step": step, "acc": matrix, "min_active": min(cells),
@@ -479,6 +500,10 @@ class Trainer:
     def finish(self) -> None:
         """Writes the trained tensors and provenance; asserts a frozen base is bit-for-bit unchanged."""
         base_unchanged = None
+        frozen = self.state.get("stage2_frozen_sha256")
+        if frozen is not None and rundir.state_sha256(self.looped) != frozen:
+            raise WorkbenchError("Stage 2 moved a tensor outside the halting head (base, block, re-entry, memory "
+                                 "or LoRA changed after Stage 1)")
         if "block" not in self.groups:
             digest = rundir.base_sha256(self.looped.base)
             if digest != self.frozen_hash:
@@ -492,7 +517,8 @@ class Trainer:
                 "heldout": {"rows": len(self.heldout), "rows_sha256": rows_sha256(self.heldout),
                             "row_ids_sha256": row_ids_sha256(self.heldout), "split": "test",
                             "depths": e["depths"], "per_depth": e["per_depth"], "seed": e["seed"]},
-                "train": {"generator": "workbench.tasks.chase.chase_row", "split": "train", "alphabet": t["alphabet"],
+                "train": {"generator": f"workbench.tasks.task_row({t['name']!r})", "split": "train",
+                          "alphabet": self.task_options.get("alphabet"),
                           "seed": self.recipe["seed"], "rows": self.total * self.recipe["optim"]["batch_size"]},
             }
             rundir.write_provenance(self.run_dir, manifests, {"recipe": self.recipe["seed"], "eval": e["seed"]},
@@ -500,6 +526,7 @@ class Trainer:
                                      "processes": self.acc.num_processes, "base_unchanged": base_unchanged,
                                      "liveness": {"projections_step": self.state["live_projections"],
                                                   "gate_step": self.state["live_gate"]},
+                                     "stage2_frozen": None if frozen is None else True,
                                      "status": "finished", "precision": self.precision_record,
                                      "guardrail": self._guardrail_record(), "lineage": self.lineage})
         self.acc.wait_for_everyone()
