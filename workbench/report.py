@@ -48,7 +48,9 @@ SECTIONS = {
     "linear_probe": ("Linear probes", "Decodability of x_{t−1}, x_t, x_{t+1} from the loop state against a "
                                       "label-permutation null."),
     "drift": ("Subspace drift", "How far each loop's state subspace moves, and where the drift concentrates."),
-    "halting": ("Halting", "Accuracy against compute for the halting head and its baselines."),
+    "halting": ("Halting", "The compute-accuracy curve: accuracy against mean loops for every fixed depth, the "
+                           "oracle, the halting heads over their thresholds and a confidence exit, chosen on "
+                           "calibration rows and read on the others; hard and easy rows' mean depth."),
     "gradient_audit": ("Gradient audit", "Gradient reaching each parameter group per loop, checked against "
                                          "finite differences."),
     "latency": ("Latency", "Measured cost ratios against the ratios the layer count predicts."),
@@ -84,8 +86,10 @@ FIGURE_CAPTIONS = {
              "large early steps that settle as the loop converges.",
     "drift_heads": "Each head's share of the drift outside loop 1's subspace. Predicted: concentrated in a few heads "
                    "if specific heads carry the update.",
-    "halting": "Accuracy against mean loops for the halting head and its baselines. Predicted: the head near the "
-               "oracle, above fixed-k exits at equal compute.",
+    "halting": "Accuracy against mean loops per method, the calibration picks ringed, the best fixed depth marked; "
+               "right: mean loops of rows wrong (hard) and right (easy) at loop 1. Predicted (RecurTrace Fig. 1): "
+               "the distilled head above the best fixed depth at about its compute, spending more loops on hard "
+               "rows; ACT and PonderNet collapsing to one loop.",
     "gradient_audit": "Gradient RMS reaching each parameter group from each loop's loss. Predicted: the re-entry "
                       "reached only from loop 2 on; block and Coda from every loop.",
     "latency": "Measured cost ratios against the layer-count prediction. Predicted: measured ≈ predicted, one forced "

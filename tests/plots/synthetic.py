@@ -161,12 +161,19 @@ def drift(rng, loops: int = 6, k: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def halting() -> pd.DataFrame:
-    rows = [dict(method="halting", threshold=th, mean_loops=2 + 4 * th, accuracy=0.5 + 0.4 * th)
+    rows = [dict(method="head", threshold=th, mean_loops=2 + 4 * th, accuracy=0.5 + 0.4 * th, chosen=th == 0.7)
             for th in (0.1, 0.3, 0.5, 0.7, 0.9)]
-    rows += [dict(method="fixed_k", threshold=np.nan, mean_loops=float(k), accuracy=0.3 + 0.1 * k) for k in (2, 4, 6)]
-    rows += [dict(method="oracle", threshold=np.nan, mean_loops=3.1, accuracy=0.95),
-             dict(method="act", threshold=np.nan, mean_loops=4.2, accuracy=0.7)]
+    rows += [dict(method="fixed_k", threshold=np.nan, mean_loops=float(k), accuracy=0.3 + 0.1 * k, chosen=k == 6)
+             for k in (2, 4, 6)]
+    rows += [dict(method="oracle", threshold=np.nan, mean_loops=3.1, accuracy=0.95, chosen=True),
+             dict(method="act", threshold=0.5, mean_loops=4.2, accuracy=0.7, chosen=True)]
     return pd.DataFrame(rows)
+
+
+def halting_difficulty() -> pd.DataFrame:
+    return pd.DataFrame([dict(method=m, threshold=np.nan, group=g, n=10, mean_loops=loops, accuracy=0.5)
+                         for m, g, loops in (("head", "hard", 4.5), ("head", "easy", 2.0), ("oracle", "hard", 3.0),
+                                             ("oracle", "easy", 1.0))])
 
 
 def gradient_audit(rng, loops: int = 4) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -201,7 +208,7 @@ def all_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
     return {"identity": identity(), "logit_lens": lens, "logit_lens__top": top, "depth_matrix": dm,
             "depth_matrix__frontier": frontier_table(dm), "overshoot": ov, "overshoot__cost": cost, "splice": sp,
             "splice__verdict": verdict, "heads": hd, "heads__summary": hsum, "linear_probe": linear_probe(rng),
-            "drift": dr, "drift__concentration": conc, "drift__heads": drift_heads, "halting": halting(), "gradient_audit": ga,
+            "drift": dr, "drift__concentration": conc, "drift__heads": drift_heads, "halting": halting(), "halting__difficulty": halting_difficulty(), "gradient_audit": ga,
             "gradient_audit__fd": fd, "latency": latency()}
 
 

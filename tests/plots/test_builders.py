@@ -236,12 +236,19 @@ def test_drift_angles_and_the_random_null_band(tables):
 def test_halting_curve_one_trace_per_method(tables):
     df = tables["halting"]
     fig = halting_figure(df)
-    assert [t.name for t in fig.data] == ["halting head (threshold sweep)", "oracle depth", "fixed loops", "ACT"]
+    assert [t.name for t in fig.data] == ["distilled head (tau sweep)", "oracle", "fixed depth k", "ACT",
+                                          "chosen on calibration rows"]
     sweep = fig.data[0]
     assert list(sweep.x) == sorted(sweep.x) and list(sweep.customdata) == [0.1, 0.3, 0.5, 0.7, 0.9]
     assert fig.data[1].marker.symbol == "star"
-    no_method = halting_figure(df[df["method"] == "halting"].drop(columns="method"))
+    assert list(fig.data[-1].customdata) == ["head", "fixed_k", "oracle", "act"]
+    assert fig.layout.annotations[0].text == "best fixed depth k = 6"
+    no_method = halting_figure(df[df["method"] == "head"].drop(columns=["method", "chosen"]))
     assert [t.name for t in no_method.data] == ["halting head (threshold sweep)"]
+    both = halting_figure(df, difficulty=tables["halting__difficulty"])
+    bars = [t for t in both.data if t.type == "bar"]
+    assert [b.name for b in bars] == ["hard rows (wrong at loop 1)", "easy rows (right at loop 1)"]
+    assert list(bars[0].y) == [4.5, 3.0] and list(bars[1].x) == ["distilled head (tau sweep)", "oracle"]
 
 
 def test_gradient_audit_log_scale_and_fd_note(tables):

@@ -8,10 +8,12 @@ from workbench.probes.battery import run_battery
 from workbench.tasks import build_rows
 from workbench.tasks.manifest import write_manifest
 
-# Every probe whose numbers are not wall-clock times (latency measures seconds; halting needs a halting head).
+# Every probe whose numbers are not wall-clock times (latency measures seconds; halting needs a halting head
+# and times its early exit).
 BATTERY = {
     "identity": {"loops": 1, "n_rows": 2, "lora": False},
     "depth_matrix": {},
+    "loop_accuracy": {"loops": 3},
     "overshoot": {"depths": [2], "extra": 2},
     "logit_lens": {"depths": [1, 2], "per_depth": 6},
     "splice": {"depths": [2, 3], "k0s": [1], "horizon": 1, "sites": ["state", "block_resid"], "spans": ["all"]},

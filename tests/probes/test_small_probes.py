@@ -28,18 +28,20 @@ class HaltingPerfect(PerfectExecutor):
 def test_a_head_that_stops_at_the_depth_is_exact(tok, rows):
     tables = halting.run(HaltingPerfect(tok), tok, rows, loops=6)
     f = tables["halting"]
-    for method in ("head", "act", "pondernet"):
-        g = f[f["method"] == method]
-        assert len(g) == 9 and (g["accuracy"] == 1.0).all() and np.allclose(g["mean_loops"], 2.5)
-    oracle = f[f["method"] == "oracle"].iloc[0]
+    g = f[f["method"] == "head"]                       # reported rows: half of each depth 1-4, mean depth 2.5
+    assert len(g) == 9 and (g["accuracy"] == 1.0).all() and np.allclose(g["mean_loops"], 2.5)
+    oracle = f[f["method"] == "oracle"].iloc[0]        # the chain's orbit is distinct: first right loop = d
     assert oracle["accuracy"] == 1.0 and oracle["mean_loops"] == 2.5
     fixed = f[f["method"] == "fixed_k"].set_index("mean_loops")["accuracy"]
     assert list(fixed.index) == [1, 2, 3, 4, 5, 6] and fixed[1] >= 0.25 and (fixed < 1.0).all()
     # One-hot scores give softmax max e / (e + 7) = 0.28 at every loop: below it stop at 1, above it never.
     conf = f[f["method"] == "confidence"].set_index("threshold")["mean_loops"]
     assert conf[0.2] == 1.0 and conf[0.3] == 6.0
+    hard = tables["halting__difficulty"].set_index(["method", "group"])["mean_loops"]
+    assert hard["head", "hard"] == 3.0 and hard["head", "easy"] == 1.0   # wrong at loop 1: the deeper rows
     per_row = tables["halting__rows"]
     assert len(per_row) == len(rows) * 6 and set(per_row["continue_prob"]) == {0.0, 1.0}
+    assert "halting__adaptive" not in tables           # a stand-in has no adaptive_read to run
 
 
 def test_halting_is_not_applicable_without_a_head(tiny_looped, rows):
@@ -52,9 +54,10 @@ def test_halting_on_a_tiny_retrofit_with_a_head(rows):
     model, tok = load_base("tiny-llama")
     looped = retrofit(model, "2:4", halting=True, max_loops=6).eval()
     tables = halting.run(looped, tok, rows[::4], thresholds=(0.5,))
-    assert set(tables["halting"]["method"]) == {"oracle", "fixed_k", "head", "act", "pondernet", "confidence"}
+    assert set(tables["halting"]["method"]) == {"oracle", "fixed_k", "head", "confidence"}
     probs = tables["halting__rows"]["continue_prob"]
     assert ((probs > 0) & (probs < 1)).all()
+    assert tables["halting__adaptive"].set_index("policy").loc["head", "agree"] == 1.0
 
 
 def test_identity_is_exact_until_the_block_changes(rows):

@@ -24,8 +24,8 @@ from workbench.errors import WorkbenchError
 # name -> module path; the order is the order a battery runs them in when it names them all
 PROBES: dict[str, str] = {
     name: f"workbench.probes.{name}"
-    for name in ("identity", "depth_matrix", "overshoot", "logit_lens", "splice", "heads", "linear_probe",
-                 "drift", "halting", "gradient_audit", "latency")
+    for name in ("identity", "depth_matrix", "loop_accuracy", "overshoot", "logit_lens", "splice", "heads",
+                 "linear_probe", "drift", "halting", "gradient_audit", "latency")
 }
 
 

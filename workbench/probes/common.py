@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -28,10 +30,106 @@ def iterate_from(row: dict, x: str, j: int) -> str:
 
 
 def require_chase(rows: list[dict], probe: str) -> None:
-    """Raises WorkbenchError unless every row is a chase row with its table (the probe needs f)."""
-    bad = [r["row_id"] for r in rows if r.get("task") != "chase" or "table" not in r]
+    """Raises NotApplicable unless every row is a function-table row (chase or p-hop, which is a chase over
+    two-letter codes) with its table: the probe needs f."""
+    from workbench.probes import NotApplicable
+
+    bad = [r["row_id"] for r in rows if r.get("task") not in ("chase", "phop") or "table" not in r]
     if bad:
-        raise WorkbenchError(f"the {probe} probe needs chase rows with a table; row '{bad[0]}' is not one")
+        raise NotApplicable(f"the {probe} probe needs function-table rows (chase, phop); row '{bad[0]}' is not one")
+
+
+def require_symbols(rows: list[dict], probe: str) -> None:
+    """Raises NotApplicable when a row's answer is not one single-token symbol (state tracking, arithmetic)."""
+    from workbench.probes import NotApplicable
+    from workbench.tasks.reader import reads_symbol
+
+    bad = [r["row_id"] for r in rows if not reads_symbol(r)]
+    if bad:
+        raise NotApplicable(f"the {probe} probe reads single-token symbols per loop; row '{bad[0]}' has a "
+                            "multi-token answer (loop_accuracy and halting read those)")
+
+
+@dataclass
+class FinalRead:
+    """Each row's final answer read at every loop 1..T (`read_final`).
+
+    correct [R, T] bool; confidence [R, T] (symbol rows: the top symbol's softmax probability;
+    multi-token answers: the greedy answer's probability); predicted [R][T] text; halt_probs
+    {head name: continue probabilities [R, T]} ("head" is the model's own halting head).
+    """
+
+    correct: np.ndarray
+    confidence: np.ndarray
+    predicted: list[list[str]]
+    halt_probs: dict[str, np.ndarray]
+
+
+@torch.no_grad()
+def read_final(model, tokenizer, rows: list[dict], loops: int, batch_size: int = 16, progress: bool = False,
+               heads: dict | None = None) -> FinalRead:
+    """Returns a `FinalRead`: one forward per batch to `loops`, graded against each row's answer.
+
+    Symbol rows are scored over their symbols; multi-token answers exactly (`read_answers`' rule).
+    `heads` ({name: HaltingHead}) are more halting heads read on the same loop states (hooks on
+    `loop.{t}.hook_state`), e.g. ACT and PonderNet heads trained on the same frozen model.
+    """
+    from workbench.tasks.reader import answer_batches, answer_logprobs, reads_symbol
+
+    symbol = [reads_symbol(r) for r in rows]
+    if len(set(symbol)) != 1:
+        raise WorkbenchError("rows mix single-token symbol answers and multi-token answers; read them apart")
+    R, T = len(rows), loops
+    correct, confidence = np.zeros((R, T), dtype=bool), np.zeros((R, T))
+    predicted: list[list[str]] = [[] for _ in rows]
+    probs: dict[str, np.ndarray] = {}
+    device = device_of(model)
+    if symbol[0]:
+        chunks = ((idx, {"input_ids": e["input_ids"], "attention_mask": e["attention_mask"]})
+                  for idx, e in batches(tokenizer, rows, batch_size, device))
+    else:
+        chunks = answer_batches(model, tokenizer, rows, T, batch_size, progress)
+    for idx, b in chunks:
+        batch_rows = [rows[i] for i in idx]
+        extra = {"candidates": shared_candidates(row_candidates(tokenizer, batch_rows).to(device))} if symbol[0] \
+            else {"positions": b["positions"]}
+        with _extra_heads(model, heads or {}, b["attention_mask"], T) as seen:
+            r = model.read(b["input_ids"], attention_mask=b["attention_mask"], loops=T, **extra)
+        if symbol[0]:
+            s = r.scores[:, :, -1].double()                                          # [B, T, C]
+            answer = torch.tensor([row["symbols"].index(row["answer"]) for row in batch_rows], device=s.device)
+            ok, conf, top = s.argmax(-1) == answer[:, None], s.softmax(-1).max(-1).values, s.argmax(-1)
+            text = [[row["symbols"][j] for j in top[k].tolist()] for k, row in enumerate(batch_rows)]
+        else:
+            _, ok, top, greedy = answer_logprobs(r.scores, b["targets"], b["valid"])
+            conf, n = greedy.double().exp(), b["valid"].sum(-1).tolist()
+            text = [[tokenizer.decode(top[k, t, : n[k]].tolist()).strip() for t in range(T)] for k in range(len(idx))]
+        correct[idx], confidence[idx] = ok.cpu().numpy(), conf.cpu().numpy()
+        for k, i in enumerate(idx):
+            predicted[i] = text[k]
+        own = {"head": r.halt_probs} if getattr(r, "halt_probs", None) is not None else {}
+        for name, p in {**own, **seen}.items():
+            probs.setdefault(name, np.zeros((R, T)))[idx] = p.double().cpu().numpy()
+    return FinalRead(correct, confidence, predicted, probs)
+
+
+@contextmanager
+def _extra_heads(model, heads: dict, attention_mask, T: int):
+    """Reads each extra halting head on every loop's state during one `read`; yields {name: [B, T]} after it."""
+    if not heads:
+        yield {}
+        return
+    got: dict[str, list] = {name: [] for name in heads}
+
+    def reader(h, hook):
+        for name, head in heads.items():
+            got[name].append(head(h, attention_mask))
+        return h
+
+    out: dict = {}
+    with model.hooks(fwd_hooks=[(f"loop.{t}.hook_state", reader) for t in range(1, T + 1)]):
+        yield out
+    out.update({name: torch.stack(v, dim=1) for name, v in got.items()})
 
 
 def select_rows(rows: list[dict], depths=None, per_depth: int | None = None) -> list[dict]:

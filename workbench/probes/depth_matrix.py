@@ -18,6 +18,7 @@ import math
 import pandas as pd
 
 from workbench.headlines import Headline, fmt, measured, proportion, ranges, span
+from workbench.probes.common import require_symbols
 from workbench.stats import frontier
 from workbench.tasks.reader import read_rows
 
@@ -33,6 +34,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, support: i
         support: the trained support; default the rows' max depth.
         bars: frontier bars.
     """
+    require_symbols(rows, "depth_matrix")
     T = loops or max(r["depth"] for r in rows)
     frame = read_rows(model, tokenizer, rows, loops=T, batch_size=batch_size, progress=progress).frame()
     return {"depth_matrix": frame, "depth_matrix__frontier": frontier_table(frame, support, bars)}

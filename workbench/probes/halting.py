@@ -1,82 +1,144 @@
-"""Halting: where a halting head stops, against the oracle depth and the simple exits (RecurTrace App. E).
+"""Halting: the compute-accuracy curve (RecurTrace Sec. 4, Fig. 1, App. F), and real early exit.
 
-Needs a model with a halting head (`retrofit(..., halting=True)`); otherwise `NotApplicable`.
-One forward per row batch to T reads every loop's symbol scores and continue probability
-p_t. A row's answer is scored at the loop where it stops, against x_d. Exit rules, each swept
-over `thresholds` with the floor `t_min`:
-    head         the first t >= t_min with p_t < threshold (`workbench.loop.halting.halt_depth`);
-    act          the first t where the cumulative halting mass sum_s (1 - p_s) >= threshold;
-    pondernet    the first t where the halting distribution's CDF, 1 - prod_s p_s, >= threshold;
-    confidence   the first t whose top candidate probability >= threshold;
-plus `fixed_k` (stop at k for every row, k = 1..T) and `oracle` (stop at the row's depth).
-Rows past T stop at T.
+Needs a model with a halting head; otherwise `NotApplicable`. One forward per row batch to T
+reads each row's final answer at every loop (any task, `read_final`) and every halting head's
+continue probability p_t. The rows are split per depth (by `seed`) into calibration rows, where
+each rule's threshold and the best fixed depth are chosen, and reported rows, where every number
+in the tables is measured: a threshold is never chosen on the rows it is reported on.
+
+Methods (a row's answer is graded at the loop where it stops; T is the budget):
+    fixed_k      every row stops at k, k = 1..T; the best k on the calibration rows is `chosen`;
+    oracle       the first loop whose answer is right (loop 1 when none is): the upper bound at least compute;
+    head         the model's own head (Stage 2 distils it from oracle labels): the first t >= t_min with
+                 p_t < threshold (`workbench.loop.halting.halt_depth`);
+    <name>       each head of `heads` ({name: Stage 2 run directory on the same frozen model}), stopped by the
+                 rule of its objective: oracle as `head`; act at the first t where the halting mass
+                 sum_s (1 - p_s) >= threshold; pondernet where the CDF 1 - prod_s p_s >= threshold;
+    confidence   the first t >= t_min whose answer confidence (`read_final`) >= threshold; it needs the
+                 Coda at every loop, which mean loops does not count.
 
 Tables:
-    halting: method, threshold, t_min, mean_loops, accuracy
-    halting__rows: row_id, depth, loop, continue_prob, correct_answer (predicted = x_d at loop t)
+    halting: method, threshold, t_min, mean_loops, accuracy, n, chosen — reported rows only.
+    halting__difficulty: method, threshold, group ("hard": wrong at loop 1, "easy": right), n, mean_loops,
+        accuracy — each method at its chosen threshold, reported rows.
+    halting__adaptive: policy, tau, t_min, budget, rows, row_loops, accuracy, agree, wall_s — the head at
+        its chosen tau run through `LoopedLM.adaptive_read` (rows leave the batch), beside fixed depths
+        (tau = 0) at the budget and at the best fixed k, in the same run; `agree` is the share of rows
+        stopping where the one-pass reading says. Absent for stand-ins without `adaptive_read`.
+    halting__rows: row_id, depth, split, head, loop, continue_prob, correct_answer.
 """
 
 from __future__ import annotations
+
+import copy
+import time
+import tomllib
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import torch
 
-from workbench.headlines import Headline, counted, measured
-from workbench.loop.halting import halt_depth
+from workbench.errors import WorkbenchError
+from workbench.headlines import Headline, measured, proportion
+from workbench.loop.halting import HaltPolicy, halt_depth
 from workbench.probes import NotApplicable
-from workbench.probes.common import batches, check_loops, device_of, row_candidates, shared_candidates
+from workbench.probes.common import (batches, check_loops, device_of, read_final, row_candidates, shared_candidates,
+                                     split_rows)
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
+RULES = {"oracle": "threshold", "act": "mass", "pondernet": "cdf"}
 
 
 def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds=THRESHOLDS, t_min: int = 1,
-        batch_size: int = 16, progress: bool = False) -> dict[str, pd.DataFrame]:
-    """Returns {"halting": per (method, threshold), "halting__rows": per (row, loop)}.
+        heads: dict | None = None, calibration: float = 0.5, seed: int = 0, batch_size: int = 16,
+        progress: bool = False) -> dict[str, pd.DataFrame]:
+    """Returns {"halting", "halting__difficulty", "halting__rows"} and, for a LoopedLM, "halting__adaptive".
 
+    Args:
+        loops: T, the budget (default the rows' max depth, at least 2).
+        heads: {method name: run directory} of more Stage 2 heads trained on the same frozen model.
+        calibration: share of each depth's rows used to choose thresholds (never reported).
     Raises:
         NotApplicable: the model has no halting head.
     """
     if getattr(model, "halting", None) is None:
         raise NotApplicable("the model has no halting head (retrofit with halting=True to train one)")
-    T = check_loops(model, loops or max(r["depth"] for r in rows))
-    probs, scores = _read(model, tokenizer, rows, T, batch_size)     # [R, T], [R, T, C]
-    answer = np.array([r["symbols"].index(r["answer"]) for r in rows])
-    correct = scores.argmax(-1) == answer[:, None]                       # [R, T]
-    depths = np.array([min(r["depth"], T) for r in rows])
-    records = [("oracle", np.nan, t_min, float(depths.mean()), _acc(correct, depths))]
-    records += [("fixed_k", np.nan, t_min, float(k), _acc(correct, np.full(len(rows), k))) for k in range(1, T + 1)]
-    confidence = torch.as_tensor(scores).softmax(-1).max(-1).values.numpy()
-    halt_mass = np.cumsum(1 - probs, axis=1)
-    cdf = 1 - np.cumprod(probs, axis=1)
-    for th in thresholds:
-        chosen = {
-            "head": halt_depth(torch.as_tensor(probs), th, t_min).numpy(),
-            "act": _first(halt_mass >= th, t_min),
-            "pondernet": _first(cdf >= th, t_min),
-            "confidence": _first(confidence >= th, t_min),
-        }
-        records += [(m, float(th), t_min, float(c.mean()), _acc(correct, c)) for m, c in chosen.items()]
-    table = pd.DataFrame.from_records(records, columns=["method", "threshold", "t_min", "mean_loops", "accuracy"])
-    per_row = pd.DataFrame.from_records(
-        [(r["row_id"], r["depth"], t + 1, float(probs[i, t]), bool(correct[i, t])) for i, r in enumerate(rows)
-         for t in range(T)], columns=["row_id", "depth", "loop", "continue_prob", "correct_answer"])
-    return {"halting": table, "halting__rows": per_row}
+    T = check_loops(model, loops or max(2, max(r["depth"] for r in rows)))
+    extra = {name: load_head(model, path) for name, path in (heads or {}).items()}
+    read = read_final(model, tokenizer, rows, T, batch_size, progress, {n: h for n, (h, _) in extra.items()})
+    cal_rows, rep_rows = split_rows(rows, calibration, seed)
+    where = {r["row_id"]: i for i, r in enumerate(rows)}
+    cal, rep = [where[r["row_id"]] for r in cal_rows], [where[r["row_id"]] for r in rep_rows]
+    rules = {"head": ("threshold", read.halt_probs["head"])}
+    rules.update({n: (RULES[objective], read.halt_probs[n]) for n, (_, objective) in extra.items()})
+    rules["confidence"] = ("confidence", read.confidence)
+    records, picks = [], {}
+    for k in range(1, T + 1):
+        records.append(("fixed_k", np.nan, k))
+    records.append(("oracle", np.nan, None))
+    for method, (rule, values) in rules.items():
+        records += [(method, float(th), (rule, values)) for th in thresholds]
+    table = []
+    for method, th, how in records:
+        depth = _depths(method, how, th, read.correct, T, t_min)
+        cal_acc = _acc(read.correct[cal], depth[cal]) if cal else np.nan
+        table.append({"method": method, "threshold": th, "t_min": t_min, "mean_loops": float(depth[rep].mean()),
+                      "accuracy": _acc(read.correct[rep], depth[rep]), "n": len(rep),
+                      "_cal": (cal_acc, -float(depth[cal].mean()) if cal else 0.0), "_depth": depth})
+    frame = pd.DataFrame(table)
+    frame["chosen"] = False
+    for method, g in frame.groupby("method", sort=False):
+        best = max(g.index, key=lambda i: g.at[i, "_cal"])   # calibration accuracy, then fewer loops
+        frame.at[best, "chosen"] = True
+        picks[method] = frame.loc[best]
+    out = {"halting": frame.drop(columns=["_cal", "_depth"]),
+           "halting__difficulty": _difficulty(picks, read.correct, rep),
+           "halting__rows": _rows_table(rows, read, set(rep), T)}
+    if hasattr(model, "adaptive_read"):
+        out["halting__adaptive"] = _adaptive(model, tokenizer, [rows[i] for i in rep], picks, read, rep, T, t_min,
+                                             batch_size)
+    return out
 
 
-@torch.no_grad()
-def _read(model, tokenizer, rows, T, batch_size) -> tuple[np.ndarray, np.ndarray]:
-    device = device_of(model)
-    probs = np.zeros((len(rows), T))
-    scores = None
-    for idx, enc in batches(tokenizer, rows, batch_size, device):
-        cands = shared_candidates(row_candidates(tokenizer, [rows[i] for i in idx]).to(device))
-        r = model.read(enc["input_ids"], attention_mask=enc["attention_mask"], loops=T, candidates=cands)
-        if scores is None:
-            scores = np.zeros((len(rows), T, r.scores.shape[-1]))
-        scores[idx] = r.scores[:, :, -1].double().cpu().numpy()
-        probs[idx] = r.halt_probs.double().cpu().numpy()
-    return probs, scores
+def load_head(model, run_dir) -> tuple[torch.nn.Module, str]:
+    """Returns (a copy of the model's halting head holding a Stage 2 run's weights, that run's objective).
+
+    Raises:
+        WorkbenchError: a run whose other trained tensors differ from the model's (another Stage 1 model).
+    """
+    from safetensors.torch import load_file
+
+    from workbench.train.rundir import RECIPE, TRAINABLE
+
+    run_dir = Path(run_dir)
+    if not (run_dir / TRAINABLE).is_file():
+        raise WorkbenchError(f"halting head '{run_dir}' is not a finished run directory (no {TRAINABLE})")
+    tensors = load_file(str(run_dir / TRAINABLE))
+    own = dict(model.named_parameters())
+    differ = [n for n, v in tensors.items() if not n.startswith("halting.")
+              and (n not in own or not torch.equal(own[n].detach().float().cpu(), v.float()))]
+    if differ:
+        raise WorkbenchError(f"halting head '{run_dir}' was trained on another Stage 1 model ({differ[0]} differs); "
+                             "heads are compared on one frozen model")
+    head = copy.deepcopy(model.halting)
+    head.load_state_dict({n.removeprefix("halting."): v for n, v in tensors.items() if n.startswith("halting.")})
+    objective = tomllib.loads((run_dir / RECIPE).read_text()).get("halting", {}).get("objective", "oracle")
+    return head.to(device_of(model)).eval(), objective
+
+
+def _depths(method: str, how, th: float, correct: np.ndarray, T: int, t_min: int) -> np.ndarray:
+    """Stopping loop per row [R] (1-based) of one method at one threshold."""
+    if method == "fixed_k":
+        return np.full(len(correct), how)
+    if method == "oracle":
+        return np.where(correct.any(1), correct.argmax(1) + 1, 1)
+    rule, values = how
+    if rule == "threshold":
+        return halt_depth(torch.as_tensor(values), th, t_min).numpy()
+    stop = {"mass": np.cumsum(1 - values, axis=1) >= th, "cdf": 1 - np.cumprod(values, axis=1) >= th,
+            "confidence": values >= th}[rule]
+    return _first(stop, t_min)
 
 
 def _first(stop: np.ndarray, t_min: int) -> np.ndarray:
@@ -88,38 +150,107 @@ def _first(stop: np.ndarray, t_min: int) -> np.ndarray:
 
 
 def _acc(correct: np.ndarray, chosen: np.ndarray) -> float:
-    return float(correct[np.arange(len(chosen)), np.asarray(chosen) - 1].mean())
+    return float(correct[np.arange(len(chosen)), np.asarray(chosen) - 1].mean()) if len(chosen) else float("nan")
+
+
+def _difficulty(picks: dict, correct: np.ndarray, rep: list[int]) -> pd.DataFrame:
+    """Mean loops and accuracy of hard (wrong at loop 1) and easy rows, each method at its chosen threshold."""
+    records = []
+    hard = ~correct[rep, 0]
+    for method, row in picks.items():
+        depth = row["_depth"][rep]
+        for group, mask in (("hard", hard), ("easy", ~hard)):
+            records.append({"method": method, "threshold": row["threshold"], "group": group, "n": int(mask.sum()),
+                            "mean_loops": float(depth[mask].mean()) if mask.any() else np.nan,
+                            "accuracy": _acc(correct[rep][mask], depth[mask]) if mask.any() else np.nan})
+    return pd.DataFrame.from_records(records)
+
+
+def _rows_table(rows: list[dict], read, reported: set[int], T: int) -> pd.DataFrame:
+    records = [(r["row_id"], r["depth"], "reported" if i in reported else "calibration", head, t + 1,
+                float(probs[i, t]), bool(read.correct[i, t]))
+               for head, probs in read.halt_probs.items() for i, r in enumerate(rows) for t in range(T)]
+    return pd.DataFrame.from_records(records, columns=["row_id", "depth", "split", "head", "loop", "continue_prob",
+                                                       "correct_answer"])
+
+
+@torch.no_grad()
+def _adaptive(model, tokenizer, rows: list[dict], picks: dict, read, rep: list[int], T: int, t_min: int,
+              batch_size: int) -> pd.DataFrame:
+    """The chosen head policy through real early exit, beside fixed depths run the same way, timed in one run."""
+    from workbench.tasks.reader import answer_batches, answer_logprobs, reads_symbol
+
+    tau = float(picks["head"]["threshold"])
+    best_k = int(picks["fixed_k"]["mean_loops"])
+    expected = picks["head"]["_depth"][rep]
+    policies = {"head": HaltPolicy(tau, min(t_min, T), T), f"fixed_{T}": HaltPolicy(0.0, 1, T),
+                f"fixed_{best_k}": HaltPolicy(0.0, 1, best_k)}
+    device = device_of(model)
+    if reads_symbol(rows[0]):
+        chunks = [(idx, e, {"candidates": shared_candidates(row_candidates(tokenizer, [rows[i] for i in idx])
+                                                            .to(device))})
+                  for idx, e in batches(tokenizer, rows, batch_size, device)]
+    else:
+        chunks = [(idx, b, {"positions": b["positions"]})
+                  for idx, b in answer_batches(model, tokenizer, rows, 1, batch_size)]
+    records = []
+    for name, policy in policies.items():
+        used, right, row_loops = np.zeros(len(rows), dtype=int), np.zeros(len(rows), dtype=bool), 0
+        start = time.perf_counter()
+        for idx, b, kw in chunks:
+            out = model.adaptive_read(b["input_ids"], b["attention_mask"], policy=policy, **kw)
+            used[idx], row_loops = out.loops_used.cpu().numpy(), row_loops + out.row_loops
+            if "candidates" in kw:
+                answer = torch.tensor([rows[i]["symbols"].index(rows[i]["answer"]) for i in idx])
+                right[idx] = (out.scores[:, -1].argmax(-1).cpu() == answer).numpy()
+            else:
+                right[idx] = answer_logprobs(out.scores.unsqueeze(1), b["targets"], b["valid"])[1][:, 0].cpu().numpy()
+        wall = time.perf_counter() - start
+        agree = float((used == expected).mean()) if name == "head" else float((used == policy.max_loops).mean())
+        records.append({"policy": name, "tau": policy.tau, "t_min": policy.min_loops, "budget": policy.max_loops,
+                        "rows": len(rows), "row_loops": row_loops, "accuracy": float(right.mean()), "agree": agree,
+                        "wall_s": wall})
+    return pd.DataFrame.from_records(records)
 
 
 def summarize(tables: dict[str, pd.DataFrame]) -> dict:
-    """Headline numbers: oracle accuracy and the head's accuracy / mean loops at threshold 0.5."""
+    """Headline numbers: each method at its chosen threshold (mean loops, accuracy), hard vs easy depth, early exit."""
     f = tables["halting"]
-    pick = lambda m, th=None: f[(f["method"] == m) & ((f["threshold"] == th) if th is not None else True)]  # noqa: E731
-    out = {"oracle": pick("oracle")[["mean_loops", "accuracy"]].iloc[0].round(4).to_dict()}
-    for m in ("head", "act", "pondernet", "confidence"):
-        g = pick(m, 0.5)
-        if len(g):
-            out[m + "@0.5"] = g[["mean_loops", "accuracy"]].iloc[0].round(4).to_dict()
-    return {**out, "headline": headline(tables).to_dict()}
+    chosen = f[f["chosen"]] if "chosen" in f else f.iloc[0:0]
+    out = {r.method: {"threshold": None if pd.isna(r.threshold) else float(r.threshold),
+                      "mean_loops": round(float(r.mean_loops), 4), "accuracy": round(float(r.accuracy), 4)}
+           for r in chosen.itertuples()}
+    if "halting__difficulty" in tables:
+        d = tables["halting__difficulty"]
+        out["depth_by_difficulty"] = {f"{r.method}/{r.group}": None if pd.isna(r.mean_loops) else
+                                      round(float(r.mean_loops), 4) for r in d.itertuples()}
+    if "halting__adaptive" in tables:
+        out["adaptive"] = tables["halting__adaptive"].round(4).to_dict(orient="records")
+    return {"chosen": out, "headline": headline(tables).to_dict()}
 
 
 def headline(tables: dict[str, pd.DataFrame]) -> Headline:
-    """The oracle's and the head's (threshold 0.5) accuracy (Wilson over rows) and mean loops."""
+    """The head at its chosen tau against the best fixed depth and the oracle, on the reported rows."""
     f = tables["halting"]
-    n = int(tables["halting__rows"]["row_id"].nunique()) if "halting__rows" in tables else 0
+    rows = tables.get("halting__rows")
+    reported = rows[(rows["split"] == "reported") & (rows["head"] == "head")] if rows is not None else None
     numbers, words = [], []
-    for method, th, words_of in (("oracle", None, "stopping at each row's depth (the oracle)"),
-                                 ("head", 0.5, "the halting head at 0.5")):
-        g = f[(f["method"] == method) & ((f["threshold"] == th) if th is not None else True)]
+    for method, words_of in (("fixed_k", "the best fixed depth"), ("head", "the halting head"),
+                             ("oracle", "the oracle")):
+        g = f[(f["method"] == method) & f["chosen"]] if "chosen" in f else f[f["method"] == method]
         if g.empty:
             continue
         r = g.iloc[0]
-        expect = "close to the oracle" if method == "head" else ""
-        acc = (counted(f"{method}_accuracy", f"accuracy, {words_of}", round(float(r["accuracy"]) * n), n, expect=expect)
-               if n else measured(f"{method}_accuracy", f"accuracy, {words_of}", float(r["accuracy"]), "proportion",
-                                  expect))
-        loops = measured(f"{method}_loops", f"mean loops, {words_of}", round(float(r["mean_loops"]), 2), expect=expect)
+        n = int(r["n"]) if "n" in r else 0
+        acc = measured(f"{method}_accuracy", f"accuracy, {words_of}", round(float(r["accuracy"]), 4), "proportion",
+                       n=n or None)
+        if reported is not None and method == "fixed_k":  # per-row correctness at that depth: a Wilson interval
+            at = reported[reported["loop"] == int(r["mean_loops"])].set_index("row_id")["correct_answer"]
+            acc = proportion(f"{method}_accuracy", f"accuracy, {words_of} (k = {int(r['mean_loops'])})", at)
+        loops = measured(f"{method}_loops", f"mean loops, {words_of}", round(float(r["mean_loops"]), 2))
         numbers += [acc, loops]
-        words.append(f"{words_of} reads {acc.text()} after {loops.value} loops on average")
-    sentence = ("; ".join(words) + (f" (n = {n} rows)." if n else ".")) if words else "No halting result."
+        tau = "" if pd.isna(r["threshold"]) else f" at tau = {r['threshold']:g}"
+        words.append(f"{words_of}{tau} reads {acc.text()} after {loops.value} loops on average")
+    sentence = ("; ".join(words) + " (thresholds chosen on calibration rows, read on the others).") if words \
+        else "No halting result."
     return Headline("halting", numbers, sentence[0].upper() + sentence[1:])

@@ -26,8 +26,13 @@ from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, clustered_mean, ranges
+<<<<<<< HEAD
 from workbench.loop.hooks import hook_name, stack_loops
 from workbench.probes.common import batches, check_loops, device_of, row_candidates, shared_candidates, split_rows
+=======
+from workbench.probes.common import (batches, check_loops, device_of, require_symbols, row_candidates,
+                                     shared_candidates, split_rows)
+>>>>>>> a32a6f7 (probes: the compute-accuracy curve. halting reads any task's final answer at every loop (read_final), chooses each rule's threshold and the best fixed depth on calibration rows and reports on the others: fixed depths, the oracle (first right loop), the model's head over tau, extra ACT / PonderNet heads from Stage 2 runs on the same frozen model, a confidence exit; hard vs easy rows' mean depth; the chosen head run through adaptive_read and timed beside fixed depths. Its figure rings the picks and marks the best fixed depth; loop_accuracy reads any task by loop count; probes that need symbols or a table say not applicable)
 
 LENSES = ("coda", "raw", "tuned")
 
@@ -43,6 +48,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, fit_fracti
         ridge: ridge strength, relative to the mean squared norm of the centred fit states.
         top_k: top tokens over the whole vocabulary per (row, loop, lens).
     """
+    require_symbols(rows, "logit_lens")
     T = check_loops(model, loops or max(r["depth"] for r in rows))
     fit_rows, eval_rows = split_rows(rows, fit_fraction, seed)
     states, readouts = collect(model, tokenizer, rows, T, batch_size, progress)

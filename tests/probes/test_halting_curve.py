@@ -1,0 +1,138 @@
+"""The compute-accuracy curve on real probe output: a tiny Stage 1 + Stage 2 run, `workbench probe --only halting`,
+and the Plotly figure, the report and the paper figure's numbers checked against the tables the probe wrote."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import tomli_w
+import torch
+from typer.testing import CliRunner
+
+from workbench.cli import app
+from workbench.figures import export_figures, load_spec
+from workbench.plots import halting_figure
+from workbench.plots.halting import CHOSEN, METHODS
+from workbench.plots.registry import build
+from workbench.report import load_results
+from workbench.tasks import build_rows
+from workbench.tasks.manifest import write_manifest
+from workbench.train.trainer import train
+
+BUDGET = 4
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory, tok):
+    root = tmp_path_factory.mktemp("halting")
+    recipe = {"name": "tiny-halting", "seed": 5, "guardrail": {"enabled": False},
+              "model": {"base": "tiny-llama", "block": "2:4", "reentry": "inject", "memory": True, "halting": True,
+                        "max_loops": BUDGET},
+              "train": {"block": False}, "task": {"alphabet": 4}, "optim": {"lr": 1e-3, "batch_size": 8},
+              "sampler": {"max": BUDGET}, "halting": {"oracle_max": BUDGET, "lr": 1e-2, "warmup_steps": 0},
+              "eval": {"every": 1000, "per_depth": 2, "depths": [1, 2]}, "checkpoint": {"every": 1000},
+              "stages": [{"kind": "sampled", "depths": [1, 2, 3], "steps": 3},
+                         {"kind": "halting", "depths": [1, 2, 3], "steps": 6}]}
+    (root / "recipe.toml").write_text(tomli_w.dumps(recipe))
+    train(root / "recipe.toml", out=root / "run", progress=False)
+    write_manifest(build_rows("chase", [1, 2, 3], 12, 31, alphabet=4, tokenizer=tok), root / "rows.jsonl")
+    (root / "b.toml").write_text(tomli_w.dumps({"battery": {"manifest": str(root / "rows.jsonl"), "batch_size": 8},
+                                                "probes": {"halting": {"loops": BUDGET}}}))
+    out = root / "results"
+    result = CliRunner().invoke(app, ["probe", "--checkpoint", str(root / "run"), "--battery", str(root / "b.toml"),
+                                      "--out", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_thresholds_are_chosen_on_rows_that_are_never_reported(results):
+    tables = load_results(results)
+    rows = tables["halting__rows"]
+    split = rows.groupby("row_id")["split"].nunique()
+    assert (split == 1).all()                                                 # a row is one or the other
+    reported = rows[rows["split"] == "reported"]["row_id"].nunique()
+    assert 0 < reported < rows["row_id"].nunique()
+    curve = tables["halting"]
+    assert (curve["n"] == reported).all()
+    assert curve.groupby("method")["chosen"].sum().eq(1).all()                # one pick per method
+    fixed = curve[curve["method"] == "fixed_k"]
+    assert sorted(fixed["mean_loops"]) == [1.0, 2.0, 3.0, 4.0]
+    oracle = curve[curve["method"] == "oracle"].iloc[0]
+    assert oracle["accuracy"] >= fixed["accuracy"].max()                      # the upper bound
+    diff = tables["halting__difficulty"]
+    assert set(diff["group"]) == {"hard", "easy"} and diff.groupby("method")["n"].sum().eq(reported).all()
+
+
+def test_real_early_exit_matches_the_one_pass_reading_and_counts_its_work(results):
+    adaptive = load_results(results)["halting__adaptive"].set_index("policy")
+    head = adaptive.loc["head"]
+    assert head["agree"] == 1.0                                               # rows stop where the head says
+    assert head["row_loops"] <= head["rows"] * BUDGET
+    assert adaptive.loc[f"fixed_{BUDGET}", "row_loops"] == head["rows"] * BUDGET
+    curve = load_results(results)["halting"]
+    chosen = curve[(curve["method"] == "head") & curve["chosen"]].iloc[0]
+    assert head["tau"] == chosen["threshold"]
+    assert head["row_loops"] == pytest.approx(chosen["mean_loops"] * head["rows"])
+    assert head["accuracy"] == pytest.approx(chosen["accuracy"])
+
+
+def test_the_figure_draws_exactly_what_the_probe_wrote(results):
+    tables = load_results(results)
+    curve, difficulty = tables["halting"], tables["halting__difficulty"]
+    fig = build("halting", halting_figure, tables)
+    lines = {t.name: t for t in fig.data if t.type == "scatter"}
+    for method, g in curve.groupby("method"):
+        trace = lines[METHODS.get(method, method)]
+        g = g.sort_values(["mean_loops", "accuracy"])
+        np.testing.assert_array_equal(np.asarray(trace.x, dtype=float), g["mean_loops"].to_numpy())
+        np.testing.assert_array_equal(np.asarray(trace.y, dtype=float), g["accuracy"].to_numpy())
+    picked = curve[curve["chosen"]]
+    assert list(lines[CHOSEN].customdata) == list(picked["method"])
+    np.testing.assert_array_equal(np.asarray(lines[CHOSEN].y, dtype=float), picked["accuracy"].to_numpy())
+    best = int(picked[picked["method"] == "fixed_k"]["mean_loops"].iloc[0])
+    assert fig.layout.annotations[-1].text == f"best fixed depth k = {best}"
+    for bar in (t for t in fig.data if t.type == "bar"):
+        group = bar.name.split()[0]
+        sub = difficulty[difficulty["group"] == group]
+        assert list(bar.x) == [METHODS.get(m, m) for m in sub["method"]]
+        np.testing.assert_array_equal(np.asarray(bar.y, dtype=float), sub["mean_loops"].to_numpy())
+    assert len([t for t in fig.data if t.type == "bar"]) == 2
+
+
+def test_the_report_and_the_paper_figure_carry_the_curve(results, tmp_path):
+    html = (results / "report.html").read_text()
+    assert "id='halting'" in html and "halting head" in json.dumps(json.loads(
+        (results / "summary.json").read_text())["probes"]["halting"]["headline"])
+    spec, dpi = load_spec("figures/paper.toml")
+    done = export_figures([results], fmt="html", out=tmp_path, spec=[s for s in spec if s.name == "halting"], dpi=dpi)
+    csv = pd.read_csv(next(p for p in done.written if p.suffix == ".csv"))
+    curve = load_results(results)["halting"]
+    for method, g in curve.groupby("method"):
+        shown = csv[csv["trace"] == METHODS.get(method, method)]
+        assert sorted(zip(shown["x"].astype(float), shown["y"])) == sorted(zip(g["mean_loops"], g["accuracy"]))
+
+
+def test_a_head_from_another_stage1_model_is_refused_and_a_matching_one_loads(tmp_path):
+    from safetensors.torch import save_file
+
+    from tests.conftest import perturb
+    from workbench.errors import WorkbenchError
+    from workbench.models import load_base
+    from workbench.probes.halting import load_head
+    from workbench.loop.surgery import retrofit
+
+    looped = retrofit(load_base("tiny-llama")[0], "2:4", reentry="inject", memory=True, halting=True, max_loops=3)
+    state = {n: p.detach().clone().contiguous() for n, p in looped.named_parameters()
+             if n.startswith(("memory.", "reentry.", "halting."))}
+    state["halting.proj.bias"] = state["halting.proj.bias"] + 1.0          # a head trained with ACT on this model
+    save_file(state, str(tmp_path / "trainable.safetensors"))
+    (tmp_path / "recipe.toml").write_text('[halting]\nobjective = "act"\n')
+    head, objective = load_head(looped, tmp_path)
+    assert objective == "act" and torch.equal(head.proj.bias, state["halting.proj.bias"])
+    assert not torch.equal(head.proj.bias, looped.halting.proj.bias)       # a copy: the model's own head is kept
+    perturb(looped.memory, 0.01)
+    with pytest.raises(WorkbenchError, match=r"trained on another Stage 1 model \(memory\..* differs\)"):
+        load_head(looped, tmp_path)
