@@ -103,3 +103,19 @@ def test_adaptive_errors_name_what_was_given(model, batch, tiny):
     plain = retrofit(tiny[0], (2, 4), max_loops=3)
     with pytest.raises(WorkbenchError, match="needs a halting head"):
         plain.adaptive_read(batch.input_ids, batch.attention_mask, policy=HaltPolicy(tau=0.5))
+
+
+def test_early_exit_benchmark_counts_the_work_saved_and_times_it_in_one_run(monkeypatch):
+    import importlib
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    bench = importlib.import_module("early_exit")
+    common = importlib.import_module("common")
+    looped, tok = bench.load("tiny-llama", "2:4", 8)
+    ids, mask, cand = common.chase_inputs(tok, 4)
+    r = bench.run(looped, ids, mask, cand, loops=8, reps=3, warmup=1, progress=False)
+    assert r["row_loops"] == {"fixed": 32, "half_at_1": 2 * 1 + 2 * 8, "all_at_1": 4}
+    assert r["predicted_layers"]["all_at_1"] == pytest.approx(6 / 20)       # (2 + 2 + 2) / (2 + 8 * 2 + 2)
+    # CPU time counts only this process's work: stopping every row at loop 1 of 8 must cost less
+    assert r["ratio_to_fixed"]["all_at_1"]["cpu"]["median"] < 1.0
