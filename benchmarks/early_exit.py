@@ -32,7 +32,7 @@ QUICK = dict(rows=4, loops=4, alphabet=8, reps=2, warmup=1)
 def load(model: str, block: str, loops: int):
     """A fresh inject + memory + halting retrofit (eval mode, frozen) and its tokenizer."""
     from workbench.models import load_base
-    from workbench.surgery import retrofit
+    from workbench.loop.surgery import retrofit
 
     base, tok = load_base(model)
     looped = retrofit(base, block, reentry="inject", memory=True, halting=True, max_loops=loops).eval()
@@ -43,7 +43,7 @@ def load(model: str, block: str, loops: int):
 
 def run(looped, ids, mask, cand, loops: int, reps: int, warmup: int, progress: bool = True) -> dict:
     """Times the three cases side by side; returns work counts, wall / CPU ratios and the layer-model prediction."""
-    from workbench.halting import HaltPolicy
+    from workbench.loop.halting import HaltPolicy
 
     rows = ids.shape[0]
     stop_first = {"fixed": [], "half_at_1": list(range(rows // 2)), "all_at_1": list(range(rows))}

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from workbench.recipes import load_recipe
-from workbench.trainer import Trainer
+from workbench.train.recipe import load_recipe
+from workbench.train.trainer import Trainer
 
 QUIET = ["guardrail.enabled=false", "init_from=''", "eval.per_depth=1"]
 
