@@ -20,9 +20,8 @@ from __future__ import annotations
 import sys
 import time
 
-import torch
-
 import common
+import torch
 
 NAME = "early_exit"
 FULL = dict(rows=8, loops=8, alphabet=8, reps=5, warmup=1)
@@ -31,8 +30,8 @@ QUICK = dict(rows=4, loops=4, alphabet=8, reps=2, warmup=1)
 
 def load(model: str, block: str, loops: int):
     """A fresh inject + memory + halting retrofit (eval mode, frozen) and its tokenizer."""
-    from workbench.models import load_base
     from workbench.loop.surgery import retrofit
+    from workbench.models import load_base
 
     base, tok = load_base(model)
     looped = retrofit(base, block, reentry="inject", memory=True, halting=True, max_loops=loops).eval()

@@ -208,8 +208,9 @@ def all_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
     return {"identity": identity(), "logit_lens": lens, "logit_lens__top": top, "depth_matrix": dm,
             "depth_matrix__frontier": frontier_table(dm), "overshoot": ov, "overshoot__cost": cost, "splice": sp,
             "splice__verdict": verdict, "heads": hd, "heads__summary": hsum, "linear_probe": linear_probe(rng),
-            "drift": dr, "drift__concentration": conc, "drift__heads": drift_heads, "halting": halting(), "halting__difficulty": halting_difficulty(), "gradient_audit": ga,
-            "gradient_audit__fd": fd, "latency": latency()}
+            "drift": dr, "drift__concentration": conc, "drift__heads": drift_heads, "halting": halting(),
+            "halting__difficulty": halting_difficulty(), "gradient_audit": ga, "gradient_audit__fd": fd,
+            "latency": latency()}
 
 
 def summary(tables: dict[str, pd.DataFrame]) -> dict:

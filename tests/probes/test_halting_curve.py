@@ -120,9 +120,9 @@ def test_a_head_from_another_stage1_model_is_refused_and_a_matching_one_loads(tm
 
     from tests.conftest import perturb
     from workbench.errors import WorkbenchError
+    from workbench.loop.surgery import retrofit
     from workbench.models import load_base
     from workbench.probes.halting import load_head
-    from workbench.loop.surgery import retrofit
 
     looped = retrofit(load_base("tiny-llama")[0], "2:4", reentry="inject", memory=True, halting=True, max_loops=3)
     state = {n: p.detach().clone().contiguous() for n, p in looped.named_parameters()

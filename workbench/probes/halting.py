@@ -32,19 +32,26 @@ from __future__ import annotations
 
 import copy
 import time
-import tomllib
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import tomllib
 import torch
 
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, measured, proportion
 from workbench.loop.halting import HaltPolicy, halt_depth
 from workbench.probes import NotApplicable
-from workbench.probes.common import (batches, check_loops, device_of, read_final, row_candidates, shared_candidates,
-                                     split_rows)
+from workbench.probes.common import (
+    batches,
+    check_loops,
+    device_of,
+    read_final,
+    row_candidates,
+    shared_candidates,
+    split_rows,
+)
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RULES = {"oracle": "threshold", "act": "mass", "pondernet": "cdf"}

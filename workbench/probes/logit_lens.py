@@ -26,13 +26,16 @@ from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
 from workbench.headlines import Headline, clustered_mean, ranges
-<<<<<<< HEAD
 from workbench.loop.hooks import hook_name, stack_loops
-from workbench.probes.common import batches, check_loops, device_of, row_candidates, shared_candidates, split_rows
-=======
-from workbench.probes.common import (batches, check_loops, device_of, require_symbols, row_candidates,
-                                     shared_candidates, split_rows)
->>>>>>> a32a6f7 (probes: the compute-accuracy curve. halting reads any task's final answer at every loop (read_final), chooses each rule's threshold and the best fixed depth on calibration rows and reports on the others: fixed depths, the oracle (first right loop), the model's head over tau, extra ACT / PonderNet heads from Stage 2 runs on the same frozen model, a confidence exit; hard vs easy rows' mean depth; the chosen head run through adaptive_read and timed beside fixed depths. Its figure rings the picks and marks the best fixed depth; loop_accuracy reads any task by loop count; probes that need symbols or a table say not applicable)
+from workbench.probes.common import (
+    batches,
+    check_loops,
+    device_of,
+    require_symbols,
+    row_candidates,
+    shared_candidates,
+    split_rows,
+)
 
 LENSES = ("coda", "raw", "tuned")
 

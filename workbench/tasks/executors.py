@@ -19,7 +19,6 @@ from typing import Callable
 import torch
 
 from workbench.errors import WorkbenchError
-
 from workbench.tasks.chase import ChaseInstance, parse_prompt
 
 
