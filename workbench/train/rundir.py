@@ -83,7 +83,9 @@ def state_sha256(looped: torch.nn.Module, skip: str = "halting.") -> str:
     does not start with `skip`: Stage 2 asserts with it that only the halting head moved."""
     from workbench.models import weights_sha256
 
-    return weights_sha256(_StateView({k: v for k, v in looped.state_dict().items() if not k.startswith(skip)}))
+    state = {k: v.reshape(1) if v.dim() == 0 else v  # a scalar (injection's alpha) has no bytes view
+             for k, v in looped.state_dict().items() if not k.startswith(skip)}
+    return weights_sha256(_StateView(state))
 
 
 def trained_groups(config: RetrofitConfig, block_trainable: bool) -> list[str]:
