@@ -11,7 +11,6 @@ import ast
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
@@ -144,7 +143,7 @@ def test_the_cli_starts_without_the_model_stack():
             "if m in sys.modules]; print(','.join(heavy))")
     env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.strip() == ""
-    start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "workbench", "--help"], capture_output=True, env=env, check=True)
-    assert time.perf_counter() - start < 10  # 0.5 s measured on a loaded 2-core machine; the model stack took 9 s
+    assert out.stdout.strip() == ""  # what kept --help at 9 s (0.5 s without); a wall-clock bound here would be flaky
+    help_text = subprocess.run([sys.executable, "-m", "workbench", "--help"], capture_output=True, text=True, env=env,
+                               check=True).stdout
+    assert "identity" in help_text and "probe" in help_text
