@@ -28,7 +28,7 @@ from workbench.io import write_bytes_atomic
 from workbench.stats import fisher, mcnemar
 
 CLAIMS_FILE = Path(__file__).resolve().parent / "data" / "claims.toml"
-ROOT = Path(__file__).resolve().parent.parent   # the repository the specimens are committed in
+ROOT = Path(__file__).parent / "data"   # the repository's layout: training/keepers/<specimen> (workbench.defaults)
 BATTERY = "battery"
 ALPHA = 0.05
 VERDICTS = ("reproduced", "not reproduced", "not comparable")

@@ -1,8 +1,84 @@
-"""Names shared across the package that must not pull in the model stack (the CLI reads them at start-up).
+"""The defaults the workbench ships with: names shared across the package, and files found from the package.
 
-EMBEDDED_DEFAULT is the base model shipped with the project (`workbench.models` loads it); the
-commands' --model defaults, the recipe schema and the error messages that give an example name
-all read it from here.
+Nothing here pulls in the model stack (the CLI reads it at start-up). EMBEDDED_DEFAULT is the base
+model shipped with the project (`workbench.models` loads it); the commands' --model defaults, the
+recipe schema and the error messages that give an example name all read it from here.
+
+`workbench/data/` mirrors the repository's layout: `probes/` (probe batteries and the frozen
+row manifests they name), `training/` (recipes, and `training/keepers/` with the shipped
+keepers and their committed battery results) and `figures/` (figure specs). In a checkout these
+three are links to the repository's folders; a wheel holds copies. Paths inside them stay
+relative to each other (a battery names its manifest beside it, the anneal recipe its parent
+keeper), so they resolve the same way in both.
+
+Every command that takes one of these files accepts a path to the user's own file or a short
+name of a shipped one: `--battery default`, `workbench train smollm2_lora_chase`,
+`--spec paper`, `--rows chase_n8_d1-7`, `--checkpoint smollm2-chase`.
 """
 
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from workbench.errors import WorkbenchError
+
 EMBEDDED_DEFAULT = "smollm2-135m-instruct"
+DATA = Path(__file__).parent / "data"
+KEEPERS = DATA / "training" / "keepers"
+
+# kind -> (folder under DATA, suffix, what the user may give instead)
+KINDS = {
+    "battery": ("probes", ".toml", "a battery TOML file"),
+    "manifest": ("probes", ".jsonl", "a row manifest (.jsonl)"),
+    "recipe": ("training", ".toml", "a recipe TOML file"),
+    "figure spec": ("figures", ".toml", "a figure spec TOML file"),
+}
+DEFAULT_BATTERY = "default"
+DEMO_BATTERY = "demo"
+DEFAULT_RECIPE = "smollm2_lora_chase"
+DEFAULT_KEEPER = "smollm2-chase"
+
+
+def shipped(kind: str) -> list[str]:
+    """The names of the shipped files of `kind` (a key of KINDS), sorted."""
+    folder, suffix, _ = KINDS[kind]
+    return sorted(p.name.removesuffix(suffix) for p in (DATA / folder).glob(f"*{suffix}"))
+
+
+def shipped_keepers() -> list[str]:
+    """The names of the shipped keepers (finished run directories under training/keepers/)."""
+    return sorted(p.name for p in KEEPERS.iterdir() if (p / "retrofit.json").is_file()) if KEEPERS.is_dir() else []
+
+
+def resolve(kind: str, given: str | os.PathLike) -> Path:
+    """Returns the file `given` names: an existing file, else the shipped file of that name.
+
+    A name is the file's stem (`default`) or its file name (`default.toml`); a path that exists
+    always wins over a shipped name, so a user's own `default.toml` is never shadowed.
+
+    Raises:
+        WorkbenchError: `given` is neither an existing file nor a shipped name (the message lists them).
+    """
+    folder, suffix, what = KINDS[kind]
+    text = os.fspath(given)
+    path = Path(text).expanduser()
+    if path.is_file():
+        return path
+    name = text.removesuffix(suffix)
+    if name and os.sep not in name and "/" not in name and (DATA / folder / f"{name}{suffix}").is_file():
+        return DATA / folder / f"{name}{suffix}"
+    state = "is a directory, not a file" if path.is_dir() else "does not exist"
+    raise WorkbenchError(f"{kind} '{text}' {state}; give {what} or a shipped name: {', '.join(shipped(kind))}")
+
+
+def resolve_run(given: str | os.PathLike) -> Path:
+    """Returns the run directory `given` names: an existing directory, else the shipped keeper of that name.
+
+    Anything else is returned as given, for the run loader to refuse with its own message.
+    """
+    text = os.fspath(given)
+    path = Path(text).expanduser()
+    if not path.exists() and "/" not in text and (KEEPERS / text / "retrofit.json").is_file():
+        return KEEPERS / text
+    return path

@@ -19,6 +19,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
 from workbench.io import read_toml, write_bytes_atomic
 from workbench.plots.registry import FIGURES, build, figure_key, find_builder
@@ -53,13 +54,13 @@ def default_spec() -> list[FigureSpec]:
 
 
 def load_spec(path: str | os.PathLike) -> tuple[list[FigureSpec], int]:
-    """Returns the figures listed in a spec TOML file and its dpi (for PNG).
+    """Returns the figures listed in a spec TOML file (or a shipped spec's name, `paper`) and its dpi (for PNG).
 
     The file holds an optional `dpi` and `[[figure]]` tables with `name` (a registered figure),
     `size` ("single" or "double") or `width_in`, optional `height_in`, `step`, `file`, and
     `options` (keyword arguments of the builder).
     """
-    path = Path(path)
+    path = resolve("figure spec", path)
     raw = read_toml(path, "figure spec")
     unknown = set(raw) - {"dpi", "figure"}
     if unknown:

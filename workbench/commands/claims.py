@@ -14,7 +14,7 @@ def claims(
     claims_file: Optional[Path] = typer.Option(None, "--claims", help="A claims TOML file (default: the "
                                                "packaged workbench/data/claims.toml)."),
     root: Optional[Path] = typer.Option(None, "--root", help="Where the specimens named in the claims file live "
-                                        "(default: the workbench repository)."),
+                                        "(default: the package data, workbench/data/, which mirrors the repository)."),
 ) -> None:
     """Print the claims ledger: each paper claim, the paper's number, ours, the comparison and a verdict."""
     from workbench.claims import CLAIMS_FILE, ROOT, build_ledger, write_ledger

@@ -13,9 +13,7 @@ from pathlib import Path
 
 import typer
 
-KEEPER = Path("training/keepers/smollm2-chase")
-BATTERY = Path("probes/demo.toml")
-RECIPE = Path("training/smollm2_lora_chase.toml")
+from workbench.defaults import DEFAULT_KEEPER, DEFAULT_RECIPE, DEMO_BATTERY, resolve, resolve_run
 
 
 def _step(say, title: str) -> float:
@@ -62,14 +60,14 @@ def demo(
         say(f"span {sel.prelude_end}:{sel.coda_start}, recommended window {sel.recommended[0]}:"
             f"{sel.recommended[1]}  ({time.perf_counter() - t0:.0f} s)")
 
-    checkpoint = KEEPER
+    checkpoint = resolve_run(DEFAULT_KEEPER)
     if train_steps > 0:
         from workbench.train.trainer import train
 
         t0 = _step(say, f"2. training the default recipe for {train_steps} steps")
         overrides = [f"stages.{i}.steps={max(1, train_steps // 3)}" for i in range(3)]
         overrides.append(f"eval.per_depth={eval_per_depth}")
-        summary = train(RECIPE, out=out / "run", overrides=overrides)
+        summary = train(DEFAULT_RECIPE, out=out / "run", overrides=overrides)
         checkpoint = Path(summary["run_dir"])
         say(f"trained {summary['steps']} steps in {time.perf_counter() - t0:.0f} s")
     block = read_retrofit(checkpoint)[1].block
@@ -80,8 +78,8 @@ def demo(
     say(f"fresh retrofits (bridge/inject x memory off/on), loop 1 vs base: max |Δlogit| = "
         f"{headline['identity_max_abs_diff']} (must be 0.0)  ({time.perf_counter() - t0:.0f} s)")
 
-    t0 = _step(say, f"4. probing {checkpoint} with {BATTERY}")
-    summary = run_battery(str(checkpoint), BATTERY, out / "probe", overwrite=overwrite)
+    t0 = _step(say, f"4. probing {checkpoint} with the {DEMO_BATTERY} battery")
+    summary = run_battery(str(checkpoint), resolve("battery", DEMO_BATTERY), out / "probe", overwrite=overwrite)
     write_report(out / "probe")
     headline["probes"] = summary["probes"]
     say(f"probes done in {time.perf_counter() - t0:.0f} s")

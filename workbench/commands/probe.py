@@ -11,11 +11,14 @@ from workbench.defaults import EMBEDDED_DEFAULT
 
 
 def probe(
-    checkpoint: str = typer.Option(..., "--checkpoint", help="A run directory, untrained:RUN_DIR (that run's "
+    checkpoint: str = typer.Option(..., "--checkpoint", help="A run directory or a shipped keeper's name "
+                                   "(smollm2-chase), untrained:RUN_DIR (that run's "
                                    "architecture, untrained), or untrained:BASE:A:B (e.g. "
                                    f"untrained:{EMBEDDED_DEFAULT}:10:16) for an untrained retrofit control."),
-    battery: Path = typer.Option(Path("probes/default.toml"), "--battery", help="Battery TOML file."),
-    rows: Optional[Path] = typer.Option(None, "--rows", help="A row manifest (.jsonl) replacing every probe's rows."),
+    battery: str = typer.Option("default", "--battery", help="A battery TOML file, or a shipped battery: "
+                                "default or demo (workbench/data/probes/)."),
+    rows: Optional[str] = typer.Option(None, "--rows", help="A row manifest (.jsonl), or a shipped one by name "
+                                       "(chase_n8_d1-7), replacing every probe's rows."),
     only: Optional[str] = typer.Option(None, "--only", help="Comma list of probes to run (e.g. depth_matrix,splice)."),
     out: Path = typer.Option(..., "--out", help="Results directory: <probe>.parquet, summary.json, report.html."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a results directory that is not empty."),
@@ -30,7 +33,7 @@ def probe(
     from workbench.probes.battery import run_battery
     from workbench.report import write_report
 
-    summary = run_battery(checkpoint, battery, out, rows=None if rows is None else str(rows),
+    summary = run_battery(checkpoint, battery, out, rows=rows,
                           only=parse_only(only), overwrite=overwrite, seed=seed, precision=precision)
     write_report(out)
     print_summary(summary, as_json)

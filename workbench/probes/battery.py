@@ -1,6 +1,6 @@
 """Run a probe battery: load a checkpoint and row manifests, run each probe, write the results directory.
 
-A battery is a TOML file (`probes/default.toml` is the default one):
+A battery is a TOML file, or the name of a shipped one (`default`: workbench/data/probes/default.toml):
 
     [battery]
     manifest = "chase_n8_d1-7.jsonl"   # default rows of every probe; relative to the TOML file
@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.defaults import EMBEDDED_DEFAULT
+from workbench.defaults import EMBEDDED_DEFAULT, resolve, resolve_run
 from workbench.errors import WorkbenchError
 from workbench.io import (
     atomic_path,
@@ -74,7 +74,7 @@ def load_battery(path: str | os.PathLike) -> dict:
     Raises:
         WorkbenchError: a missing or malformed file, an unknown probe or top-level key.
     """
-    path = Path(path)
+    path = resolve("battery", path)
     raw = read_toml(path, "battery file")
     unknown = sorted(set(raw) - {"battery", "probes"})
     if unknown:
@@ -86,20 +86,21 @@ def load_battery(path: str | os.PathLike) -> dict:
     probes = raw.get("probes", {})
     for name in probes:
         get_probe(name)  # unknown names are errors that list the known ones
-    resolve = lambda m: str(path.parent / m) if m is not None and not Path(m).is_absolute() else m  # noqa: E731
-    return {"path": str(path), "name": head.get("name", path.stem), "manifest": resolve(head.get("manifest")),
+    beside = lambda m: str(path.parent / m) if m is not None and not Path(m).is_absolute() else m  # noqa: E731
+    return {"path": str(path), "name": head.get("name", path.stem), "manifest": beside(head.get("manifest")),
             "batch_size": head.get("batch_size"),
-            "probes": {n: {**o, **({"manifest": resolve(o["manifest"])} if "manifest" in o else {})}
+            "probes": {n: {**o, **({"manifest": beside(o["manifest"])} if "manifest" in o else {})}
                        for n, o in probes.items()}}
 
 
 def plan(battery: dict, only: list[str] | None, rows: str | None) -> dict[str, dict]:
     """Returns {probe: options} to run: the battery's probes (or `only`), each with its manifest resolved.
 
-    `rows` (a manifest path) replaces every probe's manifest. A name in `only` that the battery
-    does not configure runs with its defaults on the battery's manifest.
+    `rows` (a manifest path or a shipped manifest's name) replaces every probe's manifest. A name in
+    `only` that the battery does not configure runs with its defaults on the battery's manifest.
     """
     names = only if only is not None else list(battery["probes"])
+    rows = None if rows is None else str(resolve("manifest", rows))
     out = {}
     for name in names:
         options = dict(battery["probes"].get(name, {}))
@@ -124,7 +125,7 @@ def check_options(name: str, options: dict) -> None:
 def load_checkpoint(spec: str):
     """Returns (looped, tokenizer, info) for a run directory or an untrained retrofit.
 
-    `spec` is a run directory (`workbench.train.rundir.load_run`: strictly checked) or
+    `spec` is a run directory or a shipped keeper's name (`workbench.train.rundir.load_run`: strictly checked) or
     `untrained:RUN_DIR` (the run's base and architecture with fresh re-entry and untrained block,
     the control of that run) or `untrained:BASE:A:B` (a fresh split-bridge retrofit of base
     model BASE at block A:B, max_loops 16). `info` holds path, kind, provenance_sha256, support
@@ -133,6 +134,7 @@ def load_checkpoint(spec: str):
     if spec.startswith(UNTRAINED):
         return _untrained(spec)
 
+    spec = str(resolve_run(spec))
     looped, tok, info = load_run(spec)
     stages = info["recipe"].get("stages", [])
     depths = [d for s in stages if s.get("kind", "chain") != "halting" for d in s.get("depths", [])]
@@ -144,7 +146,7 @@ def load_checkpoint(spec: str):
 
 
 def _untrained(spec: str):
-    rest = spec[len(UNTRAINED):]
+    rest = str(resolve_run(spec[len(UNTRAINED):]))
     if (Path(rest) / RETROFIT).is_file():
         record, config = read_retrofit(rest)
         base = record["base"]["spec"]
@@ -205,9 +207,9 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
             The identity and gradient-audit probes run first, in fp32, whatever is asked.
     """
     start = time.perf_counter()
-    out = check_out_dir(Path(out), overwrite)
     spec = load_battery(battery)
     todo = plan(spec, only, rows)
+    out = check_out_dir(Path(out), overwrite)
     used, precision_record = resolve_precision(precision, "cuda" if torch.cuda.is_available() else "cpu")
     if progress and precision != "fp32":
         tqdm.write(f"precision: {used} ({precision_record['hardware']['name']}; bf16 units: "

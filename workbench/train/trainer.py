@@ -26,6 +26,7 @@ from accelerate import Accelerator
 from tqdm.auto import tqdm
 
 from workbench.dense import direct_loss, scratchpad_batch, scratchpad_loss
+from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file, write_bytes_atomic, write_json_atomic
 from workbench.loop.config import LoraSettings, RetrofitConfig
@@ -545,7 +546,7 @@ def train(recipe_path, out=None, overrides=None, resume: bool = False, stop_afte
     """Trains a recipe into a run directory; returns a summary dict.
 
     Args:
-        recipe_path: a TOML recipe (see `workbench.train.recipe`).
+        recipe_path: a TOML recipe (see `workbench.train.recipe`), or a shipped recipe's name (`smollm2_lora_chase`).
         out: the run directory (default runs/<recipe name>).
         overrides: `key=value` strings (as `--set`) or a {dotted key: value} dict.
         resume: continue from the latest checkpoint in `out` (the recipe must match its recipe.toml).
@@ -555,6 +556,7 @@ def train(recipe_path, out=None, overrides=None, resume: bool = False, stop_afte
         {"run_dir", "steps", "finished", "before", "after", "wall_s"}: before / after are
         {depth: {loop: accuracy}} on the held-out rows (before is None when step 0 was not evaluated).
     """
+    recipe_path = resolve("recipe", recipe_path)
     recipe = load_recipe(recipe_path, overrides)
     run_dir = Path(out) if out is not None else Path("runs") / recipe["name"]
     return Trainer(recipe, run_dir, resume=resume, progress=progress,
