@@ -1,13 +1,18 @@
 """The `workbench` command: a thin Typer app over the library.
 
-Every command parses its arguments, calls library functions and prints a summary. A
-`WorkbenchError` (bad input, a refused operation) becomes one line on stderr and exit
-status 2; `--debug` shows the traceback instead.
+Every command parses its arguments, calls library functions and prints a summary. Exit status:
+0 done; 1 a check that failed (identity not 0.0); 2 bad input or a refused operation (a
+`WorkbenchError`: one line on stderr; `--debug` shows the traceback instead); 3 a run stopped by
+the capability guardrail; 130 Ctrl-C (SIGINT) and 143 SIGTERM. Both signals unwind the command
+like an exception, so every writer's clean-up runs: staging directories are removed and what
+was complete before stays as it was.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 import typer
 
@@ -50,8 +55,24 @@ app.command("figures")(figures)
 app.command("claims")(claims)
 
 
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)  # unwinds like Ctrl-C: `finally` and `except BaseException` clean-ups run
+
+
+def _catch_signals() -> None:
+    """SIGINT raises KeyboardInterrupt and SIGTERM SystemExit(143), even where the parent ignored SIGINT.
+
+    A shell starts a background job with SIGINT ignored, and Python then leaves it ignored: a
+    `kill -INT` would let the command run to the end and exit 0.
+    """
+    if threading.current_thread() is threading.main_thread():  # signal.signal works only there
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, _terminated)
+
+
 def run() -> None:
     """Entry point: runs the app, turning WorkbenchError into one line and exit status 2."""
+    _catch_signals()
     try:
         code = app(standalone_mode=False)  # a command's typer.Exit(code) comes back here, not as an exception
     except WorkbenchError as err:
