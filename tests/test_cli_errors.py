@@ -202,16 +202,3 @@ def test_probe_with_an_unknown_probe_name(capsys, monkeypatch, tmp_path, tiny_ru
                           "--only", "depth_matrix,logitlens", "--out", out)
     assert_clean_error(code, err, "logitlens", "known probes: identity, depth_matrix")
     assert not out.exists()
-
-
-def test_probe_refuses_a_nonempty_out_unless_overwrite(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "keep.txt").write_text("mine")
-    code, _, err = invoke(capsys, monkeypatch, *probe_args(tiny_run, tiny_manifest, out))
-    assert_clean_error(code, err, "not empty", "--overwrite")
-    assert [p.name for p in out.iterdir()] == ["keep.txt"]
-    code, stdout, err = invoke(capsys, monkeypatch, *probe_args(tiny_run, tiny_manifest, out, "--overwrite"))
-    assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["depth_matrix.parquet", "depth_matrix__frontier.parquet",
-                                                     "report.html", "summary.json"]

@@ -72,17 +72,50 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def check_out_dir(path: Path, overwrite: bool = False) -> Path:
-    """Refuses an output directory that exists and is not empty, unless `overwrite`.
+OUTPUT_MARKER = ".workbench-output"  # in every directory a command writes whole: --overwrite may replace only these
 
-    Checked before any work starts, and nothing is created here: a refused or failed
-    command leaves no directory behind.
+
+def mark_output(path: Path, command: str) -> None:
+    """Marks `path` as a directory `command` wrote, which a later --overwrite may replace."""
+    write_json_atomic(Path(path) / OUTPUT_MARKER, {"written_by": f"workbench {command}"})
+
+
+def is_workbench_output(path: Path) -> bool:
+    """Whether `path` holds the output marker, or is a probe results directory written before the marker
+    existed (only files, and a summary.json whose created_by names the workbench)."""
+    path = Path(path)
+    if (path / OUTPUT_MARKER).is_file():
+        return True
+    try:
+        created_by = json.loads((path / "summary.json").read_text()).get("created_by", "")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return str(created_by).startswith("workbench") and all(p.is_file() for p in path.iterdir())
+
+
+def check_out_dir(path: Path, overwrite: bool = False, reading=()) -> Path:
+    """Refuses an output directory that exists and is not empty, unless `overwrite` and the workbench wrote it.
+
+    Never replaces what a user owns: `overwrite` applies only to a directory holding the output
+    marker (`mark_output`), and a directory that is or holds a path in `reading` (the checkpoint or
+    manifests the command reads) is refused whatever the flags. Checked before any work starts, and
+    nothing is created here: a refused or failed command leaves no directory behind.
     """
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise WorkbenchError(f"output '{path}' exists and is not a directory")
-    if path.is_dir() and any(path.iterdir()) and not overwrite:
-        raise WorkbenchError(f"output directory '{path}' exists and is not empty; pass --overwrite to replace it")
+    target = path.resolve()
+    for read in reading:
+        read = Path(read).resolve()
+        if read == target or target in read.parents:
+            raise WorkbenchError(f"output directory '{path}' holds '{read}', which this command reads; "
+                                 "choose another output directory")
+    if path.is_dir() and any(path.iterdir()):
+        if not overwrite:
+            raise WorkbenchError(f"output directory '{path}' exists and is not empty; pass --overwrite to replace it")
+        if not is_workbench_output(path):
+            raise WorkbenchError(f"--overwrite replaces only a directory the workbench wrote (marked {OUTPUT_MARKER}); "
+                                 f"'{path}' is not one: choose a new output directory")
     return path
 
 

@@ -361,12 +361,14 @@ def _caption(key: str) -> str:
 
 
 def render_report(results_dir: str | os.PathLike, title: str | None = None,
-                  control: str | os.PathLike | None = None) -> str:
+                  control: str | os.PathLike | None = None, shown_as: str | os.PathLike | None = None) -> str:
     """Returns the report's HTML text for `results_dir` (only the results present are rendered).
 
     Args:
         control: another results directory (the untrained control, or another specimen) shown
             beside this one in the headline table, with paired tests over the rows both read.
+        shown_as: the path the page names (default `results_dir`): a report rendered in a battery's
+            staging directory names the results directory it is about to become.
     """
     results_dir = Path(results_dir)
     tables, summary = load_results(results_dir), read_summary(results_dir)
@@ -379,9 +381,10 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
     shown = {n for n, _ in sections} | {part for n, _ in sections for part in part_names(n)}
     extra = [n for n in tables if n not in shown and n.split("__")[0] not in headlines]
     absent = [SECTIONS[n][0] for n in SECTIONS if n not in {s for s, _ in sections}]
-    title = title or f"Workbench report: {results_dir.resolve().name}"
+    shown_as = Path(shown_as) if shown_as is not None else results_dir
+    title = title or f"Workbench report: {shown_as.resolve().name}"
     nav = "".join(f"<a href='#{n}'>{html.escape(SECTIONS[n][0])}</a>" for n, _ in sections)
-    lead = (f"Results in <code>{html.escape(str(results_dir))}</code>"
+    lead = (f"Results in <code>{html.escape(str(shown_as))}</code>"
             + (f", beside the control <code>{html.escape(str(control))}</code>" if control is not None else "")
             + ". Intervals are 95%: Wilson for proportions over rows, a row bootstrap for entries that come "
               "several to a row, a paired bootstrap for differences. ")
@@ -412,16 +415,17 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
 
 
 def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None = None,
-                 control: str | os.PathLike | None = None) -> Path:
+                 control: str | os.PathLike | None = None, shown_as: str | os.PathLike | None = None) -> Path:
     """Writes the offline HTML report of `results_dir` and returns its path.
 
     Args:
         results_dir: a directory of probe results (`<probe>.parquet`, parts, `summary.json`).
         out: the HTML file to write; default `results_dir/report.html`.
         control: a control results directory shown beside it (see `render_report`).
+        shown_as: the path the page names (see `render_report`).
     """
     out = Path(out) if out is not None else Path(results_dir) / REPORT
-    text = render_report(results_dir, control=control)
+    text = render_report(results_dir, control=control, shown_as=shown_as)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, text.encode("utf-8"))
     return out

@@ -30,13 +30,13 @@ def demo(
                                        help="Held-out rows per depth for --train-steps' before/after evaluation "
                                             "(the recipe's own 64 cost minutes on CPU)."),
     skip_selection: bool = typer.Option(False, "--skip-selection", help="Skip the block-selection sweep."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out that the workbench wrote."),
     as_json: bool = typer.Option(False, "--json", help="End with the machine-readable summary (demo.json) "
                                  "instead of the headline table."),
 ) -> None:
     """The main job on the embedded default: select, retrofit, identity, probe, report."""
     from workbench.identity import identity_report
-    from workbench.io import check_out_dir, write_json_atomic
+    from workbench.io import check_out_dir, mark_output, write_json_atomic
     from workbench.models import EMBEDDED_DEFAULT, load_base
     from workbench.probes.battery import run_battery
     from workbench.report import write_report
@@ -45,6 +45,8 @@ def demo(
 
     say = partial(typer.echo, err=as_json)  # with --json only the JSON goes to stdout
     check_out_dir(out, overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    mark_output(out, "demo")
     start = time.perf_counter()
     base, tok = load_base(EMBEDDED_DEFAULT)
     say(f"loaded {EMBEDDED_DEFAULT}: {base.config.num_hidden_layers} layers, width {base.config.hidden_size}")
@@ -55,7 +57,6 @@ def demo(
         sel = select_block(base, tok)
         headline["selection"] = {"prelude_end": sel.prelude_end, "coda_start": sel.coda_start,
                                  "recommended": list(sel.recommended)}
-        out.mkdir(parents=True, exist_ok=True)
         write_json_atomic(out / "block_selection.json", sel.to_dict())
         say(f"span {sel.prelude_end}:{sel.coda_start}, recommended window {sel.recommended[0]}:"
             f"{sel.recommended[1]}  ({time.perf_counter() - t0:.0f} s)")
@@ -79,8 +80,8 @@ def demo(
         f"{headline['identity_max_abs_diff']} (must be 0.0)  ({time.perf_counter() - t0:.0f} s)")
 
     t0 = _step(say, f"4. probing {checkpoint} with the {DEMO_BATTERY} battery")
-    summary = run_battery(str(checkpoint), resolve("battery", DEMO_BATTERY), out / "probe", overwrite=overwrite)
-    write_report(out / "probe")
+    summary = run_battery(str(checkpoint), resolve("battery", DEMO_BATTERY), out / "probe", overwrite=overwrite,
+                          finish=lambda staging: write_report(staging, shown_as=out / "probe"))
     headline["probes"] = summary["probes"]
     say(f"probes done in {time.perf_counter() - t0:.0f} s")
 

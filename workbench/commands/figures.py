@@ -10,10 +10,10 @@ import typer
 
 def figures(
     results: List[Path] = typer.Option([], "--results", help="Results directory (repeatable; default: every "
-                                       "directory under ./results that holds probe tables)."),
+                                       "directory under ./results that holds probe tables and summary.json)."),
     fmt: str = typer.Option("pdf", "--format", help="pdf, svg, png or html."),
     out: Path = typer.Option(Path("figures/out"), "--out", help="Output directory; one folder per results directory."),
-    spec: Optional[Path] = typer.Option(None, "--spec", help="Figure spec TOML (e.g. figures/paper.toml); "
+    spec: Optional[str] = typer.Option(None, "--spec", help="Figure spec TOML, or a shipped one by name (paper); "
                                         "default: every registered figure at double-column width."),
     dpi: Optional[int] = typer.Option(None, "--dpi", help="PNG resolution (default: the spec's, else 300)."),
 ) -> None:
@@ -23,7 +23,9 @@ def figures(
 
     specs, spec_dpi = load_spec(spec) if spec is not None else (None, DPI)
     if not results:
-        results = sorted(p for p in Path("results").glob("*") if p.is_dir() and any(p.glob("*.parquet")))
+        # complete results only: a staging directory (.NAME.tmpPID) or one without its summary is not one
+        results = sorted(p for p in Path("results").glob("*") if p.is_dir() and not p.name.startswith(".")
+                         and (p / "summary.json").is_file() and any(p.glob("*.parquet")))
         if not results:
             raise WorkbenchError("no --results given and no directory under ./results holds probe tables; "
                                  "pass --results DIR")

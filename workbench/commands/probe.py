@@ -33,9 +33,8 @@ def probe(
     from workbench.probes.battery import run_battery
     from workbench.report import write_report
 
-    summary = run_battery(checkpoint, battery, out, rows=rows,
-                          only=parse_only(only), overwrite=overwrite, seed=seed, precision=precision)
-    write_report(out)
+    summary = run_battery(checkpoint, battery, out, rows=rows, only=parse_only(only), overwrite=overwrite, seed=seed,
+                          precision=precision, finish=lambda staging: write_report(staging, shown_as=out))
     print_summary(summary, as_json)
     if not as_json:
         typer.echo(f"results: {out} ({summary['wall_s']:.0f} s)")

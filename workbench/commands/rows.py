@@ -47,13 +47,18 @@ def rows(
     model: str = typer.Option(
         EMBEDDED_DEFAULT, "--model", help="Model whose tokenizer every symbol must be one token of."
     ),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing manifest and its sidecar."),
 ) -> None:
     """Write a frozen row manifest: F.jsonl and F.manifest.json."""
     from workbench.tasks import build_rows
-    from workbench.tasks.manifest import write_manifest
+    from workbench.tasks.manifest import sidecar_path, write_manifest
 
     if Path(out).suffix != ".jsonl":
         raise WorkbenchError(f"--out '{out}' must end in .jsonl")
+    for path in (Path(out), sidecar_path(out)):  # a frozen manifest is replaced only when asked
+        if path.is_dir() or (path.exists() and not overwrite):
+            raise WorkbenchError(f"--out: '{path}' already exists; choose another file"
+                                 + ("" if path.is_dir() else ", or pass --overwrite to replace the manifest"))
     tokenizer = _tokenizer(model) if task in ("chase", "phop") else None
     generated = build_rows(task, parse_depths(depths), per_depth, seed, alphabet=alphabet, tokenizer=tokenizer,
                            surface=surface, symbol_set=symbols, permutation=permutation, split=split)

@@ -14,19 +14,10 @@ from pathlib import Path
 import typer
 
 from workbench.defaults import EMBEDDED_DEFAULT
-from workbench.errors import WorkbenchError
-from workbench.io import write_text_atomic
+from workbench.io import check_out_dir, mark_output, write_text_atomic
 
 SELECTION_JSON = "block_selection.json"
 SELECTION_HTML = "block_selection.html"
-
-
-def check_out_dir(out: Path, overwrite: bool) -> None:
-    """Raises WorkbenchError if `out` is a file, or a non-empty directory and `overwrite` is off."""
-    if out.exists() and not out.is_dir():
-        raise WorkbenchError(f"--out '{out}' is a file; give a directory (new, empty, or with --overwrite)")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise WorkbenchError(f"--out '{out}' exists and is not empty; give a new or empty directory, or --overwrite")
 
 
 def select_block(
@@ -35,7 +26,8 @@ def select_block(
     window: int | None = typer.Option(None, "--window", help="Layers to loop (default: max(2, round(L/5)), "
                                       "clipped to the span)."),
     out: Path = typer.Option(Path("results/select_block"), "--out", help="Output directory (must be new or empty)."),
-    overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty --out directory."),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty --out directory that "
+                                   "the workbench wrote."),
 ) -> None:
     """Find the loopable span (angular distance + Kneedle) and rank windows in it by loop-2 damage."""
     from workbench.models import load_base, weights_sha256
@@ -57,6 +49,7 @@ def select_block(
         "seconds": round(time.perf_counter() - start, 1),
     }
     out.mkdir(parents=True, exist_ok=True)
+    mark_output(out, "select-block")
     write_text_atomic(out / SELECTION_JSON, json.dumps(record, indent=2))
     html = angular_distance_figure(record).to_html(include_plotlyjs=True, full_html=True)
     write_text_atomic(out / SELECTION_HTML, html)

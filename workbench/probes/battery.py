@@ -41,6 +41,7 @@ from workbench.errors import WorkbenchError
 from workbench.io import (
     atomic_path,
     check_out_dir,
+    mark_output,
     read_toml,
     replace_dir,
     sha256_bytes,
@@ -193,23 +194,27 @@ EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is 
 
 def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathLike, rows: str | None = None,
                 only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
-                progress: bool = True, precision: str = "fp32") -> dict:
+                progress: bool = True, precision: str = "fp32", finish=None) -> dict:
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:
         checkpoint: see `load_checkpoint`.
         battery: the battery TOML file.
-        out: the results directory (refused if it exists and is not empty, unless `overwrite`).
+        out: the results directory (refused if it exists and is not empty, unless `overwrite` and the
+            workbench wrote it; refused if it holds the checkpoint or a manifest read).
         rows: a manifest replacing every probe's rows.
         only: run only these probes.
         seed: passed to every probe that takes a seed (splits, pairings, nulls).
         precision: "fp32" or "bf16" (`workbench.precision`; falls back to fp32 without bf16 units).
             The identity and gradient-audit probes run first, in fp32, whatever is asked.
+        finish: called with the staging directory once tables and summary.json are in it, before it
+            replaces `out` (the probe command writes the report there: computation never draws).
     """
     start = time.perf_counter()
     spec = load_battery(battery)
     todo = plan(spec, only, rows)
-    out = check_out_dir(Path(out), overwrite)
+    reading = [*{o["manifest"] for o in todo.values()}, resolve_run(checkpoint.removeprefix(UNTRAINED))]
+    out = check_out_dir(Path(out), overwrite, reading=reading)
     used, precision_record = resolve_precision(precision, "cuda" if torch.cuda.is_available() else "cpu")
     if progress and precision != "fp32":
         tqdm.write(f"precision: {used} ({precision_record['hardware']['name']}; bf16 units: "
@@ -238,8 +243,11 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
                                                                          context, staging)
         summary["wall_s"] = round(time.perf_counter() - start, 1)
         write_json_atomic(staging / "summary.json", summary)
-        replace_dir(staging, out)
-    except BaseException:
+        if finish is not None:
+            finish(staging)  # e.g. the report: written before the move, so `out` is never without it
+        mark_output(staging, "probe")
+        replace_dir(staging, out)  # only now does `out` change: complete, or as it was
+    except BaseException:  # Ctrl-C and SIGTERM (workbench.cli) included
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return summary
