@@ -1,0 +1,92 @@
+"""An installable wheel: `pip wheel .`, its contents, and the installed (not editable) `workbench` at work.
+
+The wheel is built from a copy of the source tree (the build writes build/ and *.egg-info beside
+the sources) and installed with --no-deps into a fresh virtual environment. That environment sees
+the test interpreter's packages through a .pth file instead of installing torch and the rest:
+nothing may download here, and the point is the wheel, not the dependencies. A path listed in a
+.pth file is not itself scanned for .pth files, so the editable install of the checkout (a .pth
+finder in the test interpreter's site-packages) stays inactive and `workbench` is the wheel's.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCES = ("pyproject.toml", "README.md", "workbench", "probes", "training", "figures")
+
+pytestmark = pytest.mark.slow  # a wheel build and a model load: minutes on 2 cores
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    src = tmp_path_factory.mktemp("src")
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "attempts", "out", "report.html")
+    for name in SOURCES:
+        path = ROOT / name
+        if path.is_dir():
+            shutil.copytree(path, src / name, symlinks=True, ignore=skip)  # data/* links stay relative links
+        else:
+            shutil.copy2(path, src / name)
+    dist = tmp_path_factory.mktemp("dist")
+    res = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                          "-w", str(dist), str(src)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    (built,) = dist.glob("workbench-*.whl")
+    return built
+
+
+def test_the_wheel_holds_every_default(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    data = "workbench/data/"
+    expected = [f"{data}claims.toml", f"{data}corpus.txt", f"{data}figures/paper.toml",
+                *(f"{data}probes/{n}" for n in ("default.toml", "demo.toml", "chase_n8_d1-7.jsonl",
+                                                 "chase_n8_d1-7.manifest.json")),
+                *(f"{data}training/{p.name}" for p in (ROOT / "training").glob("*.toml")),
+                *(f"{data}training/keepers/{k}/{f}" for k in ("smollm2-chase", "smollm2-chase-anneal")
+                  for f in ("trainable.safetensors", "retrofit.json", "recipe.toml", "provenance.json",
+                            "metrics.jsonl", "battery/summary.json", "battery/depth_matrix.parquet")),
+                "workbench/cli.py", "workbench/defaults.py", "workbench/probes/battery.py"]
+    assert len(expected) > 25
+    assert [n for n in expected if n not in names] == []
+    assert not [n for n in names if "attempts/" in n or n.startswith("tests/") or n.endswith("report.html")]
+    entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "workbench = workbench.cli:run" in entry
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory):
+    """A fresh venv with the wheel installed (--no-deps); its `workbench` script and an environment to run it."""
+    venv = tmp_path_factory.mktemp("venv")
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    res = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
+                          "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    site = Path(subprocess.run([venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True).stdout.strip())
+    (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # torch & co., see the module doc
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return venv / "bin" / "workbench", env, site
+
+
+def test_the_installed_workbench_runs_with_its_defaults(installed, tmp_path):
+    script, env, site = installed
+    res = subprocess.run([script, "claims"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "not comparable" in res.stdout and " reproduced, " in res.stdout
+    counts = res.stdout.strip().splitlines()[-1]
+    assert not counts.startswith("0 reproduced"), counts  # the keepers' committed results shipped with it
+    res = subprocess.run([script, "probe", "--checkpoint", "smollm2-chase", "--battery", "demo", "--only", "identity",
+                          "--out", "res"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads((tmp_path / "res" / "summary.json").read_text())
+    assert Path(summary["checkpoint"]["path"]).is_relative_to(site)  # the wheel's keeper, not the checkout's
+    assert Path(summary["battery"]).is_relative_to(site)
+    assert (tmp_path / "res" / "report.html").is_file()
