@@ -21,9 +21,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # --- name resolution (in process) ---------------------------------------------------------------
 
 def test_every_shipped_default_is_found_by_name():
-    assert defaults.shipped("battery") == ["default", "demo"]
-    assert "smollm2_lora_chase" in defaults.shipped("recipe") and defaults.shipped("figure spec") == ["paper"]
-    assert defaults.shipped("manifest") == ["chase_n8_d1-7"]
+    assert {"default", "demo"} <= set(defaults.shipped("battery"))
+    assert "smollm2_lora_chase" in defaults.shipped("recipe") and "paper" in defaults.shipped("figure spec")
+    assert "chase_n8_d1-7" in defaults.shipped("manifest")
     assert "smollm2-chase" in defaults.shipped_keepers()
     for kind, name in (("battery", "default"), ("battery", "demo.toml"), ("recipe", "smollm2_lora_chase"),
                        ("figure spec", "paper"), ("manifest", "chase_n8_d1-7")):
@@ -43,7 +43,7 @@ def test_a_users_own_file_wins_over_a_shipped_name(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("kind,given,fragment", [
-    ("battery", "nope", "battery 'nope' does not exist; give a battery TOML file or a shipped name: default, demo"),
+    ("battery", "nope", "battery 'nope' does not exist; give a battery TOML file or a shipped name: "),
     ("recipe", "training/none.toml", "recipe 'training/none.toml' does not exist"),
     ("figure spec", ".", "figure spec '.' is a directory, not a file"),
 ])

@@ -41,9 +41,11 @@ DEFAULT_KEEPER = "smollm2-chase"
 
 
 def shipped(kind: str) -> list[str]:
-    """The names of the shipped files of `kind` (a key of KINDS), sorted."""
+    """The names of the shipped files of `kind` (a key of KINDS), sorted; one folder deep (`support/...`)."""
     folder, suffix, _ = KINDS[kind]
-    return sorted(p.name.removesuffix(suffix) for p in (DATA / folder).glob(f"*{suffix}"))
+    root = DATA / folder
+    files = [*root.glob(f"*{suffix}"), *root.glob(f"*/*{suffix}")]  # keepers' own recipe.toml lie deeper
+    return sorted(p.relative_to(root).as_posix().removesuffix(suffix) for p in files)
 
 
 def shipped_keepers() -> list[str]:
@@ -54,7 +56,8 @@ def shipped_keepers() -> list[str]:
 def resolve(kind: str, given: str | os.PathLike) -> Path:
     """Returns the file `given` names: an existing file, else the shipped file of that name.
 
-    A name is the file's stem (`default`) or its file name (`default.toml`); a path that exists
+    A name is the file's path under its shipped folder without the suffix (`default`,
+    `support/smollm2_chase_s2`) or with it (`default.toml`); a path that exists
     always wins over a shipped name, so a user's own `default.toml` is never shadowed.
 
     Raises:
@@ -66,7 +69,7 @@ def resolve(kind: str, given: str | os.PathLike) -> Path:
     if path.is_file():
         return path
     name = text.removesuffix(suffix)
-    if name and os.sep not in name and "/" not in name and (DATA / folder / f"{name}{suffix}").is_file():
+    if name in shipped(kind):
         return DATA / folder / f"{name}{suffix}"
     state = "is a directory, not a file" if path.is_dir() else "does not exist"
     raise WorkbenchError(f"{kind} '{text}' {state}; give {what} or a shipped name: {', '.join(shipped(kind))}")

@@ -17,8 +17,8 @@ def _matrix_lines(matrix: dict) -> list[str]:
 
 
 def train(
-    recipe: str = typer.Argument(..., help="A TOML recipe file, or a shipped recipe by name: smollm2_lora_chase, "
-                                 "smollm2_lora_chase_anneal, retrofit_lora, retrofit_full_block, recurtrace."),
+    recipe: str = typer.Argument(..., help="A TOML recipe file, or a shipped recipe by name (e.g. "
+                                 "smollm2_lora_chase, support/smollm2_chase_s2; workbench/data/training/)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/<recipe name>)."),
     overrides: List[str] = typer.Option([], "--set", help="Override a recipe key: key=value (repeatable), "
                                         "e.g. --set optim.lr=3e-4 --set stages.0.steps=50."),
