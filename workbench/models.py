@@ -8,6 +8,7 @@ safetensors under `~/.cache/workbench` (or `$WORKBENCH_CACHE`).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -17,7 +18,6 @@ import shutil
 from pathlib import Path
 
 import torch
-from gguf import GGUFReader
 from transformers import (
     AutoConfig,
     AutoModelForCausalLM,
@@ -28,6 +28,7 @@ from transformers.utils import logging as hf_logging
 
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
+from workbench.gguf_header import read_header
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +81,15 @@ def load_base(
         if not path.exists():
             raise WorkbenchError(f"model '{spec_str}' does not exist; --model takes {accepted_specs()}")
         if path.is_file() and path.suffix == ".gguf":
-            model, tok = _load_gguf(path, dtype, attn_implementation)
+            with _user_files(spec_str):
+                model, tok = _load_gguf(path, dtype, attn_implementation)
         elif path.is_dir() and (path / "config.json").exists():
-            _check_architecture(AutoConfig.from_pretrained(path).model_type, spec_str)
-            model = AutoModelForCausalLM.from_pretrained(
-                path, dtype=dtype, attn_implementation=attn_implementation
-            )
-            tok = AutoTokenizer.from_pretrained(path)
+            with _user_files(spec_str):
+                _check_architecture(AutoConfig.from_pretrained(path).model_type, spec_str)
+                model = AutoModelForCausalLM.from_pretrained(
+                    path, dtype=dtype, attn_implementation=attn_implementation
+                )
+                tok = AutoTokenizer.from_pretrained(path)
         else:
             raise WorkbenchError(
                 f"model '{spec_str}' is neither a .gguf file nor a directory with config.json; "
@@ -98,6 +101,26 @@ def load_base(
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return model, tok
+
+
+@contextlib.contextmanager
+def _user_files(spec: str):
+    """Turns a library's error on a user's model files (truncated weights, a broken config) into one line.
+
+    The GGUF header is checked first by `workbench.gguf_header`, so nothing here allocates for what a
+    file merely declares; this catches what the readers find after that.
+    """
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except WorkbenchError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as err:
+        lines = str(err).strip().splitlines()
+        first = lines[0][:200] if lines else "no message"
+        raise WorkbenchError(f"model '{spec}' cannot be loaded ({type(err).__name__}: {first}); "
+                             f"--model takes {accepted_specs()}") from None
 
 
 def _check_architecture(model_type: str, spec: str) -> None:
@@ -134,10 +157,8 @@ def _load_embedded(dtype: torch.dtype, attn: str):
 
 
 def _gguf_architecture(path: Path) -> str:
-    field = GGUFReader(path).fields.get("general.architecture")
-    if field is None:
-        return "unknown"
-    return bytes(field.parts[field.data[0]]).decode()
+    """The architecture a GGUF file declares, after `read_header` checked every size in it against the file."""
+    return read_header(path)["architecture"] or "unknown"
 
 
 def _load_gguf(path: Path, dtype: torch.dtype, attn: str):
