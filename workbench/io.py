@@ -8,6 +8,7 @@ path to a library (parquet, safetensors) go through it.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -119,6 +120,42 @@ def check_out_dir(path: Path, overwrite: bool = False, reading=()) -> Path:
     return path
 
 
+LOCK = ".lock"
+
+
+@contextmanager
+def locked_dir(path: Path, what: str):
+    """Holds an exclusive lock on directory `path` (made if missing) while the block runs.
+
+    A second process asking for the same directory is refused at once with the holder's pid. The
+    lock (flock on `path/.lock`) goes with the process, so a killed holder never leaves it stale;
+    a directory made here that holds nothing but the lock at the end is removed again.
+    """
+    path = Path(path)
+    made = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    handle = open(path / LOCK, "a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise WorkbenchError(f"{what} '{path}' is in use by another process (pid {holder}); wait for it to end "
+                             "or choose another directory") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    try:
+        yield path
+    finally:
+        if made and [p.name for p in path.iterdir()] == [LOCK]:
+            (path / LOCK).unlink()
+            path.rmdir()
+        handle.close()
+
+
 def replace_dir(staging: Path, target: Path) -> None:
     """Moves a fully written staging directory to `target`, replacing what was there."""
     target = Path(target)
@@ -130,6 +167,20 @@ def replace_dir(staging: Path, target: Path) -> None:
     else:
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(staging, target)
+
+
+def read_json(path: str | os.PathLike, kind: str) -> dict:
+    """Parses a JSON object file; a missing file, bad JSON or another top-level type is a one-line WorkbenchError."""
+    path = Path(path)
+    if not path.is_file():
+        raise WorkbenchError(f"{kind} '{path}' does not exist")
+    try:
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise WorkbenchError(f"{kind} '{path}' is not valid JSON ({str(err).splitlines()[0][:120]})") from None
+    if not isinstance(value, dict):
+        raise WorkbenchError(f"{kind} '{path}' holds a JSON {type(value).__name__}, not an object")
+    return value
 
 
 def read_toml(path: str | os.PathLike, kind: str) -> dict:

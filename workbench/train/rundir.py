@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from workbench.errors import WorkbenchError
-from workbench.io import atomic_path, sha256_file, write_json_atomic
+from workbench.io import atomic_path, read_json, sha256_file, write_json_atomic
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import load_base, weights_sha256
@@ -191,7 +191,7 @@ def verify_files(run_dir: Path) -> dict:
     prov_path = run_dir / PROVENANCE
     if not prov_path.is_file():
         raise WorkbenchError(f"'{run_dir}' is not a finished run directory: {PROVENANCE} is missing")
-    prov = json.loads(prov_path.read_text())
+    prov = read_json(prov_path, "provenance")
     if prov.get("status") == "stopped_by_guardrail":
         g = prov.get("guardrail") or {}
         raise WorkbenchError(f"'{run_dir}' was stopped by the capability guardrail at step {prov.get('stopped_at_step')} "
@@ -224,6 +224,42 @@ def set_run_precision(looped, groups: list[str], precision: str) -> int:
             p.requires_grad_(flag)
 
 
+RECORD_FIELDS = {"base": dict, "settings": dict, "trained_groups": list}
+BASE_FIELDS = {"spec": str, "sha256": str, "dtype": str, "attn_implementation": str}
+DTYPES = ("float32", "bfloat16", "float16")
+GROUPS = ("block", "lora", "reentry", "memory", "halting")  # `trained_groups`
+
+
+def read_retrofit(run_dir: str | os.PathLike) -> tuple[dict, RetrofitConfig]:
+    """Returns (retrofit.json of a run directory, its RetrofitConfig) after checking the fields `load_run`
+    rebuilds the model from; hashes are not checked here.
+
+    Raises:
+        WorkbenchError: no retrofit.json, not a JSON object, a field missing or of the wrong type, or
+            settings that do not form a RetrofitConfig.
+    """
+    path = Path(run_dir) / RETROFIT
+    if not path.is_file():
+        raise WorkbenchError(f"'{run_dir}' is not a run directory: {RETROFIT} is missing")
+    record = read_json(path, "retrofit record")
+    for fields, node, where in ((RECORD_FIELDS, record, ""), (BASE_FIELDS, record.get("base"), "base.")):
+        for name, kind in fields.items():
+            if not isinstance(node, dict) or not isinstance(node.get(name), kind):
+                raise WorkbenchError(f"{path}: field '{where}{name}' is missing or not a {kind.__name__}; the "
+                                     "file is incomplete or was edited")
+    for key, accepted in (("dtype", DTYPES), ("attn_implementation", ("eager", "sdpa"))):
+        if record["base"][key] not in accepted:
+            raise WorkbenchError(f"{path}: base.{key} {record['base'][key]!r} is not one of {', '.join(accepted)}")
+    unknown = [g for g in record["trained_groups"] if g not in GROUPS]
+    if unknown:
+        raise WorkbenchError(f"{path}: trained group {unknown[0]!r} is unknown; groups: {', '.join(GROUPS)}")
+    try:
+        return record, RetrofitConfig.from_dict(record["settings"])
+    except (TypeError, KeyError, ValueError) as err:
+        raise WorkbenchError(f"{path}: its settings are not a retrofit's ({type(err).__name__}: "
+                             f"{str(err).splitlines()[0][:160] if str(err) else ''})") from None
+
+
 def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.dtype | None = None,
              precision: str | None = None):
     """Returns `(looped, tokenizer, info)` rebuilt from a run directory, strictly checked.
@@ -244,7 +280,8 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        raise WorkbenchError(f"run directory '{run_dir}' does not exist")
+        raise WorkbenchError(f"run directory '{run_dir}' {'is a file' if run_dir.exists() else 'does not exist'}; "
+                             "give a run directory or a shipped keeper's name")
     prov = verify_files(run_dir)
     record, config = read_retrofit(run_dir)
     spec = base or record["base"]["spec"]
@@ -254,7 +291,11 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
     if digest != record["base"]["sha256"]:
         raise WorkbenchError(f"base model '{spec}' has weights SHA-256 {digest[:12]}..., but {run_dir / RETROFIT} "
                              f"records {record['base']['sha256'][:12]}... (a different base)")
-    looped = retrofit(model, config)
+    try:
+        looped = retrofit(model, config)
+    except (TypeError, KeyError, ValueError) as err:  # settings edited by hand: a value no retrofit takes
+        raise WorkbenchError(f"{run_dir / RETROFIT}: its settings do not rebuild a retrofit ({type(err).__name__}: "
+                             f"{str(err).splitlines()[0][:160] if str(err) else ''})") from None
     load_trained(looped, run_dir / TRAINABLE, record["trained_groups"])
     looped.eval()
     for p in looped.parameters():
@@ -374,16 +415,3 @@ def load_checkpoint(ckpt: Path, looped, groups: list[str], optimizer, param_name
     scheduler.load_state_dict(json.loads((ckpt / "scheduler.json").read_text()))
     torch.set_rng_state(load_file(str(ckpt / "rng.safetensors"))["torch_cpu"])
     return read_checkpoint_state(ckpt)
-
-
-def read_retrofit(run_dir: str | os.PathLike) -> tuple[dict, RetrofitConfig]:
-    """Returns (retrofit.json of a run directory, its RetrofitConfig), without checking hashes.
-
-    Raises:
-        WorkbenchError: the directory holds no retrofit.json.
-    """
-    path = Path(run_dir) / RETROFIT
-    if not path.is_file():
-        raise WorkbenchError(f"'{run_dir}' is not a run directory: {RETROFIT} is missing")
-    record = json.loads(path.read_text())
-    return record, RetrofitConfig.from_dict(record["settings"])
