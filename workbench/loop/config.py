@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from workbench.errors import WorkbenchError
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+MAX_LOOPS = 64  # the most loops a retrofit allocates hook points for (as the identity check's bound)
 
 
 def parse_block(block: str | tuple[int, int] | list[int]) -> tuple[int, int]:
@@ -70,8 +71,9 @@ class RetrofitConfig:
 
     def __post_init__(self):
         object.__setattr__(self, "block", parse_block(self.block))
-        if isinstance(self.max_loops, bool) or not isinstance(self.max_loops, int) or self.max_loops < 1:
-            raise WorkbenchError(f"max_loops={self.max_loops!r} must be an integer >= 1")
+        if isinstance(self.max_loops, bool) or not isinstance(self.max_loops, int) or not 1 <= self.max_loops <= MAX_LOOPS:
+            raise WorkbenchError(f"max_loops={self.max_loops!r} must be an integer in 1..{MAX_LOOPS} (hook modules "
+                                 "are allocated for every loop)")
         if isinstance(self.lora, dict):
             object.__setattr__(self, "lora", LoraSettings(**self.lora))
 

@@ -162,6 +162,10 @@ class LoopedLM(HookedRootModule):
 
     def _context(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
         """Embeddings, per-layer-type masks, position ids and rotary tables: the base model's own."""
+        limit = self.config.max_position_embeddings
+        if input_ids.shape[-1] > limit:  # refused before eager attention allocates [b, heads, s, s]
+            raise WorkbenchError(f"a prompt of {input_ids.shape[-1]} tokens is longer than the model's {limit} "
+                                 "positions (max_position_embeddings); give shorter prompts")
         inner = self.base.model
         x = inner.embed_tokens(input_ids)
         if attention_mask is None:

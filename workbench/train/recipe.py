@@ -29,6 +29,7 @@ import tomllib
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
 from workbench.io import read_toml
+from workbench.loop.config import MAX_LOOPS
 
 STAGE_KINDS = ("chain", "sampled", "halting", "direct", "scratchpad")
 DENSE_KINDS = ("direct", "scratchpad")  # the dense controls (workbench.dense): loop 1 only
@@ -204,7 +205,46 @@ def _choice(key: str, value: str, accepted: tuple) -> None:
         raise WorkbenchError(f"recipe key '{key}' = '{value}' is not accepted; accepted: {', '.join(accepted)}")
 
 
+# key: (lowest, highest, whether `lowest` itself is accepted); every float anywhere must be finite.
+RANGES = {
+    "model.max_loops": (1, MAX_LOOPS, True), "model.memory_window": (1, MAX_LOOPS, True),
+    "model.memory_heads": (1, 64, True), "task.alphabet": (2, 64, True),
+    "optim.prelude_lr_mult": (0.0, 1e6, False), "optim.weight_decay": (0.0, 1e3, True),
+    "optim.eps": (0.0, 1.0, False), "optim.momentum": (0.0, 1.0, True), "optim.grad_clip": (0.0, 1e9, True),
+    "optim.warmup_steps": (0, 10 ** 9, True), "halting.lr": (0.0, 1e3, False),
+    "halting.warmup_steps": (0, 10 ** 9, True),
+    "lora.r": (1, 4096, True), "lora.alpha": (0.0, 1e6, False), "lora.dropout": (0.0, 0.999, True),
+    "sampler.mean": (1.0, MAX_LOOPS, True), "sampler.sigma": (0.0, 10.0, True),
+    "optim.batch_size": (1, 65536, True), "eval.batch_size": (1, 65536, True), "eval.per_depth": (1, 10 ** 6, True),
+}
+MAX_STEPS = 10 ** 8
+
+
+def _finite(node, key: str = "") -> None:
+    if isinstance(node, dict):
+        for k, v in node.items():
+            _finite(v, f"{key}.{k}" if key else k)
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            _finite(v, f"{key}.{i}")
+    elif isinstance(node, float) and not math.isfinite(node):
+        raise WorkbenchError(f"recipe key '{key}' = {node} must be a finite number")
+
+
+def _in_ranges(r: dict) -> None:
+    for key, (low, high, low_ok) in RANGES.items():
+        section, name = key.split(".")
+        value = r[section][name]
+        if not (low <= value <= high) or (value == low and not low_ok):
+            raise WorkbenchError(f"recipe key '{key}' = {value} must lie in {'[' if low_ok else '('}{low}, {high}]")
+    betas = r["optim"]["betas"]
+    if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
+        raise WorkbenchError(f"recipe key 'optim.betas' = {betas} must be two numbers in [0, 1)")
+
+
 def _validate(r: dict) -> None:
+    _finite(r)
+    _in_ranges(r)
     _choice("model.reentry", r["model"]["reentry"], ("bridge", "inject"))
     from workbench.tasks import TASKS  # the generators import torch: only when a recipe is validated
 
@@ -240,8 +280,8 @@ def _validate(r: dict) -> None:
             raise WorkbenchError(f"recipe key '{key}' = {r[section][name]} must be >= 1")
     for i, s in enumerate(r["stages"]):
         _choice(f"stages.{i}.kind", s["kind"], STAGE_KINDS)
-        if s["steps"] < 1:
-            raise WorkbenchError(f"recipe key 'stages.{i}.steps' = {s['steps']} must be >= 1")
+        if not 1 <= s["steps"] <= MAX_STEPS:
+            raise WorkbenchError(f"recipe key 'stages.{i}.steps' = {s['steps']} must lie in [1, {MAX_STEPS}]")
         _check_depths(f"stages.{i}.depths", s["depths"], alphabet, max_loops)
         w = s["depth_weights"]
         if w and (len(w) != len(s["depths"]) or min(w) < 0 or sum(w) <= 0):
