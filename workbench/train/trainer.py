@@ -12,6 +12,7 @@ across ranks before clipping, so N processes compute what one process computes o
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 import math
@@ -23,12 +24,13 @@ from pathlib import Path
 import tomllib
 import torch
 from accelerate import Accelerator
+from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
 from workbench.dense import direct_loss, scratchpad_batch, scratchpad_loss
 from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
-from workbench.io import sha256_file, write_bytes_atomic, write_json_atomic
+from workbench.io import locked_dir, sha256_file, write_bytes_atomic, write_json_atomic
 from workbench.loop.config import LoraSettings, RetrofitConfig
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
@@ -298,6 +300,8 @@ class Trainer:
             loss = loss + self.recipe["preserve"]["kl_weight"] * kl
         loss.backward()
         total_loss = self._reduce_grads(loss.detach())
+        if not torch.isfinite(total_loss):
+            self._stop_non_finite(step, f"the loss is {float(total_loss)}")
         if stage["kind"] != "halting" and loops >= 2 and "reentry" in self.groups:
             self._check_liveness(step, info)
         clip = self.recipe["optim"]["grad_clip"] if stage["kind"] != "halting" else 1.0
@@ -307,10 +311,23 @@ class Trainer:
         lr = {g["name"]: g["lr"] for g in self.opt.param_groups}
         self.opt.step()
         self.sched.step()
+        bad = next((self._param_name(p) for p in self.params if not torch.isfinite(p).all()), None)
+        if bad is not None:
+            self._stop_non_finite(step, f"the update made trained tensor '{bad}' non-finite")
         move = group_rms(self.opt, lambda p: p.detach() - before[id(p)])
         return {"kind": "train", "step": step + 1, "stage": stage["name"] or stage["kind"], "loops": loops,
                 "loss": float(total_loss), "lr": lr, "grad_norm": float(norm),
                 "grad_rms": grad_rms, "move_rms": move, **info}
+
+    def _param_name(self, param) -> str:
+        """The name of a trained parameter, as in `LoopedLM.named_parameters()`."""
+        return next(n for n, p in self.looped.named_parameters() if p is param)
+
+    def _stop_non_finite(self, step: int, what: str) -> None:
+        """Stops the run: nothing non-finite is checkpointed, exported or given provenance."""
+        last = rundir.checkpoints(self.run_dir)
+        raise WorkbenchError(f"step {step + 1}: {what}; the run stops without saving (its last checkpoint: "
+                             f"{f'step {last[-1]}' if last else 'none'}); lower optim.lr or check the recipe's numbers")
 
     def _rehearsal(self, step: int) -> dict:
         """This step's rehearsal texts for the preservation KL (never the guardrail's template)."""
@@ -353,7 +370,14 @@ class Trainer:
 
     # -------------------------------------------------------------- the run
     def run(self, stop_after: int | None = None) -> dict:
-        """Sets up (unless done), trains every remaining step, saves; returns the summary (`training.train`)."""
+        """Sets up (unless done), trains every remaining step, saves; returns the summary (`training.train`).
+
+        The run directory is locked meanwhile: a second process training into it is refused."""
+        lock = locked_dir(self.run_dir, "run directory") if self.acc.is_main_process else contextlib.nullcontext()
+        with lock:
+            return self._run(stop_after)
+
+    def _run(self, stop_after: int | None) -> dict:
         if not hasattr(self, "looped"):
             self.setup()
         start = self._restore() if self.resume else 0
@@ -476,14 +500,30 @@ class Trainer:
         self.acc.wait_for_everyone()
 
     def _restore(self) -> int:
-        """Loads the latest checkpoint; drops metrics lines logged after it. Returns its step."""
+        """Loads the newest intact checkpoint; drops metrics lines logged after it. Returns its step.
+
+        A run stopped before its first checkpoint starts again from step 0 (its set-up files are kept);
+        a checkpoint that fails to load (a file cut short or edited) gives way to the one before it.
+        """
         done = rundir.checkpoints(self.run_dir)
-        if not done:
-            raise WorkbenchError(f"--resume: '{self.run_dir}' has no checkpoint to resume from")
-        ckpt = self.run_dir / rundir.CHECKPOINTS / f"step_{done[-1]}"
-        self.build_optimizer(rundir.read_checkpoint_state(ckpt)["optimizer"])
-        self.state.update(rundir.load_checkpoint(ckpt, self.looped, self.groups, self.opt, self.opt_names, self.sched))
-        step = self.state.pop("step")
+        step, failures = 0, []
+        for candidate in reversed(done):
+            ckpt = self.run_dir / rundir.CHECKPOINTS / f"step_{candidate}"
+            try:
+                self.build_optimizer(rundir.read_checkpoint_state(ckpt)["optimizer"])
+                self.state.update(rundir.load_checkpoint(ckpt, self.looped, self.groups, self.opt, self.opt_names,
+                                                         self.sched))
+            except (WorkbenchError, OSError, ValueError, KeyError, SafetensorError) as err:
+                first = str(err).splitlines()[0][:120] if str(err) else ""
+                failures.append(f"step_{candidate}: {type(err).__name__}: {first}")
+                continue
+            step = self.state.pop("step")
+            break
+        if done and not step:
+            raise WorkbenchError(f"--resume: no checkpoint of '{self.run_dir}' loads ({'; '.join(failures)[:300]}); "
+                                 "remove the checkpoints directory to start over")
+        if failures and self.progress:
+            tqdm.write(f"--resume: skipped {len(failures)} damaged checkpoint(s): {'; '.join(failures)[:300]}")
         if self.acc.is_main_process:
             rundir.discard_partial_checkpoints(self.run_dir)
             kept = []
@@ -492,7 +532,7 @@ class Trainer:
                     record = json.loads(line)
                 except json.JSONDecodeError:  # empty, or a line cut short by the kill
                     continue
-                if record["step"] <= step:
+                if step and record["step"] <= step:  # from step 0 the run starts over: no line is kept
                     kept.append(line + "\n")
             write_bytes_atomic(self.run_dir / rundir.METRICS, "".join(kept).encode())
         self.acc.wait_for_everyone()
