@@ -85,6 +85,11 @@ def run() -> None:
         if type(err).__name__ == "NoArgsIsHelpError":
             typer.echo(err.ctx.get_help() if getattr(err, "ctx", None) else "see: workbench --help")
             sys.exit(0)
+        if hasattr(err, "format_message") and getattr(err, "exit_code", None) == 2:  # a usage error: one line too
+            ctx = getattr(err, "ctx", None)
+            where = f"{ctx.command_path} --help" if ctx is not None else "workbench --help"
+            typer.echo(f"error: {err.format_message()} (see: {where})", err=True)
+            sys.exit(2)
         if hasattr(err, "show") and hasattr(err, "exit_code"):
             err.show()
             sys.exit(err.exit_code)

@@ -1,0 +1,260 @@
+"""Fuzzing the files a user hands in: model files, run directories, recipe numbers and CLI numbers.
+
+`hypothesis` generates each family (not a fixed list): GGUF headers with arbitrary counts and
+sizes, model and run files cut at any byte or with bytes flipped, retrofit.json with fields
+replaced, recipe numbers that are non-finite or out of range, and loop counts of any size. The
+only allowed outcomes are a value or a one-line WorkbenchError; nothing allocates for what a file
+merely declares.
+"""
+
+import json
+import shutil
+import struct
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.test_cli_errors import assert_clean_error, invoke, refresh_provenance, tiny_run  # noqa: F401
+from workbench.errors import WorkbenchError
+from workbench.gguf_header import read_header
+
+FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FEW = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def one_line(err: WorkbenchError) -> None:
+    assert str(err) and "\n" not in str(err)
+
+
+@pytest.fixture(scope="module")
+def small_gguf(tmp_path_factory) -> bytes:
+    """The bytes of a valid GGUF: an architecture, a string array and two small tensors."""
+    from gguf import GGUFWriter
+
+    path = tmp_path_factory.mktemp("gguf") / "m.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_array("tokenizer.ggml.tokens", ["a", "bb", "ccc"])
+    w.add_tensor("token_embd.weight", np.ones((4, 8), dtype=np.float32))
+    w.add_tensor("output_norm.weight", np.ones(8, dtype=np.float32))
+    w.write_header_to_file(); w.write_kv_data_to_file(); w.write_tensors_to_file(); w.close()  # noqa: E702
+    return path.read_bytes()
+
+
+def test_a_valid_gguf_header_reads(small_gguf, tmp_path):
+    path = tmp_path / "m.gguf"
+    path.write_bytes(small_gguf)
+    assert read_header(path) == {"version": 3, "architecture": "llama", "tensors": 2}
+
+
+@FUZZ
+@given(cut=st.integers(0, 10_000))
+def test_a_truncated_gguf_is_refused(small_gguf, tmp_path_factory, cut):
+    cut = cut % len(small_gguf)
+    path = tmp_path_factory.mktemp("g") / "cut.gguf"
+    path.write_bytes(small_gguf[:cut])
+    with pytest.raises(WorkbenchError) as exc:
+        read_header(path)
+    one_line(exc.value)
+
+
+@FUZZ
+@given(version=st.sampled_from([2, 3]) | st.integers(0, 2 ** 32 - 1), n_tensors=st.integers(0, 2 ** 64 - 1),
+       n_kv=st.integers(0, 2 ** 64 - 1), rest=st.binary(max_size=120))
+def test_a_crafted_gguf_header_is_refused_before_any_allocation(tmp_path_factory, version, n_tensors, n_kv, rest):
+    """114 bytes may declare 2^64 tensors or key-values, or strings and arrays of any length."""
+    path = tmp_path_factory.mktemp("g") / "crafted.gguf"
+    path.write_bytes(struct.pack("<4sIQQ", b"GGUF", version, n_tensors, n_kv) + rest)
+    try:
+        header = read_header(path)
+    except WorkbenchError as err:
+        one_line(err)
+        return
+    assert header["tensors"] * 24 <= len(rest)  # what it read, the file held
+
+
+@FUZZ
+@given(start=st.binary(max_size=64).filter(lambda b: not b.startswith(b"GGUF")))
+def test_a_file_named_gguf_that_is_not_one(tmp_path_factory, start):
+    path = tmp_path_factory.mktemp("g") / "something.gguf"
+    path.write_bytes(start)
+    with pytest.raises(WorkbenchError) as exc:
+        read_header(path)
+    one_line(exc.value)
+
+
+def test_the_cli_refuses_a_text_file_named_gguf(capsys, monkeypatch, tmp_path):
+    path = tmp_path / "something.gguf"
+    path.write_text("just some text\n")
+    code, _, err = invoke(capsys, monkeypatch, "identity", "--model", path, "--block", "1:2")
+    assert_clean_error(code, err, "is not a GGUF file")
+
+
+# --- a Hugging Face model directory whose weights or config are damaged -------------------------
+
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory):
+    from workbench.models import load_base
+
+    model, tok = load_base("tiny-llama")
+    path = tmp_path_factory.mktemp("hf") / "tiny"
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+@FEW
+@given(cut=st.floats(0.0, 0.999), flip=st.none() | st.integers(0, 4000))
+def test_damaged_safetensors_weights(hf_dir, tmp_path_factory, cut, flip):
+    from workbench.models import load_base
+
+    copy = tmp_path_factory.mktemp("hf") / "tiny"
+    shutil.copytree(hf_dir, copy)
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    if flip is None:
+        data = data[:int(len(data) * cut)]
+    else:
+        data[flip % len(data)] ^= 0xFF
+    weights.write_bytes(bytes(data))
+    try:
+        load_base(copy)
+    except WorkbenchError as err:
+        one_line(err)
+
+
+@FEW
+@given(config=st.binary(max_size=40) | st.dictionaries(st.sampled_from(["model_type", "hidden_size",
+                                                                           "num_hidden_layers", "vocab_size"]),
+                                                          st.integers(-3, 3) | st.text(max_size=5), max_size=4)
+       .map(lambda d: json.dumps(d).encode()))
+def test_a_damaged_config(hf_dir, tmp_path_factory, config):
+    from workbench.models import load_base
+
+    copy = tmp_path_factory.mktemp("hf") / "tiny"
+    shutil.copytree(hf_dir, copy)
+    (copy / "config.json").write_bytes(config)
+    with pytest.raises(WorkbenchError) as exc:
+        load_base(copy)
+    one_line(exc.value)
+
+
+# --- run directories with an edited retrofit.json -------------------------------------------------
+
+FIELDS = ["base", "base.spec", "base.sha256", "base.dtype", "base.attn_implementation", "settings",
+          "settings.block", "settings.reentry", "settings.max_loops", "trained_groups"]
+VALUES = (st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.text(max_size=6)
+          | st.lists(st.integers(), max_size=3))
+
+
+@FEW
+@given(field=st.sampled_from(FIELDS), value=VALUES, delete=st.booleans())
+def test_an_edited_retrofit_record(tiny_run, tmp_path_factory, field, value, delete):  # noqa: F811
+    from workbench.train.rundir import load_run
+
+    run = tmp_path_factory.mktemp("r") / "run"
+    shutil.copytree(tiny_run, run)
+    record = json.loads((run / "retrofit.json").read_text())
+    *parents, last = field.split(".")
+    node = record
+    for p in parents:
+        node = node[p]
+    if delete:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    (run / "retrofit.json").write_text(json.dumps(record))
+    refresh_provenance(run, "retrofit.json")  # as someone editing a run by hand would
+    try:
+        load_run(run)
+    except WorkbenchError as err:
+        one_line(err)
+
+
+@FEW
+@given(name=st.sampled_from(["retrofit.json", "provenance.json"]), cut=st.floats(0.0, 0.99))
+def test_a_truncated_run_file(tiny_run, tmp_path_factory, name, cut):  # noqa: F811
+    from workbench.train.rundir import load_run
+
+    run = tmp_path_factory.mktemp("r") / "run"
+    shutil.copytree(tiny_run, run)
+    data = (run / name).read_bytes()
+    (run / name).write_bytes(data[:int(len(data) * cut)])
+    if name == "retrofit.json":
+        refresh_provenance(run, name)
+    with pytest.raises(WorkbenchError) as exc:
+        load_run(run)
+    one_line(exc.value)
+
+
+def test_a_run_directory_that_is_a_file(capsys, monkeypatch, tmp_path):
+    run = tmp_path / "run"
+    run.write_text("not a directory")
+    code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", run, "--only", "depth_matrix",
+                          "--out", tmp_path / "out")
+    assert_clean_error(code, err, str(run))
+    assert not (tmp_path / "out").exists()
+
+
+# --- recipe numbers and CLI numbers ------------------------------------------------------------
+
+NUMERIC_KEYS = ["optim.lr", "optim.prelude_lr_mult", "optim.eps", "optim.weight_decay", "optim.grad_clip",
+                "optim.momentum", "preserve.kl_weight", "guardrail.max_drop", "lora.alpha", "lora.dropout",
+                "halting.lr", "sampler.mean", "sampler.sigma", "optim.betas"]
+
+
+@FUZZ
+@given(key=st.sampled_from(NUMERIC_KEYS), text=st.sampled_from(["nan", "inf", "-inf", "+inf"]))
+def test_non_finite_recipe_numbers_are_refused(key, text):
+    from workbench.defaults import resolve
+    from workbench.train.recipe import load_recipe
+
+    value = f"[0.9, {text}]" if key == "optim.betas" else text
+    with pytest.raises(WorkbenchError) as exc:
+        load_recipe(resolve("recipe", "smollm2_lora_chase"), [f"{key}={value}"])
+    one_line(exc.value)
+    assert key in str(exc.value) and "finite" in str(exc.value)
+
+
+@FUZZ
+@given(key=st.sampled_from(["model.max_loops", "optim.batch_size", "lora.r", "stages.0.steps", "task.alphabet"]),
+       value=st.integers(-2 ** 63, 0) | st.integers(10 ** 9, 2 ** 63) | st.floats(allow_nan=True) | st.text(max_size=4))
+def test_nonsense_recipe_sizes_are_refused(key, value):
+    from workbench.defaults import resolve
+    from workbench.train.recipe import load_recipe
+
+    with pytest.raises(WorkbenchError) as exc:
+        load_recipe(resolve("recipe", "smollm2_lora_chase"), {key: value})
+    one_line(exc.value)
+
+
+@FUZZ
+@given(loops=st.integers(-2 ** 70, 0) | st.integers(65, 2 ** 70) | st.sampled_from(["1.5", "two", "", "1e3", "nan"]))
+def test_cli_loop_counts_outside_the_limit(capsys, monkeypatch, loops):
+    code, _, err = invoke(capsys, monkeypatch, "identity", "--model", "tiny-llama", "--block", "1:3",
+                          "--loops", str(loops))
+    assert_clean_error(code, err, "loops")
+
+
+@FEW
+@given(max_loops=st.integers(65, 2 ** 70) | st.integers(-2 ** 70, 0))
+def test_max_loops_is_refused_before_any_hook_is_allocated(max_loops):
+    from workbench.loop.surgery import MAX_LOOPS, retrofit
+    from workbench.models import load_base
+
+    model, _ = load_base("tiny-llama")
+    with pytest.raises(WorkbenchError) as exc:
+        retrofit(model, "1:3", max_loops=max_loops)
+    assert f"1..{MAX_LOOPS}" in str(exc.value)
+
+
+def test_a_prompt_longer_than_the_model_is_refused(tiny_run):  # noqa: F811
+    import torch
+
+    from workbench.train.rundir import load_run
+
+    looped, _, _ = load_run(tiny_run)
+    n = looped.config.max_position_embeddings + 1
+    with pytest.raises(WorkbenchError, match=f"a prompt of {n} tokens is longer than the model's"):
+        looped.read(torch.zeros(1, n, dtype=torch.long), loops=1)
