@@ -69,8 +69,9 @@ def installed(wheel, tmp_path_factory):
     res = subprocess.run([sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
                           "--no-deps", "--no-index", "-q", str(wheel)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-3000:]
-    site = Path(subprocess.run([venv / "bin" / "python", "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+    where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+    site = Path(subprocess.run([venv / "bin" / "python", "-c", where], capture_output=True, text=True,
+                               check=True).stdout.strip())
     (site / "outer.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")  # torch & co., see the module doc
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return venv / "bin" / "workbench", env, site
