@@ -41,7 +41,7 @@ class _Cursor:
 
     def take(self, n: int, what: str) -> bytes:
         if n > self.left:
-            raise WorkbenchError(f"GGUF '{self.name}' declares {what} of {n} bytes at byte {self.f.tell()}, but the "
+            raise WorkbenchError(f"GGUF '{self.name}' needs {n} bytes for {what} at byte {self.f.tell()}, but the "
                                  f"file ({self.size} bytes) holds only {self.left} more; it is truncated or not GGUF")
         return self.f.read(n)
 
