@@ -258,3 +258,46 @@ def test_a_prompt_longer_than_the_model_is_refused(tiny_run):  # noqa: F811
     n = looped.config.max_position_embeddings + 1
     with pytest.raises(WorkbenchError, match=f"a prompt of {n} tokens is longer than the model's"):
         looped.read(torch.zeros(1, n, dtype=torch.long), loops=1)
+
+
+# --- Python API misuse ----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def looped():
+    from workbench.loop.surgery import retrofit
+    from workbench.models import load_base
+
+    model, tok = load_base("tiny-llama")
+    return retrofit(model, "2:4", max_loops=3).eval(), tok
+
+
+@FUZZ
+@given(name=st.text(max_size=30) | st.builds("loop.{}.hook_state".format, st.integers(-3, 10)))
+def test_a_hook_name_that_does_not_exist_is_an_error(looped, name):
+    import torch
+
+    model, _ = looped
+    ids = torch.tensor([[1, 2, 3]])
+    if name in model.hook_dict:  # loop.1.hook_state .. loop.3.hook_state: real names are the contract's
+        return
+    for call in (lambda: model.run_with_cache(ids, loops=1, names_filter=[name]),
+                 lambda: model.run_with_hooks(ids, loops=1, fwd_hooks=[(name, lambda x, hook: x)])):
+        with pytest.raises(WorkbenchError, match="does not exist on this retrofit"):
+            call()
+
+
+@FUZZ
+@given(position=st.integers(-10, 10), candidate=st.integers(-10, 60_000), batch=st.integers(0, 2))
+def test_read_refuses_positions_candidates_and_batches_out_of_range(looped, position, candidate, batch):
+    import torch
+
+    model, tok = looped
+    ids = torch.ones(batch, 4, dtype=torch.long)
+    ok = batch >= 1 and 0 <= position < 4 and 0 <= candidate < len(tok)
+    try:
+        r = model.read(ids, loops=2, positions=torch.tensor([position]), candidates=torch.tensor([candidate]))
+    except WorkbenchError as err:
+        assert not ok, err
+        one_line(err)
+        return
+    assert ok and r.scores.shape == (batch, 2, 1, 1)

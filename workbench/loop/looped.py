@@ -156,12 +156,32 @@ class LoopedLM(HookedRootModule):
     def config(self):
         return self.base.config
 
+    def _check_hook_names(self, names) -> None:
+        """Raises WorkbenchError for a hook name this retrofit lacks: TransformerLens would silently skip it."""
+        unknown = [n for n in names if isinstance(n, str) and n not in self.hook_dict]
+        if unknown:
+            raise WorkbenchError(f"hook '{unknown[0]}' does not exist on this retrofit (loops 1..{self.max_loops}); "
+                                 "names look like loop.1.hook_state or loop.2.block.12.hook_resid_post")
+
+    def run_with_cache(self, *args, names_filter=None, **kwargs):
+        """TransformerLens' run_with_cache; a hook name in `names_filter` that does not exist is an error."""
+        if isinstance(names_filter, (str, list, tuple)):
+            self._check_hook_names([names_filter] if isinstance(names_filter, str) else names_filter)
+        return super().run_with_cache(*args, names_filter=names_filter, **kwargs)
+
+    def run_with_hooks(self, *args, fwd_hooks=(), bwd_hooks=(), **kwargs):
+        """TransformerLens' run_with_hooks; a hook name that does not exist is an error, not a no-op."""
+        self._check_hook_names([name for name, _ in [*fwd_hooks, *bwd_hooks]])
+        return super().run_with_hooks(*args, fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks), **kwargs)
+
     def _check_loops(self, loops: int) -> None:
         if not isinstance(loops, int) or not 1 <= loops <= self.max_loops:
             raise WorkbenchError(f"loops={loops!r} is outside 1..{self.max_loops} (this retrofit's max_loops)")
 
     def _context(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
         """Embeddings, per-layer-type masks, position ids and rotary tables: the base model's own."""
+        if input_ids.dim() != 2 or 0 in input_ids.shape:
+            raise WorkbenchError(f"input_ids of shape {tuple(input_ids.shape)} must be [batch >= 1, seq >= 1]")
         limit = self.config.max_position_embeddings
         if input_ids.shape[-1] > limit:  # refused before eager attention allocates [b, heads, s, s]
             raise WorkbenchError(f"a prompt of {input_ids.shape[-1]} tokens is longer than the model's {limit} "
@@ -388,7 +408,7 @@ class LoopedLM(HookedRootModule):
         positions = torch.as_tensor(positions, dtype=torch.long, device=input_ids.device)
         if positions.dim() == 1:
             positions = positions.unsqueeze(0).expand(b, -1)
-        if positions.shape[0] != b or positions.min() < 0 or positions.max() >= s:
+        if positions.shape[0] != b or not positions.numel() or positions.min() < 0 or positions.max() >= s:
             raise WorkbenchError(f"positions of shape {tuple(positions.shape)} must be [batch={b}, n] within 0..{s - 1}")
         return positions
 
@@ -398,8 +418,8 @@ class LoopedLM(HookedRootModule):
         if candidates is None:
             return weight, bias
         candidates = torch.as_tensor(candidates, dtype=torch.long, device=weight.device)
-        if candidates.min() < 0 or candidates.max() >= weight.shape[0]:
-            raise WorkbenchError(f"candidate token ids must lie in 0..{weight.shape[0] - 1}")
+        if candidates.numel() == 0 or candidates.min() < 0 or candidates.max() >= weight.shape[0]:
+            raise WorkbenchError(f"candidate token ids must be at least one, each in 0..{weight.shape[0] - 1}")
         if candidates.dim() == 1:
             return weight[candidates], None if bias is None else bias[candidates]
         return weight[candidates], None if bias is None else bias[candidates].unsqueeze(1)
