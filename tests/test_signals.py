@@ -123,3 +123,25 @@ def test_the_console_script_passes_the_status_through():
                           "sys.argv = ['workbench', 'identity', '--model', '/no/model', '--block', '1:2']; "
                           "sys.exit(run())"], capture_output=True, text=True)
     assert res.returncode == 2 and res.stderr.startswith("error: model '/no/model' does not exist")
+
+
+def test_a_full_disk_is_one_line_and_leaves_no_staging(capsys, monkeypatch, tmp_path, tiny_run):  # noqa: F811
+    """The battery's writer fails as on a full disk: exit 1, one line, no staging directory, no results."""
+    import errno
+
+    import workbench.probes.battery as battery
+
+    def full(frame, path):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    from workbench.models import load_tokenizer
+    from workbench.tasks import build_rows
+    from workbench.tasks.manifest import write_manifest
+
+    monkeypatch.setattr(battery, "_write_parquet", full)
+    rows = tmp_path / "rows.jsonl"
+    write_manifest(build_rows("chase", [1], 2, 5, alphabet=4, tokenizer=load_tokenizer("tiny-llama")), rows)
+    code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", tiny_run, "--rows", rows, "--only",
+                          "depth_matrix", "--out", tmp_path / "res")
+    assert code == 1 and err.strip().startswith("error: No space left on device: '") and len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl", "rows.manifest.json"]

@@ -1,11 +1,11 @@
 """The `workbench` command: a thin Typer app over the library.
 
 Every command parses its arguments, calls library functions and prints a summary. Exit status:
-0 done; 1 a check that failed (identity not 0.0); 2 bad input or a refused operation (a
-`WorkbenchError`: one line on stderr; `--debug` shows the traceback instead); 3 a run stopped by
-the capability guardrail; 130 Ctrl-C (SIGINT) and 143 SIGTERM. Both signals unwind the command
-like an exception, so every writer's clean-up runs: staging directories are removed and what
-was complete before stays as it was.
+0 done; 1 a check that failed (identity not 0.0), or the machine refused (a full disk: one line);
+2 bad input or a refused operation (a `WorkbenchError`: one line on stderr; `--debug` shows the
+traceback instead); 3 a run stopped by the capability guardrail; 130 Ctrl-C (SIGINT) and 143
+SIGTERM. Both signals unwind the command like an exception, so every writer's clean-up runs:
+staging directories are removed and what was complete before stays as it was.
 """
 
 from __future__ import annotations
@@ -80,6 +80,12 @@ def run() -> None:
             raise
         typer.echo(f"error: {err}", err=True)
         sys.exit(2)
+    except OSError as err:  # the machine's, not the input's: a full disk, a permission, a vanished file
+        if _state["debug"]:
+            raise
+        where = f": '{err.filename}'" if err.filename else ""
+        typer.echo(f"error: {err.strerror or err}{where} (workbench --debug shows where)", err=True)
+        sys.exit(1)
     except Exception as err:  # usage errors arrive here in non-standalone mode
         # typer vendors its own click; recognise its exceptions by their interface
         if type(err).__name__ == "NoArgsIsHelpError":
