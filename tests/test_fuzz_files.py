@@ -301,3 +301,43 @@ def test_read_refuses_positions_candidates_and_batches_out_of_range(looped, posi
         one_line(err)
         return
     assert ok and r.scores.shape == (batch, 2, 1, 1)
+
+
+# --- manifests: line endings, duplicates, emptiness, unicode ---------------------------------------
+
+EDITS = {
+    "crlf": lambda text: text.replace("\n", "\r\n"),
+    "duplicate": lambda text: text + text.splitlines(keepends=True)[0],
+    "empty": lambda text: "",
+    "bom": lambda text: "\ufeff" + text,
+    "unicode": lambda text: text.replace("Answer", "Ответ\u2028"),
+    "no final newline": lambda text: text.rstrip("\n"),
+}
+
+
+@FUZZ
+@given(edits=st.lists(st.sampled_from(sorted(EDITS)), min_size=1, max_size=3), resign=st.booleans())
+def test_edited_manifests(tmp_path_factory, edits, resign):
+    """Each edit, with the sidecar left alone or rewritten to match: rows or one line, never a traceback."""
+    from tests.test_fuzz import GOOD_ROW
+    from workbench.tasks.manifest import read_manifest, sidecar_path, summarize, write_manifest
+
+    path = tmp_path_factory.mktemp("m") / "rows.jsonl"
+    write_manifest([GOOD_ROW, dict(GOOD_ROW, row_id="r1")], path)
+    text = path.read_text(encoding="utf-8")
+    for e in edits:
+        text = EDITS[e](text)
+    path.write_bytes(text.encode("utf-8"))
+    if resign:  # a sidecar rewritten over the edited rows, as a careless user might
+        rows = [json.loads(line) for line in text.replace("\ufeff", "").split("\n") if line.strip()]
+        try:
+            sidecar_path(path).write_text(json.dumps(summarize(rows, path.name)))
+        except (WorkbenchError, TypeError, KeyError):
+            pass
+    try:
+        manifest = read_manifest(path)
+    except WorkbenchError as err:
+        one_line(err)
+        return
+    ids = [r["row_id"] for r in manifest.rows]
+    assert ids and len(ids) == len(set(ids))  # an accepted manifest has rows, each id once

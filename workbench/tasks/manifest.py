@@ -134,6 +134,8 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
 
 
 def _check_rows(rows: list[dict], path: Path) -> None:
+    if not rows:
+        raise WorkbenchError(f"rows for '{path}' are empty; a manifest holds at least one row")
     missing = [i for i, r in enumerate(rows) if not isinstance(r.get("row_id"), str)
                or not isinstance(r.get("depth"), int) or isinstance(r.get("depth"), bool)]
     if missing:
