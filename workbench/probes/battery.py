@@ -213,7 +213,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
     start = time.perf_counter()
     spec = load_battery(battery)
     todo = plan(spec, only, rows)
-    reading = [*{o["manifest"] for o in todo.values()}, resolve_run(checkpoint.removeprefix(UNTRAINED))]
+    reading = [*{o["manifest"] for o in todo.values()}, resolve_run(str(checkpoint).removeprefix(UNTRAINED))]
     out = check_out_dir(Path(out), overwrite, reading=reading)
     used, precision_record = resolve_precision(precision, "cuda" if torch.cuda.is_available() else "cpu")
     if progress and precision != "fp32":

@@ -364,13 +364,17 @@ def save_checkpoint(run_dir: Path, step: int, looped, groups: list[str], optimiz
     tmp = root / f".step_{step}.tmp{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
-    save_tensors(tmp / TRAINABLE, trained_state(looped, groups))
-    tensors, meta = _flatten_optimizer(optimizer.state_dict(), param_names)
-    save_tensors(tmp / "optimizer.safetensors", tensors)
-    write_json_atomic(tmp / "optimizer.json", meta)
-    write_json_atomic(tmp / "scheduler.json", scheduler.state_dict())  # LambdaLR: numbers and [None] lambdas
-    save_tensors(tmp / "rng.safetensors", {"torch_cpu": torch.get_rng_state()})
-    write_json_atomic(tmp / "state.json", {**trainer_state, "step": step})
+    try:
+        save_tensors(tmp / TRAINABLE, trained_state(looped, groups))
+        tensors, meta = _flatten_optimizer(optimizer.state_dict(), param_names)
+        save_tensors(tmp / "optimizer.safetensors", tensors)
+        write_json_atomic(tmp / "optimizer.json", meta)
+        write_json_atomic(tmp / "scheduler.json", scheduler.state_dict())  # LambdaLR: numbers and [None] lambdas
+        save_tensors(tmp / "rng.safetensors", {"torch_cpu": torch.get_rng_state()})
+        write_json_atomic(tmp / "state.json", {**trainer_state, "step": step})
+    except BaseException:  # Ctrl-C, SIGTERM (workbench.cli) or a full disk mid-save: no half checkpoint stays
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     if final.exists():
         shutil.rmtree(final)
     os.replace(tmp, final)
