@@ -240,7 +240,8 @@ def test_cli_loop_counts_outside_the_limit(capsys, monkeypatch, loops):
 @FEW
 @given(max_loops=st.integers(65, 2 ** 70) | st.integers(-2 ** 70, 0))
 def test_max_loops_is_refused_before_any_hook_is_allocated(max_loops):
-    from workbench.loop.surgery import MAX_LOOPS, retrofit
+    from workbench.loop.config import MAX_LOOPS
+    from workbench.loop.surgery import retrofit
     from workbench.models import load_base
 
     model, _ = load_base("tiny-llama")

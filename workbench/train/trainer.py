@@ -27,8 +27,8 @@ from accelerate import Accelerator
 from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
-from workbench.dense import direct_loss, scratchpad_batch, scratchpad_loss
 from workbench.defaults import resolve
+from workbench.dense import direct_loss, scratchpad_batch, scratchpad_loss
 from workbench.errors import WorkbenchError
 from workbench.io import locked_dir, sha256_file, write_bytes_atomic, write_json_atomic
 from workbench.loop.config import LoraSettings, RetrofitConfig
