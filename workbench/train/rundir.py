@@ -255,9 +255,9 @@ def read_retrofit(run_dir: str | os.PathLike) -> tuple[dict, RetrofitConfig]:
         raise WorkbenchError(f"{path}: trained group {unknown[0]!r} is unknown; groups: {', '.join(GROUPS)}")
     try:
         return record, RetrofitConfig.from_dict(record["settings"])
-    except (TypeError, KeyError, ValueError) as err:
-        raise WorkbenchError(f"{path}: its settings are not a retrofit's ({type(err).__name__}: "
-                             f"{str(err).splitlines()[0][:160] if str(err) else ''})") from None
+    except (TypeError, KeyError, ValueError, WorkbenchError) as err:
+        first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+        raise WorkbenchError(f"{path}: its settings are not a retrofit's ({first})") from None
 
 
 def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.dtype | None = None,
