@@ -128,15 +128,19 @@ def locked_dir(path: Path, what: str):
     """Holds an exclusive lock on directory `path` (made if missing) while the block runs.
 
     A second process asking for the same directory is refused at once with the holder's pid. The
-    lock (flock on `path/.lock`) goes with the process, so a killed holder never leaves it stale;
-    a directory made here that holds nothing but the lock at the end is removed again.
+    lock is an flock on `path/.lock`, so a killed holder never leaves it stale; the file is removed
+    on release (the directory's layout stays its own), and a directory made here that holds
+    nothing else is removed too.
     """
     path = Path(path)
     made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
-    handle = open(path / LOCK, "a+")
+    lock = path / LOCK
+    handle = open(lock, "a+")
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if not lock.exists() or os.stat(lock).st_ino != os.fstat(handle.fileno()).st_ino:
+            raise BlockingIOError  # the holder released and removed the file as we opened it: another may hold a new one
     except BlockingIOError:
         handle.seek(0)
         holder = handle.read().strip() or "unknown"
@@ -150,10 +154,10 @@ def locked_dir(path: Path, what: str):
     try:
         yield path
     finally:
-        if made and [p.name for p in path.iterdir()] == [LOCK]:
-            (path / LOCK).unlink()
-            path.rmdir()
+        lock.unlink(missing_ok=True)  # while still held: whoever opens it next finds a new file
         handle.close()
+        if made and not any(path.iterdir()):
+            path.rmdir()
 
 
 def replace_dir(staging: Path, target: Path) -> None:
