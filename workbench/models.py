@@ -116,7 +116,8 @@ def _user_files(spec: str):
         yield
     except WorkbenchError:
         raise
-    except (OSError, ValueError, KeyError, TypeError, RuntimeError, SafetensorError) as err:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ArithmeticError, RuntimeError,
+            SafetensorError) as err:  # a config's zero head count divides by zero, a None size has no attribute
         lines = str(err).strip().splitlines()
         first = lines[0][:200] if lines else "no message"
         raise WorkbenchError(f"model '{spec}' cannot be loaded ({type(err).__name__}: {first}); "
