@@ -110,14 +110,17 @@ def _user_files(spec: str):
     The GGUF header is checked first by `workbench.gguf_header`, so nothing here allocates for what a
     file merely declares; this catches what the readers find after that.
     """
+    from huggingface_hub.errors import StrictDataclassError
     from safetensors import SafetensorError
 
     try:
         yield
     except WorkbenchError:
         raise
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, ArithmeticError, RuntimeError,
-            SafetensorError) as err:  # a config's zero head count divides by zero, a None size has no attribute
+    # a config's zero head count divides by zero, a None size has no attribute, a zero vocabulary fails torch's
+    # own assertion on the padding index, transformers' config dataclasses validate fields (StrictDataclassError)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ArithmeticError, RuntimeError, AssertionError,
+            SafetensorError, StrictDataclassError) as err:
         lines = str(err).strip().splitlines()
         first = lines[0][:200] if lines else "no message"
         raise WorkbenchError(f"model '{spec}' cannot be loaded ({type(err).__name__}: {first}); "

@@ -49,7 +49,8 @@ def test_the_battery_writes_one_table_per_file_and_a_summary(results, manifests)
     assert {"depth_matrix.parquet", "depth_matrix__frontier.parquet", "overshoot.parquet", "overshoot__cost.parquet",
             "splice.parquet", "splice__verdict.parquet", "summary.json"} <= names
     assert "report.html" not in names  # computation never draws: `workbench probe` writes the report
-    assert "halting.parquet" not in names and not any(n.startswith(".") for n in names)
+    # no staging left behind; the one hidden file is the output marker that lets --overwrite replace it
+    assert "halting.parquet" not in names and [n for n in names if n.startswith(".")] == [".workbench-output"]
     frame = pd.read_parquet(out / "depth_matrix.parquet")
     assert len(frame) == 12 * 3 and not frame.duplicated(["row_id", "loop"]).any()  # (row, loop <= 3)
     saved = json.loads((out / "summary.json").read_text())
