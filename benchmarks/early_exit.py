@@ -5,7 +5,7 @@
 `LoopedLM.adaptive_read` drops rows that stopped from the batch, so later loops, their memory
 and the Coda run only on the rows still going. Cases, each on the same batch of chase rows with
 a budget of T loops (an inject + memory + halting retrofit; the head's probabilities are set by
-a hook on `loop.1.halt.hook_prob`, so who stops is fixed, not learned):
+hooks on `loop.{t}.halt.hook_prob`, so who stops is fixed, not learned):
 
 - `fixed`: tau = 0, every row runs T loops (what a fixed-depth run computes);
 - `half_at_1`: half the rows stop after loop 1, the other half run T loops;
@@ -54,7 +54,8 @@ def run(looped, ids, mask, cand, loops: int, reps: int, warmup: int, progress: b
                 out[stop_first[name]] = 0.0
                 return out
             policy = HaltPolicy(tau=0.0 if name == "fixed" else 0.5, max_loops=loops)
-            with looped.hooks(fwd_hooks=[("loop.1.halt.hook_prob", probs)]):
+            go_on = [(f"loop.{t}.halt.hook_prob", lambda p, hook: torch.ones_like(p)) for t in range(2, loops + 1)]
+            with looped.hooks(fwd_hooks=[("loop.1.halt.hook_prob", probs), *go_on]):
                 return looped.adaptive_read(ids, mask, policy=policy, candidates=cand)
         return fn
 
