@@ -85,8 +85,8 @@ def test_task_recipe_errors_are_one_line(write_recipe, tables, match):
 @pytest.mark.parametrize("objective", ["oracle", "act", "pondernet"])
 def test_stage2_trains_the_head_on_a_frozen_stage1_model(write_recipe, tmp_path, objective):
     recipe = write_recipe(**{**RECURTRACE, "halting": {"oracle_max": 4, "objective": objective, "lr": 3e-2,
-                                                       "warmup_steps": 0, "probe_depths": [1, 2, 3, 4]}},
-                          sampler={"max": 4}, task={"name": "arith"}, optim={"lr": 1e-3, "batch_size": 8},
+                                                       "warmup_steps": 0, "probe_depths": [1, 2, 3, 4]},
+                             "sampler": {"max": 4}}, task={"name": "arith"}, optim={"lr": 1e-3, "batch_size": 8},
                           eval={"depths": [2], "per_depth": 2}, checkpoint={"every": 1000},
                           stages=[{"name": "stage-1", "kind": "sampled", "depths": [2, 3], "steps": 3},
                                   {"name": "stage-2", "kind": "halting", "depths": [2, 3], "steps": 40}])
