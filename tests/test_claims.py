@@ -8,10 +8,10 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.claims import CLAIMS_FILE, ROOT, build_ledger, ledger_html, ledger_markdown, load_claims
+from workbench.claims import CLAIMS_FILE, build_ledger, ledger_html, ledger_markdown, load_claims
 from workbench.errors import WorkbenchError
 
-LEDGER_DIR = ROOT / "claims"
+LEDGER_DIR = Path(__file__).resolve().parents[1] / "claims"  # the committed ledger, in the repository
 
 
 def test_the_committed_ledger_is_regenerated_byte_for_byte():

@@ -54,6 +54,8 @@ SECTIONS = {
     "gradient_audit": ("Gradient audit", "Gradient reaching each parameter group per loop, checked against "
                                          "finite differences."),
     "latency": ("Latency", "Measured cost ratios against the ratios the layer count predicts."),
+    "loop_accuracy": ("Accuracy by loop count", "The final answer read after every loop count, for any task: the "
+                                               "fixed depths of the compute-accuracy curve."),
 }
 
 # One line per figure: what it shows, then what the looped mechanism predicts if it is there.
@@ -92,6 +94,9 @@ FIGURE_CAPTIONS = {
                "rows; ACT and PonderNet collapsing to one loop.",
     "gradient_audit": "Gradient RMS reaching each parameter group from each loop's loss. Predicted: the re-entry "
                       "reached only from loop 2 on; block and Coda from every loop.",
+    "loop_accuracy": "Final-answer accuracy after t loops, per depth and over all rows. Predicted (RecurTrace "
+                     "Table 5): rising with loops until each depth's answer is reached, then flat if the state "
+                     "persists.",
     "latency": "Measured cost ratios against the layer-count prediction. Predicted: measured ≈ predicted, one forced "
                "read several times cheaper than reruns.",
 }

@@ -195,6 +195,14 @@ def identity() -> pd.DataFrame:
                          for r in ("bridge", "inject") for m in (False, True) for lo in (False, True)])
 
 
+def loop_accuracy(dm: pd.DataFrame) -> pd.DataFrame:
+    """The final answer read after every loop: right from loop d on where the depth matrix's diagonal is right."""
+    final = dm[dm["loop"] == dm["depth"]].set_index("row_id")["correct"].astype(bool)
+    rows = dm[["row_id", "depth", "loop"]].drop_duplicates()
+    right = rows["row_id"].map(final) & (rows["loop"] >= rows["depth"])
+    return rows.assign(predicted=np.where(right, "A", "B"), correct=right.to_numpy()).reset_index(drop=True)
+
+
 def all_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
     """Every probe result and part, keyed by file stem."""
     rng = np.random.default_rng(seed)
@@ -206,7 +214,8 @@ def all_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
     dr, conc, drift_heads = drift(rng)
     ga, fd = gradient_audit(rng)
     return {"identity": identity(), "logit_lens": lens, "logit_lens__top": top, "depth_matrix": dm,
-            "depth_matrix__frontier": frontier_table(dm), "overshoot": ov, "overshoot__cost": cost, "splice": sp,
+            "depth_matrix__frontier": frontier_table(dm), "loop_accuracy": loop_accuracy(dm), "overshoot": ov,
+            "overshoot__cost": cost, "splice": sp,
             "splice__verdict": verdict, "heads": hd, "heads__summary": hsum, "linear_probe": linear_probe(rng),
             "drift": dr, "drift__concentration": conc, "drift__heads": drift_heads, "halting": halting(),
             "halting__difficulty": halting_difficulty(), "gradient_audit": ga, "gradient_audit__fd": fd,

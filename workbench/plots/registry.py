@@ -27,12 +27,14 @@ from workbench.plots.halting import halting_figure
 from workbench.plots.heads import head_concentration_figure, heads_figure
 from workbench.plots.lens import lens_agreement_figure, logit_lens_figure
 from workbench.plots.linear_probe import linear_probe_figure
+from workbench.plots.loop_accuracy import loop_accuracy_figure
 
 Builder = Callable[..., go.Figure]
 
 FIGURES: dict[str, list[Builder]] = {
     "logit_lens": [logit_lens_figure, lens_agreement_figure],
     "depth_matrix": [depth_matrix_figure, frontier_figure],
+    "loop_accuracy": [loop_accuracy_figure],
     "overshoot": [overshoot_figure, overshoot_cost_figure],
     "splice": [splice_figure],
     "heads": [heads_figure, head_concentration_figure],
