@@ -89,14 +89,14 @@ FIGURE_CAPTIONS = {
     "drift_heads": "Each head's share of the drift outside loop 1's subspace. Predicted: concentrated in a few heads "
                    "if specific heads carry the update.",
     "halting": "Accuracy against mean loops per method, the calibration picks ringed, the best fixed depth marked; "
-               "right: mean loops of rows wrong (hard) and right (easy) at loop 1. Predicted (RecurTrace Fig. 1): "
-               "the distilled head above the best fixed depth at about its compute, spending more loops on hard "
-               "rows; ACT and PonderNet collapsing to one loop.",
+               "right: mean loops of rows wrong (hard) and right (easy) at loop 1. Predicted: the distilled head "
+               "above the best fixed depth at about its compute, spending more loops on hard rows; ACT and "
+               "PonderNet collapsing to one loop (RecurTrace Fig. 1).",
     "gradient_audit": "Gradient RMS reaching each parameter group from each loop's loss. Predicted: the re-entry "
                       "reached only from loop 2 on; block and Coda from every loop.",
-    "loop_accuracy": "Final-answer accuracy after t loops, per depth and over all rows. Predicted (RecurTrace "
-                     "Table 5): rising with loops until each depth's answer is reached, then flat if the state "
-                     "persists.",
+    "loop_accuracy": "Final-answer accuracy after t loops, per depth and over all rows. Predicted: rising with "
+                     "loops until each depth's answer is reached, then flat if the state persists (RecurTrace "
+                     "Table 5).",
     "latency": "Measured cost ratios against the layer-count prediction. Predicted: measured ≈ predicted, one forced "
                "read several times cheaper than reruns.",
 }
