@@ -19,6 +19,7 @@ import json
 import platform
 from pathlib import Path
 
+import pandas as pd
 import torch
 
 from workbench.arms import trained_support
@@ -57,8 +58,6 @@ def main(argv: list[str] | None = None) -> int:
                 sub = [r for r in rs if r["depth"] == d]
                 f = read_rows(looped, tok, sub, loops=d, batch_size=a.batch_size).frame()
                 frames.append(f[f["loop"] == f["depth"]])
-            import pandas as pd
-
             out = pd.concat(frames, ignore_index=True)[["row_id", "depth", "target", "predicted", "correct"]]
             return out.astype({"correct": bool})
 
