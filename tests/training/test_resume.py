@@ -39,12 +39,26 @@ def test_resume_refuses_another_recipe_and_a_fresh_run_refuses_an_existing_dir(f
     recipe = finished_run / "recipe.toml"
     out = tmp_path / "stopped"
     train(recipe, out=out, stop_after=2, progress=False)
-    with pytest.raises(WorkbenchError, match="resolved recipe differs"):
+    with pytest.raises(WorkbenchError, match=r"resolved recipe differs .*lr = 0\.5"):
         train(recipe, out=out, overrides=["optim.lr=0.5"], resume=True, progress=False)
     with pytest.raises(WorkbenchError, match="already holds a run; pass --resume"):
         train(recipe, out=out, progress=False)
     with pytest.raises(WorkbenchError, match="holds no recipe.toml; nothing to resume"):
         train(recipe, out=tmp_path / "never", resume=True, progress=False)
+
+
+def test_a_run_written_before_an_option_existed_resumes(finished_run, tmp_path):
+    """A key added later with its default (here [train] compile) does not block --resume of an older run."""
+    recipe = finished_run / "recipe.toml"
+    out = tmp_path / "older"
+    train(recipe, out=out, stop_after=5, progress=False)
+    stored = out / "recipe.toml"
+    text = stored.read_text()
+    assert "compile = false" in text
+    stored.write_text(text.replace("compile = false\n", ""))  # what a run started before the option holds
+    summary = train(recipe, out=out, resume=True, progress=False)
+    assert summary["finished"] is True and summary["steps"] == 6
+    assert train_losses(out) == train_losses(finished_run)
 
 
 def test_the_same_tiny_run_twice_gives_identical_weights(finished_run, tmp_path):

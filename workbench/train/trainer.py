@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import difflib
 import json
 import math
 import random
@@ -54,6 +55,7 @@ from workbench.train.losses import (
 )
 from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer
 from workbench.train.recipe import DENSE_KINDS, dumps, load_recipe
+from workbench.train.recipe import resolve as resolve_recipe
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
 
@@ -209,9 +211,18 @@ class Trainer:
         if self.resume:
             if not recipe_file.is_file():
                 raise WorkbenchError(f"--resume: '{self.run_dir}' holds no {rundir.RECIPE}; nothing to resume")
-            if recipe_file.read_text() != recipe_text:
-                raise WorkbenchError(f"--resume: the resolved recipe differs from {recipe_file}; "
-                                     "resume with the same recipe and --set overrides")
+            # Compared after resolving both through this version's defaults, so a run started before a new
+            # option existed (written without its key) resumes when the option keeps its default.
+            try:
+                stored = dumps(resolve_recipe(tomllib.loads(recipe_file.read_text())))
+            except (tomllib.TOMLDecodeError, WorkbenchError) as e:
+                raise WorkbenchError(f"--resume: {recipe_file} is not a valid recipe ({e})") from None
+            if stored != recipe_text:
+                changed = [a[1:].strip() for a in difflib.unified_diff(stored.splitlines(), recipe_text.splitlines(),
+                                                                       lineterm="", n=0)
+                           if a[:1] in "+-" and a[:3] not in ("+++", "---")]
+                raise WorkbenchError(f"--resume: the resolved recipe differs from {recipe_file} "
+                                     f"({'; '.join(changed[:6])}); resume with the same recipe and --set overrides")
         elif recipe_file.exists() or (self.run_dir / rundir.CHECKPOINTS).exists():
             raise WorkbenchError(f"run directory '{self.run_dir}' already holds a run; pass --resume or another --out")
 
