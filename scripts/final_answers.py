@@ -7,10 +7,10 @@ The arm's kind comes from its recipe (a looped run, or a dense control whose sta
 `scratchpad`). Every manifest row is read in fp32: the looped arm at loop = depth (the forced read), the direct arm at
 loop 1, the scratchpad by greedy decoding of d symbols (workbench.dense). Latency is one row at a time (batch 1, the
 paper's interactive setting), `--latency-rows` rows per depth, median of `--repeats` passes after a warm-up call:
-the looped arm's `read(loops=d)`, the direct arm's one pass, the scratchpad's prompt pass plus d - 1 cached decode
-steps. Writes OUT/final.parquet (row_id, depth, target, predicted, correct), OUT/latency.parquet and OUT/final.json
-(kind, support, manifest digest, CPU and threads), which `workbench.arms.load_arm` reads beside (or instead of) a
-depth matrix.
+the looped arm's forced-depth call (`read_final(loops=d)`: d loops, the Coda once), the direct arm's one pass,
+the scratchpad's prompt pass plus d - 1 cached decode steps. Writes OUT/final.parquet (row_id, depth, target,
+predicted, correct), OUT/latency.parquet and OUT/final.json (kind, support, manifest digest, CPU and threads),
+which `workbench.arms.load_arm` reads beside (or instead of) a depth matrix.
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from workbench.dense import KINDS, latency_by_depth, read_direct, read_scratchpa
 from workbench.io import write_bytes_atomic
 from workbench.precision import detect_hardware
 from workbench.tasks.manifest import read_manifest, rows_sha256
-from workbench.tasks.reader import read_rows
+from workbench.tasks.reader import candidate_ids, encode_prompts, read_rows
 from workbench.train.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,7 +62,11 @@ def main(argv: list[str] | None = None) -> int:
             return out.astype({"correct": bool})
 
         final = answers(rows)
-        call = answers
+
+        def call(rs):  # the forced-depth call a deployed model runs: d loops and the Coda once (LoopedLM.read_final)
+            enc = encode_prompts(tok, [r["prompt"] for r in rs])
+            cands = torch.stack([candidate_ids(tok, r["symbols"]) for r in rs])
+            return looped.read_final(enc["input_ids"], enc["attention_mask"], loops=rs[0]["depth"], candidates=cands)
     else:
         reader = read_direct if kind == "direct" else read_scratchpad
         final = reader(looped, tok, rows, a.batch_size)

@@ -119,3 +119,19 @@ def test_early_exit_benchmark_counts_the_work_saved_and_times_it_in_one_run(monk
     assert r["predicted_layers"]["all_at_1"] == pytest.approx(6 / 20)       # (2 + 2 + 2) / (2 + 8 * 2 + 2)
     # CPU time counts only this process's work: stopping every row at loop 1 of 8 must cost less
     assert r["ratio_to_fixed"]["all_at_1"]["cpu"]["median"] < 1.0
+
+
+def test_read_final_is_the_last_loop_of_read_and_runs_the_coda_once(model, batch):
+    """The forced-depth call (latency's path): loop T's scores bit for bit, the Coda's readout hook hit once."""
+    looped, _ = model
+    cand = torch.arange(50, 70)
+    hits = []
+    for t in range(1, T + 1):
+        looped.loop[str(t)].hook_readout.add_hook(lambda x, hook: hits.append(hook.name))
+    with torch.no_grad():
+        fixed = looped.read(batch.input_ids, batch.attention_mask, loops=T, candidates=cand)
+        n_read = len(hits)
+        final = looped.read_final(batch.input_ids, batch.attention_mask, loops=T, candidates=cand)
+    looped.reset_hooks()
+    assert torch.equal(final, fixed.scores[:, -1])
+    assert n_read == T and hits[n_read:] == [f"loop.{T}.hook_readout"]

@@ -127,7 +127,8 @@ def _decode(looped, tokenizer, chunk: list[dict], steps: int) -> list[list[int]]
     written: list[list[int]] = [[] for _ in chunk]
     rows = torch.arange(len(chunk))
     with autocast(looped.precision, ids.device.type):
-        out = base(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True)
+        out = base(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True,
+                   logits_to_keep=1)  # only the last position is read
         for step in range(steps):
             logits = out.logits[:, -1, :].float()
             pick = logits.gather(-1, cands).argmax(-1)                          # [B] index among the symbols
