@@ -148,3 +148,38 @@ def test_a_full_disk_is_one_line_and_leaves_no_staging(capsys, monkeypatch, tmp_
     assert code == 1 and last.startswith("error: No space left on device: '")
     assert sum(line.startswith("error:") for line in err.splitlines()) == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl", "rows.manifest.json"]
+
+
+def staged(parent: Path, name: str, inner: str) -> bool:
+    """Whether a staging directory `.NAME.tmpPID` under `parent` holds an entry whose name starts with `inner`."""
+    try:
+        return any(p.name.startswith(f".{name}.tmp") and any(q.name.startswith(inner) for q in p.iterdir())
+                   for p in parent.iterdir())
+    except FileNotFoundError:  # the staging directory moved or went while we looked
+        return False
+
+
+def test_ctrl_c_during_demo_keeps_the_previous_demo(tmp_path):
+    """The demo on the embedded model, stopped while its battery runs: the previous demo is untouched."""
+    from workbench.io import mark_output
+
+    out = tmp_path / "demo"
+    out.mkdir()
+    (out / "demo.json").write_text('{"model": "a previous demo"}\n')
+    mark_output(out, "demo")  # a demo the workbench wrote, which --overwrite may replace
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    proc = start("demo", "--skip-selection", "--out", out, "--overwrite", cwd=tmp_path)
+    wait_for(proc, lambda: staged(tmp_path, "demo", ".probe.tmp"), "the demo's battery")
+    code, err = stop(proc, signal.SIGINT)
+    assert code == 130, err[-2000:]
+    assert [p.name for p in tmp_path.iterdir()] == ["demo"], "a staging directory was left"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def test_sigterm_during_demo_training_leaves_nothing(tmp_path):
+    out = tmp_path / "demo"
+    proc = start("demo", "--skip-selection", "--train-steps", "30", "--out", out, cwd=tmp_path)
+    wait_for(proc, lambda: staged(tmp_path, "demo", "run"), "the demo's training run")
+    code, err = stop(proc, signal.SIGTERM)
+    assert code == 143, err[-2000:]
+    assert list(tmp_path.iterdir()) == [], "a staging directory or a partial demo was left"

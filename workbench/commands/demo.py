@@ -7,6 +7,8 @@ training run when asked), and write the report; print its path and the headline 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import time
 from functools import partial
 from pathlib import Path
@@ -35,59 +37,22 @@ def demo(
                                  "instead of the headline table."),
 ) -> None:
     """The main job on the embedded default: select, retrofit, identity, probe, report."""
-    from workbench.identity import identity_report
-    from workbench.io import check_out_dir, mark_output, write_json_atomic
-    from workbench.models import EMBEDDED_DEFAULT, load_base
-    from workbench.probes.battery import run_battery
-    from workbench.report import write_report
-    from workbench.selection import select_block
-    from workbench.train.rundir import read_retrofit
+    from workbench.io import check_out_dir, mark_output, replace_dir, write_json_atomic
 
     say = partial(typer.echo, err=as_json)  # with --json only the JSON goes to stdout
-    check_out_dir(out, overwrite)
-    out.mkdir(parents=True, exist_ok=True)
-    mark_output(out, "demo")
-    start = time.perf_counter()
-    base, tok = load_base(EMBEDDED_DEFAULT)
-    say(f"loaded {EMBEDDED_DEFAULT}: {base.config.num_hidden_layers} layers, width {base.config.hidden_size}")
-    headline: dict = {"model": EMBEDDED_DEFAULT}
-
-    if not skip_selection:
-        t0 = _step(say, "1. block selection (angular distance, Kneedle, window ablation)")
-        sel = select_block(base, tok)
-        headline["selection"] = {"prelude_end": sel.prelude_end, "coda_start": sel.coda_start,
-                                 "recommended": list(sel.recommended)}
-        write_json_atomic(out / "block_selection.json", sel.to_dict())
-        say(f"span {sel.prelude_end}:{sel.coda_start}, recommended window {sel.recommended[0]}:"
-            f"{sel.recommended[1]}  ({time.perf_counter() - t0:.0f} s)")
-
-    checkpoint = resolve_run(DEFAULT_KEEPER)
-    if train_steps > 0:
-        from workbench.train.trainer import train
-
-        t0 = _step(say, f"2. training the default recipe for {train_steps} steps")
-        overrides = [f"stages.{i}.steps={max(1, train_steps // 3)}" for i in range(3)]
-        overrides.append(f"eval.per_depth={eval_per_depth}")
-        summary = train(DEFAULT_RECIPE, out=out / "run", overrides=overrides)
-        checkpoint = Path(summary["run_dir"])
-        say(f"trained {summary['steps']} steps in {time.perf_counter() - t0:.0f} s")
-    block = read_retrofit(checkpoint)[1].block
-
-    t0 = _step(say, f"3. loop-1 identity at the keeper's block {block[0]}:{block[1]}")
-    rows = identity_report(base, tok, block, loops=1, lora=False)
-    headline["identity_max_abs_diff"] = max(r["max_abs_diff"] for r in rows)
-    say(f"fresh retrofits (bridge/inject x memory off/on), loop 1 vs base: max |Δlogit| = "
-        f"{headline['identity_max_abs_diff']} (must be 0.0)  ({time.perf_counter() - t0:.0f} s)")
-
-    t0 = _step(say, f"4. probing {checkpoint} with the {DEMO_BATTERY} battery")
-    summary = run_battery(str(checkpoint), resolve("battery", DEMO_BATTERY), out / "probe", overwrite=overwrite,
-                          finish=lambda staging: write_report(staging, shown_as=out / "probe"))
-    headline["probes"] = summary["probes"]
-    say(f"probes done in {time.perf_counter() - t0:.0f} s")
-
-    _step(say, "5. headline numbers")
-    headline["seconds"] = round(time.perf_counter() - start, 1)
-    write_json_atomic(out / "demo.json", headline)
+    check_out_dir(out, overwrite, reading=[resolve_run(DEFAULT_KEEPER)])
+    # All or nothing: every part is written into a hidden sibling and moved into place at the end, so an
+    # interrupt or a failure leaves `out` as it was (absent, or the previous complete demo) and no staging.
+    staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    staging.mkdir(parents=True, exist_ok=False)
+    try:
+        headline, summary = _run(say, staging, out, train_steps, eval_per_depth, skip_selection)
+        write_json_atomic(staging / "demo.json", headline)
+        mark_output(staging, "demo")
+        replace_dir(staging, out)
+    except BaseException:  # Ctrl-C and SIGTERM (workbench.cli) included
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     if as_json:
         typer.echo(json.dumps(headline, indent=1, default=str))
     else:
@@ -98,3 +63,64 @@ def demo(
         f"(total {headline['seconds']:.0f} s)")
     if headline["identity_max_abs_diff"] != 0.0:
         raise typer.Exit(1)
+
+
+def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, skip_selection: bool):
+    """The demo's steps, written into `staging` (which becomes `out`); returns (headline, battery summary)."""
+    from workbench.identity import identity_report
+    from workbench.io import write_json_atomic
+    from workbench.models import EMBEDDED_DEFAULT, load_base
+    from workbench.probes.battery import run_battery
+    from workbench.report import write_report
+    from workbench.selection import select_block
+    from workbench.train.rundir import read_retrofit
+
+    start = time.perf_counter()
+    base, tok = load_base(EMBEDDED_DEFAULT)
+    say(f"loaded {EMBEDDED_DEFAULT}: {base.config.num_hidden_layers} layers, width {base.config.hidden_size}")
+    headline: dict = {"model": EMBEDDED_DEFAULT}
+
+    if not skip_selection:
+        t0 = _step(say, "1. block selection (angular distance, Kneedle, window ablation)")
+        sel = select_block(base, tok)
+        headline["selection"] = {"prelude_end": sel.prelude_end, "coda_start": sel.coda_start,
+                                 "recommended": list(sel.recommended)}
+        write_json_atomic(staging / "block_selection.json", sel.to_dict())
+        say(f"span {sel.prelude_end}:{sel.coda_start}, recommended window {sel.recommended[0]}:"
+            f"{sel.recommended[1]}  ({time.perf_counter() - t0:.0f} s)")
+
+    checkpoint = resolve_run(DEFAULT_KEEPER)
+    shown = str(checkpoint)
+    if train_steps > 0:
+        from workbench.train.trainer import train
+
+        t0 = _step(say, f"2. training the default recipe for {train_steps} steps")
+        overrides = [f"stages.{i}.steps={max(1, train_steps // 3)}" for i in range(3)]
+        overrides.append(f"eval.per_depth={eval_per_depth}")
+        summary = train(DEFAULT_RECIPE, out=staging / "run", overrides=overrides)
+        checkpoint, shown = Path(summary["run_dir"]), str(out / "run")  # where the run will be once moved
+        say(f"trained {summary['steps']} steps in {time.perf_counter() - t0:.0f} s")
+    block = read_retrofit(checkpoint)[1].block
+
+    t0 = _step(say, f"3. loop-1 identity at the keeper's block {block[0]}:{block[1]}")
+    rows = identity_report(base, tok, block, loops=1, lora=False)
+    headline["identity_max_abs_diff"] = max(r["max_abs_diff"] for r in rows)
+    say(f"fresh retrofits (bridge/inject x memory off/on), loop 1 vs base: max |Δlogit| = "
+        f"{headline['identity_max_abs_diff']} (must be 0.0)  ({time.perf_counter() - t0:.0f} s)")
+
+    def finish(probe_staging: Path) -> None:
+        # the summary and report name the checkpoint where it will be after the move, not in the staging
+        record = json.loads((probe_staging / "summary.json").read_text())
+        record["checkpoint"]["path"] = shown
+        write_json_atomic(probe_staging / "summary.json", record)
+        write_report(probe_staging, shown_as=out / "probe")
+
+    t0 = _step(say, f"4. probing {shown} with the {DEMO_BATTERY} battery")
+    summary = run_battery(str(checkpoint), resolve("battery", DEMO_BATTERY), staging / "probe", finish=finish)
+    summary["checkpoint"]["path"] = shown
+    headline["probes"] = summary["probes"]
+    say(f"probes done in {time.perf_counter() - t0:.0f} s")
+
+    _step(say, "5. headline numbers")
+    headline["seconds"] = round(time.perf_counter() - start, 1)
+    return headline, summary
