@@ -9,7 +9,8 @@ loop 1, the scratchpad by greedy decoding of d symbols (workbench.dense). Latenc
 paper's interactive setting), `--latency-rows` rows per depth, median of `--repeats` passes after a warm-up call:
 the looped arm's forced-depth call (`read_final(loops=d)`: d loops, the Coda once), the direct arm's one pass,
 the scratchpad's prompt pass plus d - 1 cached decode steps. Writes OUT/final.parquet (row_id, depth, target,
-predicted, correct), OUT/latency.parquet and OUT/final.json (kind, support, manifest digest, CPU and threads),
+predicted, correct), OUT/latency.parquet and OUT/final.json (kind, support, manifest digest, CPU and threads,
+the fp32 guardrail at loop 1 against the base, also as OUT/identity__guardrail.parquet),
 which `workbench.arms.load_arm` reads beside (or instead of) a depth matrix.
 """
 from __future__ import annotations
@@ -25,7 +26,9 @@ import torch
 from workbench.arms import trained_support
 from workbench.dense import KINDS, latency_by_depth, read_direct, read_scratchpad
 from workbench.io import write_bytes_atomic
+from workbench.models import load_base
 from workbench.precision import detect_hardware
+from workbench.probes.identity import guardrail_table
 from workbench.tasks.manifest import read_manifest, rows_sha256
 from workbench.tasks.reader import candidate_ids, encode_prompts, read_rows
 from workbench.train.rundir import load_run
@@ -73,7 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         call = lambda rs: reader(looped, tok, rs, 1)  # noqa: E731
     with torch.no_grad():
         latency = latency_by_depth(call, rows, per_depth=a.latency_rows, repeats=a.repeats)
+        base_spec = info["retrofit"]["base"]
+        reference, _ = load_base(base_spec["spec"], dtype=getattr(torch, base_spec["dtype"]),
+                                 attn_implementation=base_spec["attn_implementation"])
+        guard = guardrail_table(looped, reference, tok, batch_size=a.batch_size)  # loop 1 vs the base, fp32
     a.out.mkdir(parents=True, exist_ok=True)
+    guard.to_parquet(a.out / "identity__guardrail.parquet", index=False)
     final.drop(columns=[c for c in ("written", "chain") if c in final]).to_parquet(a.out / "final.parquet",
                                                                                      index=False)
     latency.to_parquet(a.out / "latency.parquet", index=False)
@@ -81,7 +89,9 @@ def main(argv: list[str] | None = None) -> int:
               "rows_sha256": rows_sha256(rows), "manifest": a.manifest.name,
               "cpu": detect_hardware("cpu").name, "machine": platform.machine(), "threads": torch.get_num_threads(),
               "accuracy_by_depth": {str(d): float(g["correct"].mean()) for d, g in final.groupby("depth")},
-              "median_latency_s": dict(zip(map(str, latency["depth"]), latency["median_s"]))}
+              "median_latency_s": dict(zip(map(str, latency["depth"]), latency["median_s"])),
+              "guardrail": {"base": int(guard["base_correct"].sum()), "checkpoint": int(guard["checkpoint_correct"].sum()),
+                            "total": len(guard)}}
     write_bytes_atomic(a.out / "final.json", (json.dumps(record, indent=1, sort_keys=True) + "\n").encode())
     print(json.dumps(record, indent=1))
     return 0

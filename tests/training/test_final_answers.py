@@ -42,6 +42,9 @@ def test_final_answers_for_a_looped_and_a_direct_arm(write_recipe, tmp_path):
     a, b = (load_arm(tmp_path / n, tmp_path / n / "arms") for n in ("looped", "direct"))
     out = compare_arms(a, b)
     assert out["depths"]["n"].tolist() == [3, 3, 3] and a.latency is not None
+    for arm in (a, b):  # every arm carries its guardrail reading (fp32, loop 1 against the base)
+        assert arm.guardrail is not None and arm.guardrail["total"] == 64
+        assert json.loads((arm.results_dir / "final.json").read_text())["guardrail"] == arm.guardrail
     # the looped arm's answers are its loop-d reads: the same as a depth-matrix read of the run
     f = pd.read_parquet(tmp_path / "looped" / "arms" / "final.parquet").set_index("row_id")
     model, tok2, _ = load_run(tmp_path / "looped")
