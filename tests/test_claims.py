@@ -125,3 +125,31 @@ def test_support_scaling_needs_every_support_to_reach_the_band(tmp_path):
     # support 2: 1.38-1.58 over the bars reaches the band; support 4: 1.25-1.35 does not
     assert row["verdict"] == "not reproduced" and "outside it: support 4" in row["comparison"]
     assert row["ours"].startswith("support 2: 1.48") and row["rows"] == 20
+
+
+def _final_specimen(root: Path, name: str, correct: dict[int, int], latency: dict[int, float], n: int = 16) -> None:
+    """A dense control (or any arm) as scripts/final_answers.py writes it: final.parquet, latency, final.json."""
+    folder = root / name / "final"
+    folder.mkdir(parents=True)
+    rows = [(f"r{d}-{i}", d, i < k) for d, k in correct.items() for i in range(n)]
+    pd.DataFrame.from_records(rows, columns=["row_id", "depth", "correct"]).to_parquet(folder / "final.parquet")
+    pd.DataFrame({"depth": list(latency), "median_s": list(latency.values())}).to_parquet(folder / "latency.parquet")
+    (folder / "final.json").write_text(json.dumps({"rows_sha256": "same", "cpu": "test CPU"}))
+    (root / name / "recipe.toml").write_text(f'name = "{name}"\nstages = [{{depths = [1, 2]}}]\n')
+
+
+def test_dense_control_claims_pool_every_depth_and_compare_latency_per_depth(tmp_path):
+    # A is right on 12 more rows at depth 3 and 2 fewer at depth 1; A is slower than B only at depth 3
+    _final_specimen(tmp_path, "looped", {1: 14, 2: 16, 3: 12}, {1: 0.010, 2: 0.020, 3: 0.030})
+    _final_specimen(tmp_path, "dense", {1: 16, 2: 16, 3: 0}, {1: 0.025, 2: 0.025, 3: 0.025})
+    common = dict(BASE, specimen="looped", against="dense", results="final")
+    overall = _claims_file(tmp_path, id="all", measure="arms_overall", test="a_leads", **common)
+    [row] = build_ledger(overall, tmp_path)
+    # A alone right on 12, B alone on 2: exact McNemar p = 2 * P(X <= 2 | n = 14) = 0.0129
+    assert row["verdict"] == "reproduced" and row["rows"] == 48
+    assert "A alone right on 12, B alone on 2 (exact McNemar p = 0.0129)" in row["comparison"]
+    latency = _claims_file(tmp_path, id="lat", measure="arms_latency", test="a_faster_every_depth", **common)
+    [row] = build_ledger(latency, tmp_path)
+    assert row["verdict"] == "not reproduced" and "A not faster at depth 3" in row["comparison"]
+    assert row["ours"].startswith("median ms per row, looped vs dense: d1 10 vs 25; d2 20 vs 25; d3 30 vs 25")
+    assert "B / A latency 0.83-2.50" in row["comparison"]

@@ -55,9 +55,9 @@ class Missing(Exception):
 
 def _results(specimen: Path, results: str = BATTERY) -> Path:
     folder = specimen / results
-    if not (folder / "summary.json").is_file():
+    if not (folder / "summary.json").is_file() and not (folder / "final.json").is_file():
         raise Missing(f"{specimen.relative_to(ROOT) if specimen.is_relative_to(ROOT) else specimen} has no "
-                      f"{results}/summary.json")
+                      f"{results}/summary.json (a battery) or {results}/final.json (scripts/final_answers.py)")
     return folder
 
 
@@ -185,11 +185,46 @@ def arms_beyond(specimen: Path, claim: dict) -> dict:
     fr = out["frontier"][out["frontier"]["bar"] == 0.71].set_index("arm")["frontier"]
     a, b = out["arms"]
     cross = out["crossover"]
-    return {"beyond": p, "inside": inside, "crossover": cross, "frontier": {a: fr[a], b: fr[b]}, "rows": p["n"],
+    return {"beyond": p, "compared": p, "inside": inside, "crossover": cross, "frontier": {a: fr[a], b: fr[b]}, "rows": p["n"],
             "text": f"beyond the support {a} {p['a_correct']}/{p['n']} vs {b} {p['b_correct']}/{p['n']} "
                     f"({b} helped {p['b_helped']}, hurt {p['b_hurt']}, McNemar p = {p['p_mcnemar']:.3g}); inside "
                     f"{inside['a_correct']} vs {inside['b_correct']} of {inside['n']}; frontiers {fr[a]:.2f} vs "
                     f"{fr[b]:.2f}; " + (f"cross at depth {cross:.2f}" if cross is not None else "no crossing")}
+
+
+def arms_overall(specimen: Path, claim: dict) -> dict:
+    """A vs B pooled over every depth read (paired), with the per-depth counts."""
+    out = _arms(specimen, claim)
+    p = out["pooled"]["all"]
+    a, b = out["arms"]
+    per = "; ".join(f"d{r.depth} {r.a_correct} vs {r.b_correct}" for r in out["depths"].itertuples())
+    return {"compared": p, "depths": out["depths"].to_dict("records"), "rows": p["n"],
+            "text": f"all depths {a} {p['a_correct']}/{p['n']} vs {b} {p['b_correct']}/{p['n']} ({b} helped "
+                    f"{p['b_helped']}, hurt {p['b_hurt']}, McNemar p = {p['p_mcnemar']:.3g}); {per} of "
+                    f"{int(out['depths']['n'].iloc[0])} each"}
+
+
+def arms_latency(specimen: Path, claim: dict) -> dict:
+    """Median batch-1 latency per depth of A and B (scripts/final_answers.py), and B / A at each depth."""
+    results = claim.get("results", "arms")
+    other = claim.get("_root", ROOT) / claim["against"]
+    arms = []
+    for s in (specimen, other):
+        _results(s, results)
+        arm = load_arm(s, s / results)
+        if arm.latency is None:
+            raise Missing(f"{s / results} holds no latency.parquet (scripts/final_answers.py writes it)")
+        arms.append(arm)
+    a, b = arms
+    la, lb = (x.latency.set_index("depth")["median_s"] for x in arms)
+    depths = sorted(set(la.index) & set(lb.index))
+    per = [{"depth": int(d), "a_s": float(la[d]), "b_s": float(lb[d]), "b_over_a": float(lb[d] / la[d])}
+           for d in depths]
+    cpu = {x.name: json.loads((x.results_dir / "final.json").read_text()).get("cpu") for x in arms}
+    return {"depths": per, "rows": len(depths), "cpu": cpu,
+            "text": f"median ms per row, {a.name} vs {b.name}: "
+                    + "; ".join(f"d{r['depth']} {1e3 * r['a_s']:.0f} vs {1e3 * r['b_s']:.0f}" for r in per)
+                    + f" (batch 1, fp32, {cpu[a.name]})"}
 
 
 def support_scaling(specimen: Path, claim: dict) -> dict:
@@ -212,7 +247,7 @@ def support_scaling(specimen: Path, claim: dict) -> dict:
 
 MEASURES = {f.__name__: f for f in (diagonal, intermediate, overshoot_inside, overshoot_beyond, frontier_ratio,
                                     guardrail, identity_fresh, identity_adapter_off, arms_depths, arms_beyond,
-                                    support_scaling)}
+                                    arms_overall, arms_latency, support_scaling)}
 
 
 # ----------------------------------------------------------------------------- tests
@@ -273,6 +308,26 @@ def b_leads_beyond(claim: dict, ours: dict) -> tuple[str, str]:
         f"beyond the support B helped {p['b_helped']}, hurt {p['b_hurt']} (exact McNemar p = {p['p_mcnemar']:.3g})"
 
 
+def a_leads(claim: dict, ours: dict) -> tuple[str, str]:
+    """A (the specimen) ahead of B on the rows compared: B hurt more rows than it helped, exact McNemar p < 0.05."""
+    p = ours["compared"]
+    ok = p["b_hurt"] > p["b_helped"] and p["p_mcnemar"] < ALPHA
+    return ("reproduced" if ok else "not reproduced"), \
+        (f"{p['a_correct']} vs {p['b_correct']} of {p['n']}: A alone right on {p['b_hurt']}, B alone on "
+         f"{p['b_helped']} (exact McNemar p = {p['p_mcnemar']:.3g})")
+
+
+def a_faster_every_depth(claim: dict, ours: dict) -> tuple[str, str]:
+    """A's median batch-1 latency below B's at every depth read."""
+    slower = [r for r in ours["depths"] if r["a_s"] >= r["b_s"]]
+    ratios = [r["b_over_a"] for r in ours["depths"]]
+    how = (f"B / A latency {min(ratios):.2f}-{max(ratios):.2f} over depths "
+           f"{ours['depths'][0]['depth']}-{ours['depths'][-1]['depth']}")
+    if slower:
+        how += f"; A not faster at depth {', '.join(str(r['depth']) for r in slower)}"
+    return ("reproduced" if not slower else "not reproduced"), how
+
+
 def all_ratios_in_band(claim: dict, ours: dict) -> tuple[str, str]:
     """Every support's frontier / support, over the bars 0.60-0.80, reaches the paper's band (the rule of
     `ratio_in_band`, applied at each support); the spread of the 0.71 ratios says how constant it is."""
@@ -287,7 +342,8 @@ def all_ratios_in_band(claim: dict, ours: dict) -> tuple[str, str]:
 
 
 TESTS = {f.__name__: f for f in (counts_not_worse, iterate_not_worse, drop_at_most, ratio_in_band, exactly_zero,
-                                 no_significant_difference, b_leads_beyond, all_ratios_in_band)}
+                                 no_significant_difference, b_leads_beyond, a_leads, a_faster_every_depth,
+                                 all_ratios_in_band)}
 
 
 # ----------------------------------------------------------------------------- the ledger
