@@ -12,6 +12,7 @@ import pandas as pd
 
 from workbench.arms import compare_arms, load_arm
 from workbench.models import load_base
+from workbench.plots.arms import controls_figure
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.manifest import write_manifest
 from workbench.tasks.reader import read_rows
@@ -53,3 +54,20 @@ def test_final_answers_for_a_looped_and_a_direct_arm(write_recipe, tmp_path):
         ref = read_rows(model, tok2, sub, loops=d).frame()
         ref = ref[ref["loop"] == d].set_index("row_id")
         assert (f.loc[ref.index, "predicted"] == ref["predicted"]).all()
+    # the controls report pairs every arm with the first, and its figure draws the table it writes
+    res = subprocess.run([sys.executable, str(ROOT / "scripts" / "dense_controls.py"), str(tmp_path / "looped"),
+                          str(tmp_path / "direct"), "--out", str(tmp_path / "cmp"), "--results", "arms"],
+                         capture_output=True, text=True, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    rec = json.loads((tmp_path / "cmp" / "controls.json").read_text())
+    (pair,) = rec["pairs"].values()
+    assert pair["pooled"]["all"]["n"] == 9 and pair["pooled"]["all"]["a_correct"] == int(a.final["correct"].sum())
+    table = pd.DataFrame(rec["arms"])
+    assert sorted(table["kind"].unique()) == ["direct", "looped"] and (table["n"] == 3).all()
+    fig = controls_figure(table, support=2)
+    by_depth = [t for t in fig.data if t.xaxis == "x"][0]            # panel A, the reference arm
+    ref = table[table["arm"] == rec["reference"]].sort_values("depth")
+    assert list(by_depth.y) == list(ref["correct"] / ref["n"])
+    on_latency = [t for t in fig.data if t.xaxis == "x2"][0]         # panel B: the same accuracies against latency
+    assert list(on_latency.x) == list(1e3 * ref["median_s"]) and list(on_latency.y) == list(by_depth.y)
+    assert "| d1 | d2 | d3 |" in (tmp_path / "cmp" / "CONTROLS.md").read_text()

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
-from workbench.plots.base import hline, require, wilson
+from workbench.plots.base import hline, nested, require, wilson
 from workbench.plots.theme import COLORWAY, INK, apply_theme
 
 PAPER_BAND = (1.44, 1.50)  # frontier / support, retrofit paper Sec. 8.1 (supports 4, 6, 8, 12)
@@ -91,4 +91,50 @@ def frontier_support_figure(table: pd.DataFrame) -> go.Figure:
     fig.update_xaxes(title="trained support (deepest supervised depth)", range=[0, s_max], dtick=1)
     fig.update_yaxes(title="frontier at 0.71 (bars: 0.80 to 0.60)", rangemode="tozero")
     fig.update_layout(title="Frontier vs support", height=420, legend=dict(orientation="h", y=-0.2))
+    return apply_theme(fig)
+
+
+def controls_figure(table: pd.DataFrame, support: int, bar: float = 0.71) -> go.Figure:
+    """Returns the retrofit paper's Fig. 4 view for any set of arms: (A) accuracy by depth with Wilson 95% intervals
+    and the trained support shaded; (B) the same accuracies against median batch-1 latency (log scale), one point
+    per depth, so each arm's cost of going deeper is read along its line.
+
+    Args:
+        table: one row per (arm, depth): arm, kind (looped / direct / scratchpad), depth, correct, n, median_s.
+        support: the trained support shaded in panel A (the arms compared share it).
+    """
+    from plotly.subplots import make_subplots
+
+    require(table, ["arm", "kind", "depth", "correct", "n", "median_s"], "controls")
+    fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
+                        subplot_titles=("A. accuracy by depth", "B. accuracy against latency (batch 1)"))
+    d0, d1 = float(table["depth"].min()), float(table["depth"].max())
+    fig.add_vrect(x0=d0 - 0.5, x1=support + 0.5, fillcolor="#888888", opacity=0.12, line_width=0, row=1, col=1,
+                  annotation_text=f"trained support (1-{support})", annotation_position="top left")
+    for i, (arm, g) in enumerate(table.groupby("arm", sort=False)):
+        g = g.sort_values("depth")
+        k, n = g["correct"].to_numpy(), g["n"].to_numpy()
+        acc = k / n
+        lo, hi = wilson(k, n)
+        line, marker = nested(i, table["arm"].nunique())
+        style = dict(line=dict(color=COLORWAY[i % len(COLORWAY)], **line), marker=marker)
+        ms = 1e3 * g["median_s"].to_numpy()
+        custom = np.stack([g["depth"], k, n, ms], axis=1)
+        hover = (f"{arm} ({g['kind'].iloc[0]})<br>depth %{{customdata[0]}}: %{{customdata[1]}}/%{{customdata[2]}}, "
+                 "%{customdata[3]:.0f} ms<extra></extra>")
+        fig.add_trace(go.Scatter(x=g["depth"], y=acc, mode="lines+markers", name=arm, legendgroup=arm,
+                                 customdata=custom, hovertemplate=hover,
+                                 error_y=dict(type="data", symmetric=False, array=hi - acc, arrayminus=acc - lo,
+                                              thickness=1, width=3), **style), row=1, col=1)
+        fig.add_trace(go.Scatter(x=ms, y=acc, mode="lines+markers+text", name=arm, legendgroup=arm,
+                                 showlegend=False, text=[f"d{d}" for d in g["depth"]], textposition="top center",
+                                 textfont=dict(size=9), customdata=custom, hovertemplate=hover, **style),
+                      row=1, col=2)
+    fig.add_trace(hline(d0 - 0.5, d1 + 0.5, bar, f"bar {bar:.2f}"), row=1, col=1)
+    fig.update_xaxes(title="depth d", dtick=1, row=1, col=1)
+    fig.update_xaxes(title="median latency per row (ms, log)", type="log", row=1, col=2)
+    fig.update_yaxes(title="final-answer accuracy", range=[0, 1.08], row=1, col=1)
+    fig.update_yaxes(range=[0, 1.08], row=1, col=2)
+    fig.update_layout(title="Looped arms and dense controls on the same rows", height=460,
+                      legend=dict(orientation="h", y=-0.22))
     return apply_theme(fig)
