@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import time
 from pathlib import Path
 
 import typer
 
 from workbench.defaults import EMBEDDED_DEFAULT
-from workbench.io import check_out_dir, mark_output, write_text_atomic
+from workbench.io import check_out_dir, mark_output, replace_dir, write_text_atomic
 
 SELECTION_JSON = "block_selection.json"
 SELECTION_HTML = "block_selection.html"
@@ -48,11 +50,17 @@ def select_block(
         "corpus_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest(),
         "seconds": round(time.perf_counter() - start, 1),
     }
-    out.mkdir(parents=True, exist_ok=True)
-    mark_output(out, "select-block")
-    write_text_atomic(out / SELECTION_JSON, json.dumps(record, indent=2))
     html = angular_distance_figure(record).to_html(include_plotlyjs=True, full_html=True)
-    write_text_atomic(out / SELECTION_HTML, html)
+    staging = out.with_name(f".{out.name}.tmp{os.getpid()}")  # both files or neither, old ones kept until then
+    staging.mkdir(parents=True, exist_ok=False)
+    try:
+        write_text_atomic(staging / SELECTION_JSON, json.dumps(record, indent=2))
+        write_text_atomic(staging / SELECTION_HTML, html)
+        mark_output(staging, "select-block")
+        replace_dir(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     _summary(selection, out, record["seconds"])
 
 
