@@ -70,7 +70,7 @@ def frontier_support_figure(table: pd.DataFrame) -> go.Figure:
     s_max = float(table["support"].max()) + 1
     xs = np.array([0.0, s_max])
     fig.add_trace(go.Scatter(x=np.r_[xs, xs[::-1]], y=np.r_[PAPER_BAND[0] * xs, PAPER_BAND[1] * xs[::-1]],
-                             fill="toself", fillcolor="rgba(0,114,178,0.15)", line=dict(width=0),
+                             mode="lines", fill="toself", fillcolor="rgba(0,114,178,0.15)", line=dict(width=0),
                              name=f"paper: {PAPER_BAND[0]}-{PAPER_BAND[1]} x support", hoverinfo="skip"))
     fig.add_trace(go.Scatter(x=xs, y=xs, mode="lines", line=dict(color=INK, dash="dot", width=1),
                              name="frontier = support", hoverinfo="skip"))

@@ -1,0 +1,36 @@
+"""Committed LoRA specimens reproduce their committed arms numbers from their own files (fp32 reads)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFEST = ROOT / "probes" / "chase_n8_d1-7.jsonl"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("specimen, depth", [("smollm2-chase-s2", 3), ("smollm2-chase", 5)])
+def test_a_specimen_rereads_its_committed_depth_matrix(specimen, depth):
+    """The depth just past each support (where a wrong load or a changed reader would show first): every row and
+    loop 1..d read again from the committed trainable tensors gives the committed prediction."""
+    from workbench.tasks.manifest import read_manifest, rows_sha256
+    from workbench.tasks.reader import read_rows
+    from workbench.train.rundir import load_run
+
+    run = ROOT / "training" / "keepers" / specimen
+    committed = pd.read_parquet(run / "arms" / "depth_matrix.parquet")
+    rows = [r for r in read_manifest(MANIFEST).rows if r["depth"] == depth]
+    assert len(rows) == 64
+    looped, tok, info = load_run(run)                      # strict load, base hash checked; fp32 as the battery
+    assert info["provenance"]["status"] == "finished"
+    frame = read_rows(looped, tok, rows, loops=depth).frame()
+    want = committed[(committed["depth"] == depth) & (committed["loop"] <= depth)]
+    got = frame.merge(want, on=["row_id", "loop"], suffixes=("", "_committed"), validate="one_to_one")
+    assert len(got) == 64 * depth
+    assert (got["predicted"] == got["predicted_committed"]).all()
+    final = got[got["loop"] == depth]
+    assert int(final["correct"].sum()) == int(want[want["loop"] == depth]["correct"].sum())
+    assert rows_sha256(read_manifest(MANIFEST).rows).startswith("5771be8a9457")  # the rows the arms battery read
