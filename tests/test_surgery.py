@@ -152,3 +152,22 @@ def test_oracle_labels_and_halt_depth():
     probs = torch.tensor([[0.9, 0.2, 0.1], [0.9, 0.9, 0.9], [0.1, 0.9, 0.1]])
     assert halt_depth(probs, 0.5).tolist() == [2, 3, 1]
     assert halt_depth(probs, 0.5, t_min=2).tolist() == [2, 3, 3]
+
+
+def test_memory_entries_computed_once_equal_the_stacked_window(tiny):
+    """LoopedLM keeps each loop's keys and values in the window (`keys_values` once per write); reading them back
+    through `attend` gives the update that `forward` computes from the stacked raw outputs."""
+    looped = retrofit(tiny[0], (1, 4), reentry="inject", memory=True)
+    mem = looped.memory["2"]
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for p in mem.parameters():
+            p.add_(0.1 * torch.randn_like(p))  # away from the init, so the gate and slopes matter
+    outs = [torch.randn(2, 5, 64) for _ in range(3)]
+    dist = torch.tensor([3, 2, 1])
+    whole = mem(outs[-1], torch.stack(outs, dim=2), dist)
+    entries = [mem.keys_values(x) for x in outs]
+    keys, values = (torch.stack(x, dim=2) for x in zip(*entries))
+    cached = mem.attend(outs[-1], keys, values, torch.stack(outs, dim=2).mean(dim=2), dist)
+    torch.testing.assert_close(cached, whole, rtol=1e-5, atol=1e-6)
+    assert whole.abs().max() > 1e-3  # not a trivially zero update

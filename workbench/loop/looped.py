@@ -224,7 +224,7 @@ class LoopedLM(HookedRootModule):
         self._check_loops(loops)
         ctx = self._context(input_ids, attention_mask)
         h, p = self._prelude(ctx)
-        past: dict[int, list[torch.Tensor]] = {i: [] for i in range(self.a, self.b)}
+        past: dict[int, list[tuple]] = {i: [] for i in range(self.a, self.b)}
         for t in range(1, loops + 1):
             h = self._step(t, h, p, ctx, past)
             yield t, h, ctx
@@ -244,13 +244,14 @@ class LoopedLM(HookedRootModule):
         for i in range(self.a, self.b):
             site = sites.block[str(i)]
             if self.memory is not None and t > 1:
-                window = past[i][-self.memory_window:]
+                window = past[i][-self.memory_window:]                 # (output, keys, values) per loop
                 distances = torch.arange(len(window), 0, -1, device=h.device)  # t - t_j, oldest first
-                update = self.memory[str(i)](window[-1], torch.stack(window, dim=2), distances)
+                outs, keys, values = (torch.stack(x, dim=2) for x in zip(*window))
+                update = self.memory[str(i)].attend(window[-1][0], keys, values, outs.mean(dim=2), distances)
                 h = h + site.memory.hook_out(update)
             h = site.hook_resid_post(self._layer(i, h, ctx, pattern=site.attn.hook_pattern))
             if self.memory is not None:
-                past[i] = (past[i] + [h])[-self.memory_window:]
+                past[i] = (past[i] + [(h, *self.memory[str(i)].keys_values(h))])[-self.memory_window:]
         return sites.hook_state(h)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
@@ -383,7 +384,7 @@ class LoopedLM(HookedRootModule):
         per_row_head = unembed.dim() == 3                             # candidates [b, c]: each row its own
         ctx = self._context(input_ids, attention_mask)
         h, p = self._prelude(ctx)
-        past: dict[int, list[torch.Tensor]] = {i: [] for i in range(self.a, self.b)}
+        past: dict[int, list[tuple]] = {i: [] for i in range(self.a, self.b)}
         rows = torch.arange(b, device=input_ids.device)               # batch index of each running row
         mask = attention_mask
         loops_used = torch.zeros(b, dtype=torch.long, device=input_ids.device)
@@ -411,7 +412,7 @@ class LoopedLM(HookedRootModule):
             keep = _rows_picker((~stop).nonzero().squeeze(1), len(rows))
             h, p, ctx, rows = keep(h), keep(p), keep(ctx), keep(rows)
             mask = keep(mask)
-            past = {i: [keep(x) for x in xs] for i, xs in past.items()}
+            past = {i: [tuple(keep(y) for y in x) for x in xs] for i, xs in past.items()}
         loops_used = self.hook_loops_used(loops_used)
         return AdaptiveReadout(scores=scores, positions=positions, loops_used=loops_used, halt_probs=probs,
                                row_loops=int(loops_used.sum()), budget=budget)

@@ -52,17 +52,33 @@ class LoopMemoryAttention(nn.Module):
         nn.init.zeros_(self.gate_mlp[2].weight)
         nn.init.constant_(self.gate_mlp[2].bias, gate_bias)
 
+    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One loop's output x [b, s, d] as a memory entry's (keys, values), each [b, s, h, dh].
+
+        A loop's output is a key and value for the next W loops: computed once when it is written
+        (`LoopedLM` keeps them in its window) instead of once per reading loop."""
+        b, s, _ = x.shape
+        xk = self.kv_in_norm(x)
+        k = self.k_norm(self.k_proj(xk).view(b, s, self.n_heads, self.head_dim))
+        return k, self.v_proj(xk).view(b, s, self.n_heads, self.head_dim)
+
     def forward(self, q: torch.Tensor, memory: torch.Tensor, distances: torch.Tensor) -> torch.Tensor:
         """Args: q [b, s, d]; memory X [b, s, m, d] (oldest first); distances t - t_j, shape [m]."""
         b, s, m, _ = memory.shape
+        k, v = self.keys_values(memory.reshape(b, s * m, -1))
+        shape = (b, s, m, self.n_heads, self.head_dim)
+        return self.attend(q, k.view(shape), v.view(shape), memory.mean(dim=2), distances)
+
+    def attend(self, q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, mean: torch.Tensor,
+               distances: torch.Tensor) -> torch.Tensor:
+        """The update from precomputed entries: q [b, s, d]; keys, values [b, s, m, h, dh] (oldest first, from
+        `keys_values`); mean [b, s, d] the entries' mean output (the token gate's input); distances [m]."""
+        b, s, _ = q.shape
         h, dh = self.n_heads, self.head_dim
         qh = self.q_norm(self.q_proj(self.q_in_norm(q)).view(b, s, h, dh))            # [b, s, h, dh]
-        xk = self.kv_in_norm(memory)
-        kh = self.k_norm(self.k_proj(xk).view(b, s, m, h, dh))                         # [b, s, m, h, dh]
-        vh = self.v_proj(xk).view(b, s, m, h, dh)
-        logits = torch.einsum("bshd,bsmhd->bshm", qh, kh) / math.sqrt(dh)
+        logits = torch.einsum("bshd,bsmhd->bshm", qh, keys) / math.sqrt(dh)
         logits = logits - self.slopes[:, None] * distances.to(logits.dtype)[None, :]   # [h, m] bias
         attn = logits.float().softmax(dim=-1).to(logits.dtype)  # fp32 softmax in bf16 runs too
-        mixed = torch.einsum("bshm,bsmhd->bshd", attn, vh).reshape(b, s, h * dh)
-        gate = torch.sigmoid(self.gate_mlp(torch.cat([q, memory.mean(dim=2)], dim=-1)))  # [b, s, 1]
+        mixed = torch.einsum("bshm,bsmhd->bshd", attn, values).reshape(b, s, h * dh)
+        gate = torch.sigmoid(self.gate_mlp(torch.cat([q, mean], dim=-1)))  # [b, s, 1]
         return self.gamma * gate * self.o_proj(mixed)  # per-loop hook applied by LoopedLM
