@@ -18,7 +18,8 @@ import common
 from workbench.io import atomic_path
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
-ORDER = ("forced_read", "readout_memory", "hook_overhead", "loop_cost", "training_step", "cpu_efficiency", "precision")
+ORDER = ("forced_read", "readout_memory", "hook_overhead", "loop_cost", "training_step", "cpu_efficiency", "precision",
+         "early_exit")
 
 
 def load(results_dir: Path) -> dict[str, dict]:
@@ -127,6 +128,17 @@ def rows_for(name: str, rec: dict) -> list[list[str]]:
                 [f"  forced read, T={r['read_loops'] if 'read_loops' in r else rec['args']['read_loops']}: fp32 / bf16 time",
                  "(for reference)", _r(r["read_speedup"]),
                  f"argmax agreement {r['read_argmax_agreement']:.4f} of {r['read_cells']} cells", "–"]]
+    if name == "early_exit":
+        a, k, c = r["split"]
+        out = []
+        for case, label in (("half_at_1", "half the rows stop after loop 1"), ("all_at_1", "every row stops after loop 1")):
+            out.append([f"Early exit, {r['rows']} rows, budget {r['loops']} loops (inject + memory + halting): "
+                        f"{label} / fixed depth", "≈ layer model",
+                        _r(r["ratio_to_fixed"][case]),
+                        f"{r['predicted_layers'][case]:.2f}× layers ({a} + t x {k} + {c}); row-loops "
+                        f"{r['row_loops'][case]} of {r['row_loops']['fixed']} (the layer model leaves out the "
+                        "memory attention, which runs from loop 2 on)", "–"])
+        return out
     raise KeyError(name)
 
 
