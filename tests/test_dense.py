@@ -3,13 +3,17 @@ decoder against the teacher-forced full forward."""
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from tests.conftest import perturb
 from workbench.dense import (
     _decode,
     direct_loss,
+    interleaved_latency,
     latency_by_depth,
+    latency_call,
     read_direct,
     read_scratchpad,
     scratchpad_batch,
@@ -84,3 +88,33 @@ def test_losses_train_only_the_adapter_and_readers_score_the_final_answer(tiny):
     assert g["chain_right"].between(0, g["depth"]).all() and len(g) == len(rows)
     lat = latency_by_depth(lambda rs: read_direct(looped, tok, rs), rows, per_depth=2, repeats=1)
     assert lat["depth"].tolist() == [1, 2, 3] and (lat["calls"] == 2).all() and (lat["median_s"] > 0).all()
+
+
+def test_latency_calls_answer_as_the_readers_do_and_interleaving_times_each_arm(tiny):
+    looped, tok = _model(tiny)
+    rows = _rows(tok, depths=(2, 3), per_depth=2)
+    with torch.no_grad():
+        for r in rows:  # the looped call is the forced-depth read: loop d of the per-loop read
+            s = latency_call(looped, tok, "looped")([r])
+            enc = tok([r["prompt"]], return_tensors="pt")
+            ref = looped.read(enc["input_ids"], enc["attention_mask"], loops=r["depth"],
+                              candidates=candidate_ids(tok, r["symbols"])[None])
+            assert torch.equal(s, ref.scores[:, -1])
+        assert latency_call(looped, tok, "direct")(rows[:1])["predicted"].tolist() == \
+            read_direct(looped, tok, rows[:1])["predicted"].tolist()
+    seen = []
+
+    def slow(name, seconds):
+        def call(rs):
+            seen.append((name, rs[0]["row_id"]))
+            time.sleep(seconds)
+        return call
+
+    frame = interleaved_latency({"a": slow("a", 0.002), "b": slow("b", 0.006)}, rows, per_depth=2, repeats=2)
+    assert frame["calls"].tolist() == [4, 4, 4, 4] and frame["depth"].tolist() == [2, 2, 3, 3]
+    assert frame.set_index("arm").loc["a", "ratio_to_first"].tolist() == [1.0, 1.0]
+    assert (frame.set_index("arm").loc["b", "ratio_to_first"] > 1.5).all()
+    # every row answered by both arms back to back, the order reversed on the second pass
+    timed = seen[2:6]  # after the two warm-up calls of depth 2
+    assert [n for n, _ in timed] == ["a", "b", "a", "b"] and timed[0][1] == timed[1][1]
+    assert [n for n, _ in seen[6:8]] == ["b", "a"]

@@ -177,3 +177,50 @@ def latency_by_depth(call, rows: list[dict], per_depth: int = 4, repeats: int = 
         out.append({"depth": d, "median_s": float(np.median(times)), "p10_s": float(np.percentile(times, 10)),
                     "p90_s": float(np.percentile(times, 90)), "calls": len(times)})
     return pd.DataFrame(out)
+
+
+def latency_call(looped, tokenizer, kind: str):
+    """The call an arm answers one row with, as deployed (batch 1): the looped arm's forced-depth read (d loops,
+    the Coda once: `LoopedLM.read_final`), the direct arm's one pass, the scratchpad's cached decoding of d symbols."""
+    if kind == "looped":
+        def call(rs):
+            enc = encode_prompts(tokenizer, [r["prompt"] for r in rs])
+            cands = torch.stack([candidate_ids(tokenizer, r["symbols"]) for r in rs])
+            return looped.read_final(enc["input_ids"], enc["attention_mask"], loops=rs[0]["depth"], candidates=cands)
+        return call
+    if kind not in KINDS:
+        raise WorkbenchError(f"unknown arm kind '{kind}'; accepted: looped, {', '.join(KINDS)}")
+    reader = read_direct if kind == "direct" else read_scratchpad
+    return lambda rs: reader(looped, tokenizer, rs, 1)
+
+
+def interleaved_latency(calls: dict, rows: list[dict], per_depth: int = 8, repeats: int = 5) -> pd.DataFrame:
+    """Batch-1 latency of several arms measured side by side: for each depth, row and pass every arm answers the
+    same row in turn (the order reversed on odd passes), so a drift in machine speed hits all arms alike.
+
+    Returns one row per (arm, depth): arm, depth, median_s, p10_s, p90_s, calls, and ratio_to_first, the median
+    over (row, pass) of this arm's time over the first arm's time on the same row in the same pass."""
+    by_depth: dict[int, list[dict]] = {}
+    for r in rows:
+        by_depth.setdefault(r["depth"], []).append(r)
+    names = list(calls)
+    out = []
+    with torch.no_grad():
+        for d in sorted(by_depth):
+            sample = by_depth[d][:per_depth]
+            for name in names:
+                calls[name](sample[:1])                                 # warm-up, not counted
+            times: dict[str, list[float]] = {n: [] for n in names}
+            for rep in range(repeats):
+                for r in sample:
+                    for name in (names if rep % 2 == 0 else names[::-1]):
+                        t0 = time.perf_counter()
+                        calls[name]([r])
+                        times[name].append(time.perf_counter() - t0)
+            first = np.array(times[names[0]])
+            for name in names:
+                t = np.array(times[name])
+                out.append({"arm": name, "depth": d, "median_s": float(np.median(t)),
+                            "p10_s": float(np.percentile(t, 10)), "p90_s": float(np.percentile(t, 90)),
+                            "calls": len(t), "ratio_to_first": float(np.median(t / first))})
+    return pd.DataFrame(out)
