@@ -49,7 +49,11 @@ def render(arms, table: pd.DataFrame, pairs: dict, line: str) -> str:
         t = table[table["arm"] == a.name].set_index("depth")
         lines.append(f"| {a.name} | {t['kind'].iloc[0]} | {a.support} | "
                      + " | ".join(f"{t.loc[d, 'correct']}/{t.loc[d, 'n']}" for d in depths) + " |")
-    lines += ["", "Median latency per row, batch 1, fp32 (ms; p10-p90 in controls.json):", "",
+    how = cpus[ref.name].get("latency") or {}
+    timing = (f"measured interleaved with {', '.join(how['interleaved_with'])} (scripts/arm_latency.py, "
+              f"{how['rows_per_depth']} rows per depth x {how['repeats']} passes)" if how.get("interleaved_with")
+              else "each arm in its own process (scripts/final_answers.py)")
+    lines += ["", f"Median latency per row, batch 1, fp32 (ms; p10-p90 in controls.json), {timing}:", "",
               "| arm | CPU, threads | " + " | ".join(f"d{d}" for d in depths) + " |",
               "|---|---|" + "---|" * len(depths)]
     for a in arms:

@@ -34,3 +34,26 @@ def test_a_specimen_rereads_its_committed_depth_matrix(specimen, depth):
     final = got[got["loop"] == depth]
     assert int(final["correct"].sum()) == int(want[want["loop"] == depth]["correct"].sum())
     assert rows_sha256(read_manifest(MANIFEST).rows).startswith("5771be8a9457")  # the rows the arms battery read
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("specimen, kind", [("smollm2-chase-direct", "direct"), ("smollm2-chase-scratchpad", "scratchpad")])
+def test_a_dense_control_rereads_its_committed_final_answers(specimen, kind):
+    """Depths 3 and 7 (past the direct arm's reach, and the deepest the scratchpad writes) read again from the
+    committed tensors give the committed answers (scripts/final_answers.py wrote them)."""
+    import json
+
+    from workbench.dense import read_direct, read_scratchpad
+    from workbench.tasks.manifest import read_manifest
+    from workbench.train.rundir import load_run
+
+    run = ROOT / "training" / "keepers" / specimen
+    record = json.loads((run / "final" / "final.json").read_text())
+    assert record["kind"] == kind and record["support"] == 4 and record["rows"] == 448
+    committed = pd.read_parquet(run / "final" / "final.parquet").set_index("row_id")
+    rows = [r for r in read_manifest(MANIFEST).rows if r["depth"] in (3, 7)]
+    looped, tok, _ = load_run(run)
+    got = (read_direct if kind == "direct" else read_scratchpad)(looped, tok, rows).set_index("row_id")
+    assert (got["predicted"] == committed.loc[got.index, "predicted"]).all()
+    for d in (3, 7):
+        assert int(got[got["depth"] == d]["correct"].sum()) == round(64 * record["accuracy_by_depth"][str(d)])
