@@ -53,6 +53,9 @@ def test_the_wheel_holds_every_default(wheel):
                 *(f"{data}training/keepers/{k}/{f}" for k in ("smollm2-chase", "smollm2-chase-anneal")
                   for f in ("trainable.safetensors", "retrofit.json", "recipe.toml", "provenance.json",
                             "metrics.jsonl", "battery/summary.json", "battery/depth_matrix.parquet")),
+                *(f"{data}training/keepers/{k}/final/{f}"  # the dense controls' claims read these
+                  for k in ("smollm2-chase", "smollm2-chase-direct", "smollm2-chase-scratchpad")
+                  for f in ("final.json", "final.parquet", "latency.parquet")),
                 "workbench/cli.py", "workbench/defaults.py", "workbench/probes/battery.py"]
     assert len(expected) > 25
     assert [n for n in expected if n not in names] == []
