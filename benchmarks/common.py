@@ -70,16 +70,17 @@ def parse(p: argparse.ArgumentParser, argv: list[str] | None, full: dict, quick:
 
 
 # ----------------------------------------------------------------------------- model and rows
-def load_looped(model: str, block: str, max_loops: int = 16):
-    """Returns `(looped, tokenizer)`: a fresh retrofit of `model` at `block`, in eval mode.
+def load_looped(model: str, block: str, max_loops: int = 16, **options):
+    """Returns `(looped, tokenizer)`: a fresh retrofit of `model` at `block`, in eval mode and frozen.
 
-    The re-entry is at its identity init; its values do not change the cost of a pass.
+    The re-entry is at its identity init; its values do not change the cost of a pass. `options` go to
+    `retrofit` (e.g. reentry="inject", memory=True, halting=True).
     """
     from workbench.loop.surgery import retrofit
     from workbench.models import load_base
 
     base, tok = load_base(model)
-    looped = retrofit(base, block, max_loops=max_loops)
+    looped = retrofit(base, block, max_loops=max_loops, **options)
     looped.eval()
     for p in looped.parameters():
         p.requires_grad_(False)
@@ -259,6 +260,15 @@ def write_result(name: str, record: dict, out_dir: Path = RESULTS_DIR) -> Path:
     with atomic_path(path) as tmp:
         tmp.write_text(json.dumps(record, sort_keys=True, allow_nan=True) + "\n")
     return path
+
+
+def finish(name: str, args: argparse.Namespace, argv: list[str] | None, results: dict, started: float,
+           report: Callable[[dict, str, str], None]) -> dict:
+    """Prints the benchmark's report, then writes and returns its record (the end of every benchmark's main)."""
+    report(results, args.model, args.block)
+    rec = record(name, args, argv, results, started)
+    write_result(name, rec, args.out)
+    return rec
 
 
 def record(name: str, args: argparse.Namespace, argv: list[str] | None, results: dict, started: float) -> dict:

@@ -106,10 +106,7 @@ def main(argv: list[str] | None = None) -> dict:
     ids, mask, cand = common.chase_inputs(tok, args.rows, args.alphabet, args.seed)
     results = run(looped, tok, ids, mask, cand, args.loops, args.batch, args.depth, args.alphabet, args.seed,
                   args.reps, args.warmup, not args.no_progress)
-    report(results, args.model, args.block)
-    rec = common.record(NAME, args, argv, results, started)
-    common.write_result(NAME, rec, args.out)
-    return rec
+    return common.finish(NAME, args, argv, results, started, report)
 
 
 if __name__ == "__main__":

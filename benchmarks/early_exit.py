@@ -28,18 +28,6 @@ FULL = dict(rows=8, loops=8, alphabet=8, reps=5, warmup=1)
 QUICK = dict(rows=4, loops=4, alphabet=8, reps=2, warmup=1)
 
 
-def load(model: str, block: str, loops: int):
-    """A fresh inject + memory + halting retrofit (eval mode, frozen) and its tokenizer."""
-    from workbench.loop.surgery import retrofit
-    from workbench.models import load_base
-
-    base, tok = load_base(model)
-    looped = retrofit(base, block, reentry="inject", memory=True, halting=True, max_loops=loops).eval()
-    for p in looped.parameters():
-        p.requires_grad_(False)
-    return looped, tok
-
-
 def run(looped, ids, mask, cand, loops: int, reps: int, warmup: int, progress: bool = True) -> dict:
     """Times the three cases side by side; returns work counts, wall / CPU ratios and the layer-model prediction."""
     from workbench.loop.halting import HaltPolicy
@@ -90,13 +78,11 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--loops", type=int)
     p.add_argument("--alphabet", type=int)
     args = common.parse(p, argv, FULL, QUICK)
-    looped, tok = load(args.model, args.block, args.loops)
+    looped, tok = common.load_looped(args.model, args.block, max_loops=args.loops, reentry="inject", memory=True,
+                                     halting=True)
     ids, mask, cand = common.chase_inputs(tok, args.rows, args.alphabet, args.seed)
     results = run(looped, ids, mask, cand, args.loops, args.reps, args.warmup, not args.no_progress)
-    report(results, args.model, args.block)
-    rec = common.record(NAME, args, argv, results, started)
-    common.write_result(NAME, rec, args.out)
-    return rec
+    return common.finish(NAME, args, argv, results, started, report)
 
 
 if __name__ == "__main__":

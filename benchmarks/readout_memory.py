@@ -110,10 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
     looped, tok = common.load_looped(args.model, args.block, max_loops=max(16, args.loops))
     ids, mask, cand = common.chase_inputs(tok, args.rows, args.alphabet, args.seed)
     results = run(looped, ids, mask, cand, args.loops, args.extrapolate_rows)
-    report(results, args.model, args.block)
-    rec = common.record(NAME, args, argv, results, started)
-    common.write_result(NAME, rec, args.out)
-    return rec
+    return common.finish(NAME, args, argv, results, started, report)
 
 
 if __name__ == "__main__":

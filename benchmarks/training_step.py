@@ -135,10 +135,7 @@ def main(argv: list[str] | None = None) -> dict:
     looped, tok = common.load_looped(args.model, args.block, max_loops=max(16, args.depth))
     results = run(looped, tok, args.batch, args.depth, args.alphabet, args.seed, args.reps, args.warmup,
                   not args.no_progress)
-    report(results, args.model, args.block)
-    rec = common.record(NAME, args, argv, results, started)
-    common.write_result(NAME, rec, args.out)
-    return rec
+    return common.finish(NAME, args, argv, results, started, report)
 
 
 if __name__ == "__main__":
