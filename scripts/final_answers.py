@@ -24,13 +24,13 @@ import pandas as pd
 import torch
 
 from workbench.arms import trained_support
-from workbench.dense import KINDS, latency_by_depth, read_direct, read_scratchpad
+from workbench.dense import KINDS, latency_by_depth, latency_call, read_direct, read_scratchpad
 from workbench.io import write_bytes_atomic
 from workbench.models import load_base
 from workbench.precision import detect_hardware
 from workbench.probes.identity import guardrail_table
 from workbench.tasks.manifest import read_manifest, rows_sha256
-from workbench.tasks.reader import candidate_ids, encode_prompts, read_rows
+from workbench.tasks.reader import read_rows
 from workbench.train.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,17 +65,11 @@ def main(argv: list[str] | None = None) -> int:
             return out.astype({"correct": bool})
 
         final = answers(rows)
-
-        def call(rs):  # the forced-depth call a deployed model runs: d loops and the Coda once (LoopedLM.read_final)
-            enc = encode_prompts(tok, [r["prompt"] for r in rs])
-            cands = torch.stack([candidate_ids(tok, r["symbols"]) for r in rs])
-            return looped.read_final(enc["input_ids"], enc["attention_mask"], loops=rs[0]["depth"], candidates=cands)
     else:
-        reader = read_direct if kind == "direct" else read_scratchpad
-        final = reader(looped, tok, rows, a.batch_size)
-        call = lambda rs: reader(looped, tok, rs, 1)  # noqa: E731
+        final = (read_direct if kind == "direct" else read_scratchpad)(looped, tok, rows, a.batch_size)
     with torch.no_grad():
-        latency = latency_by_depth(call, rows, per_depth=a.latency_rows, repeats=a.repeats)
+        latency = latency_by_depth(latency_call(looped, tok, kind), rows, per_depth=a.latency_rows,
+                                   repeats=a.repeats)
         base_spec = info["retrofit"]["base"]
         reference, _ = load_base(base_spec["spec"], dtype=getattr(torch, base_spec["dtype"]),
                                  attn_implementation=base_spec["attn_implementation"])
