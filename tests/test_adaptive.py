@@ -112,7 +112,7 @@ def test_early_exit_benchmark_counts_the_work_saved_and_times_it_in_one_run(monk
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "benchmarks"))
     bench = importlib.import_module("early_exit")
     common = importlib.import_module("common")
-    looped, tok = bench.load("tiny-llama", "2:4", 8)
+    looped, tok = common.load_looped("tiny-llama", "2:4", max_loops=8, reentry="inject", memory=True, halting=True)
     ids, mask, cand = common.chase_inputs(tok, 4)
     r = bench.run(looped, ids, mask, cand, loops=8, reps=3, warmup=1, progress=False)
     assert r["row_loops"] == {"fixed": 32, "half_at_1": 2 * 1 + 2 * 8, "all_at_1": 4}
