@@ -6,6 +6,7 @@ import json
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from workbench.errors import WorkbenchError
 from workbench.tasks.guardrail import GUARDRAIL_VERSION, guardrail_rows
@@ -170,6 +171,25 @@ def test_init_from_refuses_an_edited_parent(finished_run, write_recipe, tmp_path
     recipe = write_recipe(init_from=str(copy))
     with pytest.raises(WorkbenchError, match="SHA-256 differs"):
         train(recipe, out=tmp_path / "child", progress=False)
+
+
+def test_stage2_adds_a_halting_head_to_a_parent_trained_without_one(finished_run, write_recipe, tmp_path):
+    """RecurTrace Stage 2 on a keeper: the parent's tensors load strictly, only the new head moves."""
+    recipe = write_recipe(init_from=str(finished_run), model={"halting": True}, halting={"oracle_max": 3},
+                          stages=[{"name": "halt", "kind": "halting", "depths": [1, 2], "steps": 2}])
+    out = tmp_path / "halt"
+    train(recipe, out=out, progress=False)
+    parent = load_file(str(finished_run / "trainable.safetensors"))
+    child = load_file(str(out / "trainable.safetensors"))
+    assert set(child) - set(parent) == {"halting.proj.weight", "halting.proj.bias"}
+    assert all(torch.equal(child[k], parent[k]) for k in parent)
+    (p,) = json.loads((out / "provenance.json").read_text())["lineage"]["parents"]
+    assert p["halting_head_added"] is True
+    # a main-stage run may not change the retrofit: the head must come with Stage 2 alone
+    recipe = write_recipe("main.toml", init_from=str(finished_run), model={"halting": True},
+                          stages=[{"name": "more", "depths": [1, 2], "steps": 1}])
+    with pytest.raises(WorkbenchError, match="another retrofit .*halting"):
+        train(recipe, out=tmp_path / "main", progress=False)
 
 
 # ----------------------------------------------------------------------------- bf16

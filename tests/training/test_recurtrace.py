@@ -10,7 +10,14 @@ from safetensors.torch import load_file
 from workbench.loop.halting import oracle_labels
 from workbench.loop.surgery import retrofit
 from workbench.tasks.chase import chase_row
-from workbench.train.losses import halting_loss, make_batch, sample_loop_counts
+from workbench.train.losses import (
+    halting_loss,
+    halting_objective,
+    halting_probs,
+    halting_sweep,
+    make_batch,
+    sample_loop_counts,
+)
 from workbench.train.trainer import train
 
 # RecurTrace App. D: ~10/19/20/17/12/8/5/8 % at 1..8 loops, mean near 3.9, median 4.
@@ -55,6 +62,31 @@ def test_halting_objectives_train_only_the_head(tiny, objective):
     assert all(p.grad is None for n, p in looped.named_parameters() if not n.startswith("halting."))
 
 
+@pytest.mark.parametrize("objective", ["oracle", "act", "pondernet"])
+def test_the_offline_sweep_gives_the_loss_and_gradient_of_a_forward(tiny, objective):
+    """Stage 2 on the cached sweep (App. E's precomputed oracle) is the online objective, not an approximation."""
+    model, tok = tiny
+    looped = retrofit(model, "2:4", reentry="inject", memory=True, halting=True).eval()
+    for p in looped.parameters():
+        p.requires_grad_(False)
+    with torch.no_grad():
+        looped.halting.proj.weight.normal_(0, 0.05)
+    looped.halting.proj.weight.requires_grad_(True)
+    rows = [chase_row(4, d, i, 0, tokenizer=tok, split="train") for i, d in enumerate([1, 2, 3, 2, 3])]
+    cfg = dict(objective=objective, oracle_max=4, margin=0.01, depth_cost=0.0, probe_depths=[1, 2, 4, 6],
+               act_cost=0.01, ponder_lambda=0.2, ponder_kl=0.01)
+    online, _ = halting_loss(looped, make_batch(rows, tok), cfg)
+    online.backward()
+    g_online = looped.halting.proj.weight.grad.clone()
+    looped.halting.proj.weight.grad = None
+    losses, z = halting_sweep(looped, [make_batch(rows[:2], tok), make_batch(rows[2:], tok)], 4)
+    assert losses.shape == (5, 4) and z.shape == (5, 4, looped.config.hidden_size)
+    cached, _ = halting_objective(losses, halting_probs(looped, z), cfg)
+    cached.backward()
+    assert float(cached.detach()) == pytest.approx(float(online.detach()), rel=1e-5)
+    assert torch.allclose(looped.halting.proj.weight.grad, g_online, rtol=1e-4, atol=1e-7)
+
+
 def test_recurtrace_stages_sampled_then_halting(write_recipe, tmp_path):
     recipe = write_recipe(model={"block": "2:4", "reentry": "inject", "memory": True, "halting": True},
                           train={"block": False}, sampler={"max": 4}, halting={"oracle_max": 4},
@@ -66,3 +98,21 @@ def test_recurtrace_stages_sampled_then_halting(write_recipe, tmp_path):
     assert set(final) == set(stage1) and any(k.startswith("memory.") for k in final)
     for k in final:  # Stage 2 moves the halting head and nothing else
         assert torch.equal(final[k], stage1[k]) != k.startswith("halting."), k
+
+
+def test_stage2_on_the_sweep_moves_the_head_alone_and_logs_the_oracle(write_recipe, tmp_path):
+    import json
+
+    recipe = write_recipe(model={"block": "2:4", "reentry": "inject", "memory": True, "halting": True},
+                          train={"block": False}, sampler={"max": 4}, halting={"oracle_max": 4, "sweep": 12},
+                          stages=[{"kind": "sampled", "depths": [1, 2, 3], "steps": 2},
+                                  {"kind": "halting", "depths": [1, 2, 3], "steps": 2}])
+    train(recipe, out=tmp_path / "rt", progress=False)
+    stage1 = load_file(str(tmp_path / "rt" / "checkpoints" / "step_2" / "trainable.safetensors"))
+    final = load_file(str(tmp_path / "rt" / "trainable.safetensors"))
+    for k in final:
+        assert torch.equal(final[k], stage1[k]) != k.startswith("halting."), k
+    metrics = [json.loads(line) for line in (tmp_path / "rt" / "metrics.jsonl").read_text().splitlines()]
+    (sweep,) = [m for m in metrics if m["kind"] == "halting_sweep"]
+    assert sweep["rows"] == 12 and sweep["step"] == 2 and len(sweep["continue_rate"]) == 4
+    assert set(sweep["mean_target_by_depth"]) <= {"1", "2", "3"} and 1 <= sweep["mean_target"] <= 4

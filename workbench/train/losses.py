@@ -132,10 +132,16 @@ def halting_loss(looped, batch: dict, cfg: dict, denominator: float | None = Non
     distribution q_t = p_1..p_{t-1}(1 - p_t) and pay |t - t*| (t* the oracle depth) plus an
     expected-depth cost (ACT) or a KL to a geometric prior (PonderNet).
     """
-    T = cfg["oracle_max"]
-    losses, r = answer_losses(looped, batch, T)                             # [B, T]
+    losses, r = answer_losses(looped, batch, cfg["oracle_max"])             # [B, T]
+    return halting_objective(losses, r.halt_probs, cfg, denominator)
+
+
+def halting_objective(losses: torch.Tensor, probs: torch.Tensor, cfg: dict,
+                      denominator: float | None = None) -> tuple[torch.Tensor, dict]:
+    """The Stage 2 objective of `halting_loss` from per-depth answer losses [B, T] and continue probs [B, T]."""
+    T = losses.shape[1]
     labels = oracle_labels(losses, margin=cfg["margin"], depth_cost=cfg["depth_cost"])
-    p = r.halt_probs.float().clamp(1e-6, 1 - 1e-6)                          # continue probs [B, T]
+    p = probs.float().clamp(1e-6, 1 - 1e-6)                                 # continue probs [B, T]
     denom = len(p) if denominator is None else denominator
     if cfg["objective"] == "oracle":
         cols = [t - 1 for t in cfg["probe_depths"] if t <= T]
@@ -155,6 +161,41 @@ def halting_loss(looped, batch: dict, cfg: dict, denominator: float | None = Non
         prior = prior / prior.sum()
         extra = cfg["ponder_kl"] * (q * (q.clamp(min=1e-9).log() - prior.log())).sum(1)
     return (quality + extra).sum() / denom, {"mean_target": float(target.float().mean())}
+
+
+@torch.no_grad()
+def halting_sweep(looped, batches, loops: int, progress=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The offline oracle sweep of RecurTrace App. E: one frozen forward to `loops` per batch.
+
+    Returns (answer losses [N, T], the halting head's pooled input z_t [N, T, d]), both fp32. The head
+    is linear on z_t, so `halting_probs(looped, z)` gives exactly the p_t a forward would; Stage 2 then
+    trains on the cache instead of re-running the frozen model every step (`[halting] sweep`).
+    """
+    head = looped.halting
+    if head is None:
+        raise WorkbenchError("halting_sweep needs a model with a halting head")
+    pooled: list[torch.Tensor] = []
+    hook = head.register_forward_pre_hook(lambda mod, args: pooled.append(mod.pool(*args).float()))
+    all_losses, all_z = [], []
+    try:
+        for batch in batches:
+            pooled.clear()
+            losses, _ = answer_losses(looped, batch, loops)
+            if len(pooled) != loops:
+                raise WorkbenchError(f"halting_sweep: the head ran {len(pooled)} times in {loops} loops")
+            all_losses.append(losses.float())
+            all_z.append(torch.stack(pooled, 1))
+            if progress is not None:
+                progress(len(losses))
+    finally:
+        hook.remove()
+    return torch.cat(all_losses), torch.cat(all_z)
+
+
+def halting_probs(looped, z: torch.Tensor) -> torch.Tensor:
+    """Continue probabilities [B, T] of the model's head on pooled states z [B, T, d] (`halting_sweep`)."""
+    proj = looped.halting.proj
+    return torch.sigmoid(proj(z.to(proj.weight.dtype)).squeeze(-1))
 
 
 # ----------------------------------------------------------------------------- preservation

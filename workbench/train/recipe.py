@@ -14,6 +14,9 @@ Stages run in order. Each is one of:
     log-normal Poisson `[sampler]`, language-model loss on the answer token at that depth;
   - `halting`: RecurTrace Stage 2 (App. E): everything frozen but the halting head, which is
     distilled from the loss-improvement oracle (or trained with the ACT / PonderNet objective).
+    `[halting] sweep = N` computes the oracle losses and the head's pooled inputs of N training rows
+    once (App. E's offline sweep) and trains the head on that cache; 0 runs the frozen model every step.
+    A halting-only recipe may `init_from` a parent trained without a head: the head is added fresh.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ SCHEMA: dict = {
         "act_cost": 0.01,
         "ponder_lambda": 0.2,
         "ponder_kl": 0.01,
+        "sweep": 0,
     },
     "eval": {"every": 100, "per_depth": 64, "depths": [1, 2, 3, 4], "seed": 1, "batch_size": 16},
     "checkpoint": {"every": 100, "keep": 2},
@@ -212,7 +216,7 @@ RANGES = {
     "optim.prelude_lr_mult": (0.0, 1e6, False), "optim.weight_decay": (0.0, 1e3, True),
     "optim.eps": (0.0, 1.0, False), "optim.momentum": (0.0, 1.0, True), "optim.grad_clip": (0.0, 1e9, True),
     "optim.warmup_steps": (0, 10 ** 9, True), "halting.lr": (0.0, 1e3, False),
-    "halting.warmup_steps": (0, 10 ** 9, True),
+    "halting.warmup_steps": (0, 10 ** 9, True), "halting.sweep": (0, 10 ** 7, True),
     "lora.r": (1, 4096, True), "lora.alpha": (0.0, 1e6, False), "lora.dropout": (0.0, 0.999, True),
     "sampler.mean": (1.0, MAX_LOOPS, True), "sampler.sigma": (0.0, 10.0, True),
     "optim.batch_size": (1, 65536, True), "eval.batch_size": (1, 65536, True), "eval.per_depth": (1, 10 ** 6, True),

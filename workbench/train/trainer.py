@@ -33,6 +33,7 @@ from workbench.dense import direct_loss, scratchpad_batch, scratchpad_loss
 from workbench.errors import WorkbenchError
 from workbench.io import locked_dir, sha256_file, write_bytes_atomic, write_json_atomic
 from workbench.loop.config import LoraSettings, RetrofitConfig
+from workbench.loop.halting import oracle_labels
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.precision import resolve_precision
@@ -49,6 +50,9 @@ from workbench.train.losses import (
     answer_loss,
     chain_loss,
     halting_loss,
+    halting_objective,
+    halting_probs,
+    halting_sweep,
     kl_to_base,
     make_batch,
     sample_loop_counts,
@@ -147,7 +151,7 @@ class Trainer:
             for layer in self.looped.layers:
                 layer.compile()
         if self.parent is not None:
-            rundir.load_trained(self.looped, self.parent / rundir.TRAINABLE, self.groups)
+            rundir.load_trained(self.looped, self.parent / rundir.TRAINABLE, self.parent_groups)
 
     def _set_precision(self) -> None:
         """Frozen weights to bf16 once (trained groups stay fp32) when the recipe asks and the hardware has it."""
@@ -194,16 +198,23 @@ class Trainer:
             raise WorkbenchError(f"init_from: '{parent}' was trained on base {record['base']['sha256'][:12]}..., this "
                                  f"recipe's base is {self.base_hash[:12]}...")
         mine = json.loads(json.dumps(self.looped.retrofit_config.to_dict()))
-        if record["settings"] != mine:
-            diff = sorted(k for k in set(mine) | set(record["settings"]) if mine.get(k) != record["settings"].get(k))
+        # Stage 2 alone may add a halting head to a parent trained without one (RecurTrace App. E freezes
+        # everything else, so the parent's tensors load strictly and the head starts from its own init).
+        adds_head = (mine.get("halting") and not record["settings"].get("halting")
+                     and all(s["kind"] == "halting" for s in self.stages))
+        compared = {**mine, "halting": False} if adds_head else mine
+        if record["settings"] != compared:
+            diff = sorted(k for k in set(mine) | set(record["settings"])
+                          if compared.get(k) != record["settings"].get(k))
             raise WorkbenchError(f"init_from: '{parent}' has another retrofit ({', '.join(diff)} differ); "
                                  "the recipe's [model] and [lora] must match the parent's")
-        if record["trained_groups"] != self.groups:
+        self.parent_groups = [g for g in self.groups if g != "halting"] if adds_head else self.groups
+        if record["trained_groups"] != self.parent_groups:
             raise WorkbenchError(f"init_from: '{parent}' trained {record['trained_groups']}, this recipe trains "
                                  f"{self.groups}")
         lineage = [{"run": parent, "name": tomllib.loads((parent_dir / rundir.RECIPE).read_text()).get("name"),
                     "provenance_sha256": sha256_file(parent_dir / rundir.PROVENANCE),
-                    "trainable_sha256": prov["files"][rundir.TRAINABLE]}]
+                    "trainable_sha256": prov["files"][rundir.TRAINABLE], "halting_head_added": bool(adds_head)}]
         return parent_dir, {"parents": lineage + (prov.get("lineage") or {}).get("parents", [])}
 
     def _check_run_dir(self, recipe_text: str) -> None:
@@ -275,6 +286,38 @@ class Trainer:
         return [task_row(self.recipe["task"]["name"], d, step * B + i, seed, split="train", **self.task_options)
                 for i, d in enumerate(depths)]
 
+    def _halting_cache(self, start: int, stage: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stage 2's offline sweep (`[halting] sweep` rows), computed once per stage and kept in memory.
+
+        The rows are the ones the online Stage 2 would draw at the stage's first steps (`rows`), so the
+        sweep is deterministic from the recipe and a resumed run rebuilds the same cache."""
+        cache = getattr(self, "_sweeps", {})
+        self._sweeps = cache
+        if start in cache:
+            return cache[start]
+        h, B = self.recipe["halting"], self.recipe["optim"]["batch_size"]
+        rows = [r for s in range(start, start + -(-h["sweep"] // B)) for r in self.rows(s, stage)][: h["sweep"]]
+        size = self.recipe["eval"]["batch_size"]
+        batches = (make_batch(rows[i:i + size], self.tok, device=self.acc.device) for i in range(0, len(rows), size))
+        t0 = time.perf_counter()
+        was_training = self.looped.training
+        self.looped.eval()
+        with tqdm(total=len(rows), desc="oracle sweep", leave=False, dynamic_ncols=True,
+                  disable=not (self.progress and self.acc.is_main_process)) as bar:
+            losses, z = halting_sweep(self.looped, batches, h["oracle_max"], progress=bar.update)
+        self.looped.train(was_training)
+        labels = oracle_labels(losses, margin=h["margin"], depth_cost=h["depth_cost"])
+        target = (labels < 0.5).float().argmax(1) + 1
+        depths = sorted({r["depth"] for r in rows})
+        self._log({"kind": "halting_sweep", "step": start, "rows": len(rows), "loops": h["oracle_max"],
+                   "seconds": round(time.perf_counter() - t0, 2),
+                   "continue_rate": [round(float(v), 4) for v in labels.mean(0)],
+                   "mean_target": round(float(target.float().mean()), 4),
+                   "mean_target_by_depth": {str(d): round(float(target[[r["depth"] == d for r in rows]]
+                                                                     .float().mean()), 4) for d in depths}})
+        cache[start] = (losses, z)
+        return cache[start]
+
     def step(self, step: int) -> dict:
         _, stage, local = self.stage_at(step)
         rows = self.rows(step, stage)
@@ -302,8 +345,17 @@ class Trainer:
             loops = int(sample_loop_counts(1, s["mean"], s["sigma"], s["max"], _hashed_seed("loops", step, 0))[0])
             loss = answer_loss(self.looped, batch, loops, denominator=len(rows))
         else:
-            loops = self.recipe["halting"]["oracle_max"]
-            loss, extra = halting_loss(self.looped, batch, self.recipe["halting"], denominator=len(rows))
+            h = self.recipe["halting"]
+            loops = h["oracle_max"]
+            if h["sweep"]:   # the paper's offline sweep: the frozen model's losses and pooled states, cached
+                losses, z = self._halting_cache(step - local, stage)
+                rng = random.Random(_hashed_seed("sweep", step, self.recipe["seed"]))
+                idx = rng.sample(range(len(losses)), min(len(rows), len(losses)))
+                mine = idx[self.acc.process_index::self.acc.num_processes]
+                loss, extra = halting_objective(losses[mine], halting_probs(self.looped, z[mine]), h,
+                                                denominator=len(idx))
+            else:
+                loss, extra = halting_loss(self.looped, batch, h, denominator=len(rows))
             info.update(extra)
         if self.teacher is not None and stage["kind"] != "halting":
             kl = kl_to_base(self.looped, self._rehearsal(step), self.teacher)
