@@ -153,3 +153,70 @@ def test_dense_control_claims_pool_every_depth_and_compare_latency_per_depth(tmp
     assert row["verdict"] == "not reproduced" and "A not faster at depth 3" in row["comparison"]
     assert row["ours"].startswith("median ms per row, looped vs dense: d1 10 vs 25; d2 20 vs 25; d3 30 vs 25")
     assert "B / A latency 0.83-2.50" in row["comparison"]
+
+
+def _halting_specimen(root: Path, chosen: dict[str, list[tuple[int, bool]]], fixed_acc: dict[int, float],
+                      best: int) -> None:
+    """A halting battery's two tables: the curve's fixed depths and the chosen methods row by row."""
+    folder = root / "spec" / "halting"
+    folder.mkdir(parents=True)
+    n = len(next(iter(chosen.values())))
+    curve = [{"method": "fixed_k", "threshold": float("nan"), "mean_loops": float(k), "accuracy": a, "n": n,
+              "chosen": k == best} for k, a in fixed_acc.items()]
+    pd.DataFrame.from_records(curve).to_parquet(folder / "halting.parquet")
+    rows = [{"method": m, "threshold": 0.5, "row_id": f"r{i}", "depth": 1, "loops": loops, "correct": ok}
+            for m, per in chosen.items() for i, (loops, ok) in enumerate(per)]
+    pd.DataFrame.from_records(rows).to_parquet(folder / "halting__chosen.parquet")
+    (folder / "summary.json").write_text("{}")
+
+
+def test_halting_claims_pair_the_head_with_the_best_fixed_depth_and_count_collapse(tmp_path):
+    # 20 rows: fixed k = 4 right on the first 10; the head right on those and 10 more, stopping at 2 loops;
+    # ACT stops every row at loop 1, PonderNet 15 of 20
+    fixed = [(4, i < 10) for i in range(20)]
+    _halting_specimen(tmp_path, {"fixed_k": fixed, "head": [(2, True)] * 20,
+                                 "act": [(1, i < 5) for i in range(20)],
+                                 "pondernet": [(1 if i < 15 else 3, False) for i in range(20)]},
+                      {1: 0.1, 2: 0.3, 3: 0.4, 4: 0.5}, best=4)
+    peak = _claims_file(tmp_path, id="p", measure="halting_fixed_peak", test="peak_at", paper_peak=2, **BASE)
+    [row] = build_ledger(peak, tmp_path)
+    assert row["verdict"] == "not reproduced" and row["rows"] == 20
+    assert "best fixed depth 4 (paper: 2); accuracy at k = 2 0.300, at k = 4 0.500" in row["comparison"]
+    beats = _claims_file(tmp_path, id="b", measure="halting_head_vs_fixed", test="head_beats_fixed", **BASE)
+    [row] = build_ledger(beats, tmp_path)
+    # head alone right on 10, fixed alone on 0: exact McNemar p = 2 / 2**10
+    assert row["verdict"] == "reproduced" and "exact McNemar p = 0.00195) at 2.00 vs 4 loops" in row["comparison"]
+    fewer = _claims_file(tmp_path, id="f", measure="halting_head_vs_fixed",
+                         test="head_matches_fixed_with_fewer_loops", **BASE)
+    assert build_ledger(fewer, tmp_path)[0]["verdict"] == "reproduced"
+    collapse = _claims_file(tmp_path, id="c", measure="halting_collapse", test="collapses_to_one",
+                            methods=["act", "pondernet"], **BASE)
+    [row] = build_ledger(collapse, tmp_path)
+    assert row["verdict"] == "not reproduced" and "act: 100% of rows at loop 1 (1.00 mean loops)" in row["comparison"]
+    assert "pondernet: 75% of rows at loop 1 (1.50 mean loops)" in row["comparison"]
+    assert row["comparison"].endswith("not collapsed: pondernet")
+
+
+def _loops_specimen(root: Path, name: str, correct: dict[int, int], n: int = 12) -> None:
+    folder = root / name / "loops"
+    folder.mkdir(parents=True)
+    rows = [(f"r{d}-{i}", d, t, t == d and i < k) for d, k in correct.items() for i in range(n) for t in (1, d)]
+    pd.DataFrame.from_records(rows, columns=["row_id", "depth", "loop", "correct"]).drop_duplicates(
+        ["row_id", "loop"]).to_parquet(folder / "loop_accuracy.parquet")
+    (folder / "summary.json").write_text("{}")
+
+
+def test_memory_vs_plain_is_not_comparable_until_the_memory_run_installs(tmp_path):
+    _loops_specimen(tmp_path, "memory", {2: 12, 3: 3})
+    _loops_specimen(tmp_path, "plain", {2: 12, 3: 1})
+    common = dict(BASE, specimen="memory", against="plain", depths=[2, 3])
+    claims = _claims_file(tmp_path, id="m", measure="memory_vs_plain", test="no_paired_difference", installed_bar=0.8,
+                          **common)
+    [row] = build_ledger(claims, tmp_path)
+    assert row["verdict"] == "not comparable"
+    assert "loops = depth accuracy 0.625 over depths 2-3 (bar 0.8); memory vs plain d2 12/12 vs 12/12, d3 3/12 vs " \
+           "1/12" in row["why"]
+    claims = _claims_file(tmp_path, id="m", measure="memory_vs_plain", test="no_paired_difference", installed_bar=0.5,
+                          **common)
+    [row] = build_ledger(claims, tmp_path)
+    assert row["verdict"] == "reproduced" and "A alone right on 2, B alone on 0 (exact McNemar p = 0.5)" in row["why"]

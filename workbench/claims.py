@@ -245,9 +245,88 @@ def support_scaling(specimen: Path, claim: dict) -> dict:
                               for (s, r), v in zip(per, spread))}
 
 
+def _halting(specimen: Path, claim: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the compute-accuracy curve, the chosen methods row by row) of a halting battery's results."""
+    results = claim.get("results", "halting")
+    return _table(specimen, "halting", results), _table(specimen, "halting__chosen", results)
+
+
+def _pick(chosen: pd.DataFrame, method: str) -> pd.DataFrame:
+    g = chosen[chosen["method"] == method].set_index("row_id")
+    if g.empty:
+        raise Missing(f"the halting results hold no '{method}' method")
+    return g
+
+
+def halting_fixed_peak(specimen: Path, claim: dict) -> dict:
+    """Accuracy of every fixed depth on the reported rows, and the best fixed depth (chosen on calibration rows)."""
+    curve, chosen = _halting(specimen, claim)
+    fixed = curve[curve["method"] == "fixed_k"].sort_values("mean_loops")
+    best = int(fixed[fixed["chosen"]]["mean_loops"].iloc[0])
+    by_k = {int(r.mean_loops): float(r.accuracy) for r in fixed.itertuples()}
+    n = int(fixed["n"].iloc[0])
+    return {"best": best, "by_k": by_k, "rows": n,
+            "text": f"fixed depth k = 1..{max(by_k)}: " + ", ".join(f"{v:.2f}" for v in by_k.values())
+                    + f" ({n} reported rows); best k on the calibration rows: {best} ({by_k[best]:.3f})"}
+
+
+def halting_head_vs_fixed(specimen: Path, claim: dict) -> dict:
+    """The distilled head at its chosen threshold against the best fixed depth, paired on the reported rows."""
+    _, chosen = _halting(specimen, claim)
+    head, fixed = _pick(chosen, claim.get("method", "head")), _pick(chosen, "fixed_k")
+    fixed = fixed.loc[head.index]
+    a, b = head["correct"].astype(bool), fixed["correct"].astype(bool)
+    helped, hurt = int((b & ~a).sum()), int((a & ~b).sum())        # B's view, as the arms comparisons
+    k, loops = int(fixed["loops"].iloc[0]), float(head["loops"].mean())
+    p = {"n": len(a), "a_correct": int(a.sum()), "b_correct": int(b.sum()), "b_helped": helped, "b_hurt": hurt,
+         "p_mcnemar": mcnemar(helped, hurt)}
+    return {"compared": p, "head_loops": loops, "best_k": k, "tau": float(head["threshold"].iloc[0]), "rows": len(a),
+            "text": f"head (tau = {head['threshold'].iloc[0]:g}) {p['a_correct']}/{p['n']} at {loops:.2f} loops vs "
+                    f"fixed k = {k} {p['b_correct']}/{p['n']} (head alone right on {hurt}, fixed alone on {helped})"}
+
+
+def halting_collapse(specimen: Path, claim: dict) -> dict:
+    """Each indirect head (`claim["methods"]`) at its chosen threshold: mean loops and the share stopping at loop 1."""
+    _, chosen = _halting(specimen, claim)
+    per = {}
+    for m in claim["methods"]:
+        g = _pick(chosen, m)
+        per[m] = {"mean_loops": float(g["loops"].mean()), "at_one": float((g["loops"] == 1).mean()),
+                  "accuracy": float(g["correct"].mean()), "threshold": float(g["threshold"].iloc[0]), "n": len(g)}
+    return {"methods": per, "rows": max(v["n"] for v in per.values()),
+            "text": "; ".join(f"{m} (threshold {v['threshold']:g}) {v['mean_loops']:.2f} loops, {v['at_one']:.0%} of "
+                              f"rows at loop 1, accuracy {v['accuracy']:.3f}" for m, v in per.items())}
+
+
+def memory_vs_plain(specimen: Path, claim: dict) -> dict:
+    """Memory (the specimen) against plain looping (`against`), row-paired at loops = depth over the claim's depths.
+
+    Both read by `workbench probe --only loop_accuracy` into `results`. Not comparable while the memory run has
+    not installed the task: its accuracy at loops = depth over those depths must reach `installed_bar`."""
+    results = claim.get("results", "loops")
+    other = claim.get("_root", ROOT) / claim["against"]
+    frames = [_table(s, "loop_accuracy", results) for s in (specimen, other)]
+    mem, plain = (f[(f["loop"] == f["depth"]) & f["depth"].isin(claim["depths"])].set_index("row_id")
+                  for f in frames)
+    plain = plain.loc[mem.index]
+    a, b = mem["correct"].astype(bool), plain["correct"].astype(bool)
+    per = {int(d): (int(a[g.index].sum()), int(b[g.index].sum()), len(g)) for d, g in mem.groupby("depth")}
+    detail = ", ".join(f"d{d} {x}/{n} vs {y}/{n}" for d, (x, y, n) in per.items())
+    if float(a.mean()) < claim.get("installed_bar", 0.0):
+        raise Missing(f"the memory run has not installed the task: loops = depth accuracy {a.mean():.3f} over depths "
+                      f"{claim['depths'][0]}-{claim['depths'][-1]} (bar {claim['installed_bar']}); memory vs plain "
+                      f"{detail}")
+    helped, hurt = int((b & ~a).sum()), int((a & ~b).sum())
+    p = {"n": len(a), "a_correct": int(a.sum()), "b_correct": int(b.sum()), "b_helped": helped, "b_hurt": hurt,
+         "p_mcnemar": mcnemar(helped, hurt)}
+    return {"compared": p, "rows": len(a),
+            "text": f"loops = depth, memory {p['a_correct']}/{p['n']} vs plain {p['b_correct']}/{p['n']} ({detail})"}
+
+
 MEASURES = {f.__name__: f for f in (diagonal, intermediate, overshoot_inside, overshoot_beyond, frontier_ratio,
                                     guardrail, identity_fresh, identity_adapter_off, arms_depths, arms_beyond,
-                                    arms_overall, arms_latency, support_scaling)}
+                                    arms_overall, arms_latency, support_scaling, halting_fixed_peak,
+                                    halting_head_vs_fixed, halting_collapse, memory_vs_plain)}
 
 
 # ----------------------------------------------------------------------------- tests
@@ -341,9 +420,58 @@ def all_ratios_in_band(claim: dict, ours: dict) -> tuple[str, str]:
          f"{lo:.2f}-{hi:.2f}" + (f"; outside it: support {', '.join(str(s) for s in out)}" if out else ""))
 
 
+def peak_at(claim: dict, ours: dict) -> tuple[str, str]:
+    """The best fixed depth (chosen on calibration rows) is the paper's."""
+    by_k = ours["by_k"]
+    return ("reproduced" if ours["best"] == claim["paper_peak"] else "not reproduced"), \
+        (f"best fixed depth {ours['best']} (paper: {claim['paper_peak']}); accuracy at k = {claim['paper_peak']} "
+         f"{by_k.get(claim['paper_peak'], float('nan')):.3f}, at k = {ours['best']} {by_k[ours['best']]:.3f}")
+
+
+def head_beats_fixed(claim: dict, ours: dict) -> tuple[str, str]:
+    """The head more accurate than the best fixed depth at matched compute: A ahead at exact McNemar p < 0.05, its
+    mean loops within `loops_slack` of k."""
+    p, slack = ours["compared"], claim.get("loops_slack", 0.25)
+    ok = p["b_hurt"] > p["b_helped"] and p["p_mcnemar"] < ALPHA and ours["head_loops"] <= ours["best_k"] + slack
+    return ("reproduced" if ok else "not reproduced"), \
+        (f"head {p['a_correct']} vs fixed k = {ours['best_k']} {p['b_correct']} of {p['n']} (head alone right on "
+         f"{p['b_hurt']}, fixed alone on {p['b_helped']}, exact McNemar p = {p['p_mcnemar']:.3g}) at "
+         f"{ours['head_loops']:.2f} vs {ours['best_k']} loops")
+
+
+def head_matches_fixed_with_fewer_loops(claim: dict, ours: dict) -> tuple[str, str]:
+    """The head not significantly below the best fixed depth (exact McNemar) while spending fewer mean loops."""
+    p = ours["compared"]
+    worse = p["b_helped"] > p["b_hurt"] and p["p_mcnemar"] < ALPHA
+    fewer = ours["head_loops"] < ours["best_k"]
+    return ("reproduced" if fewer and not worse else "not reproduced"), \
+        (f"head {p['a_correct']} vs fixed {p['b_correct']} of {p['n']} (exact McNemar p = {p['p_mcnemar']:.3g}"
+         f"{', fixed significantly ahead' if worse else ''}); mean loops {ours['head_loops']:.2f} vs "
+         f"{ours['best_k']} ({1 - ours['head_loops'] / ours['best_k']:.0%} fewer)")
+
+
+def collapses_to_one(claim: dict, ours: dict) -> tuple[str, str]:
+    """Every indirect head stops at least `share` (default 0.9) of rows at loop 1 at its chosen threshold."""
+    share = claim.get("share", 0.9)
+    out = [m for m, v in ours["methods"].items() if v["at_one"] < share]
+    return ("reproduced" if not out else "not reproduced"), \
+        ("; ".join(f"{m}: {v['at_one']:.0%} of rows at loop 1 ({v['mean_loops']:.2f} mean loops)"
+                   for m, v in ours["methods"].items()) + f"; collapse means at least {share:.0%} at loop 1"
+         + (f"; not collapsed: {', '.join(out)}" if out else ""))
+
+
+def no_paired_difference(claim: dict, ours: dict) -> tuple[str, str]:
+    """A and B not different on the paired rows (two-sided exact McNemar p >= 0.05)."""
+    p = ours["compared"]
+    return ("reproduced" if p["p_mcnemar"] >= ALPHA else "not reproduced"), \
+        (f"{p['a_correct']} vs {p['b_correct']} of {p['n']}: A alone right on {p['b_hurt']}, B alone on "
+         f"{p['b_helped']} (exact McNemar p = {p['p_mcnemar']:.3g})")
+
+
 TESTS = {f.__name__: f for f in (counts_not_worse, iterate_not_worse, drop_at_most, ratio_in_band, exactly_zero,
                                  no_significant_difference, b_leads_beyond, a_leads, a_faster_every_depth,
-                                 all_ratios_in_band)}
+                                 all_ratios_in_band, peak_at, head_beats_fixed,
+                                 head_matches_fixed_with_fewer_loops, collapses_to_one, no_paired_difference)}
 
 
 # ----------------------------------------------------------------------------- the ledger

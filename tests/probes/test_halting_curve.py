@@ -64,6 +64,14 @@ def test_thresholds_are_chosen_on_rows_that_are_never_reported(results):
     assert oracle["accuracy"] >= fixed["accuracy"].max()                      # the upper bound
     diff = tables["halting__difficulty"]
     assert set(diff["group"]) == {"hard", "easy"} and diff.groupby("method")["n"].sum().eq(reported).all()
+    # the row-by-row table of the picks is the curve's chosen points, on the reported rows only
+    chosen = tables["halting__chosen"]
+    picked = curve[curve["chosen"]].set_index("method")
+    per = chosen.groupby("method").agg(n=("row_id", "size"), loops=("loops", "mean"), acc=("correct", "mean"))
+    assert set(per.index) == set(picked.index) and (per["n"] == reported).all()
+    assert np.allclose(per["loops"], picked.loc[per.index, "mean_loops"])
+    assert np.allclose(per["acc"], picked.loc[per.index, "accuracy"])
+    assert set(chosen["row_id"]) == set(rows[rows["split"] == "reported"]["row_id"])
 
 
 def test_real_early_exit_matches_the_one_pass_reading_and_counts_its_work(results):

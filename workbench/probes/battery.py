@@ -9,7 +9,8 @@ A battery is a TOML file, or the name of a shipped one (`default`: workbench/dat
     [probes.depth_matrix]              # one table per probe, run in file order
     per_depth = 48                     # row selection: the first `per_depth` rows at each depth,
     depths = [1, 2, 3]                 #   only `depths`, from `manifest` (all optional)
-    loops = 7                          # every other key is an option of the probe's `run`
+    loops = 7                          # every other key is an option of the probe's `run`;
+                                       # the halting probe's `heads` (run directories) are read beside the file
 
 The results directory gets `<table>.parquet` per table and `summary.json` (`workbench probe`
 then adds report.html with `workbench.report`: computation never draws). It is written into a
@@ -88,10 +89,14 @@ def load_battery(path: str | os.PathLike) -> dict:
     for name in probes:
         get_probe(name)  # unknown names are errors that list the known ones
     beside = lambda m: str(path.parent / m) if m is not None and not Path(m).is_absolute() else m  # noqa: E731
+    def paths(o: dict) -> dict:   # files a probe option names are read beside the battery file, as manifests
+        extra = {"manifest": beside(o["manifest"])} if "manifest" in o else {}
+        if isinstance(o.get("heads"), dict):
+            extra["heads"] = {k: beside(v) for k, v in o["heads"].items()}
+        return {**o, **extra}
+
     return {"path": str(path), "name": head.get("name", path.stem), "manifest": beside(head.get("manifest")),
-            "batch_size": head.get("batch_size"),
-            "probes": {n: {**o, **({"manifest": beside(o["manifest"])} if "manifest" in o else {})}
-                       for n, o in probes.items()}}
+            "batch_size": head.get("batch_size"), "probes": {n: paths(o) for n, o in probes.items()}}
 
 
 def plan(battery: dict, only: list[str] | None, rows: str | None) -> dict[str, dict]:

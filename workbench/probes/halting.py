@@ -21,6 +21,8 @@ Tables:
     halting: method, threshold, t_min, mean_loops, accuracy, n, chosen — reported rows only.
     halting__difficulty: method, threshold, group ("hard": wrong at loop 1, "easy": right), n, mean_loops,
         accuracy — each method at its chosen threshold, reported rows.
+    halting__chosen: method, threshold, row_id, depth, loops, correct — each method at its chosen threshold,
+        row by row on the reported rows (for paired tests between methods).
     halting__adaptive: policy, tau, t_min, budget, rows, row_loops, accuracy, agree, wall_s — the head at
         its chosen tau run through `LoopedLM.adaptive_read` (rows leave the batch), beside fixed depths
         (tau = 0) at the budget and at the best fixed k, in the same run; `agree` is the share of rows
@@ -60,7 +62,8 @@ RULES = {"oracle": "threshold", "act": "mass", "pondernet": "cdf"}
 def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds=THRESHOLDS, t_min: int = 1,
         heads: dict | None = None, calibration: float = 0.5, seed: int = 0, batch_size: int = 16,
         progress: bool = False) -> dict[str, pd.DataFrame]:
-    """Returns {"halting", "halting__difficulty", "halting__rows"} and, for a LoopedLM, "halting__adaptive".
+    """Returns {"halting", "halting__difficulty", "halting__chosen", "halting__rows"} and, for a LoopedLM,
+    "halting__adaptive".
 
     Args:
         loops: T, the budget (default the rows' max depth, at least 2).
@@ -101,6 +104,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds
         picks[method] = frame.loc[best]
     out = {"halting": frame.drop(columns=["_cal", "_depth"]),
            "halting__difficulty": _difficulty(picks, read.correct, rep),
+           "halting__chosen": _chosen(picks, rows, read.correct, rep),
            "halting__rows": _rows_table(rows, read, set(rep), T)}
     if hasattr(model, "adaptive_read"):
         out["halting__adaptive"] = _adaptive(model, tokenizer, [rows[i] for i in rep], picks, read, rep, T, t_min,
@@ -171,6 +175,15 @@ def _difficulty(picks: dict, correct: np.ndarray, rep: list[int]) -> pd.DataFram
                             "mean_loops": float(depth[mask].mean()) if mask.any() else np.nan,
                             "accuracy": _acc(correct[rep][mask], depth[mask]) if mask.any() else np.nan})
     return pd.DataFrame.from_records(records)
+
+
+def _chosen(picks: dict, rows: list[dict], correct: np.ndarray, rep: list[int]) -> pd.DataFrame:
+    """Each method at its chosen threshold, row by row on the reported rows (paired tests read this)."""
+    records = [{"method": method, "threshold": row["threshold"], "row_id": rows[i]["row_id"],
+                "depth": rows[i]["depth"], "loops": int(row["_depth"][i]),
+                "correct": bool(correct[i, int(row["_depth"][i]) - 1])}
+               for method, row in picks.items() for i in rep]
+    return pd.DataFrame.from_records(records, columns=["method", "threshold", "row_id", "depth", "loops", "correct"])
 
 
 def _rows_table(rows: list[dict], read, reported: set[int], T: int) -> pd.DataFrame:
