@@ -70,4 +70,6 @@ def test_final_answers_for_a_looped_and_a_direct_arm(write_recipe, tmp_path):
     assert list(by_depth.y) == list(ref["correct"] / ref["n"])
     on_latency = [t for t in fig.data if t.xaxis == "x2"][0]         # panel B: the same accuracies against latency
     assert list(on_latency.x) == list(1e3 * ref["median_s"]) and list(on_latency.y) == list(by_depth.y)
+    (shade,) = [s for s in fig.layout.shapes if s.type == "rect"]      # the trained support, in panel A
+    assert (shade.xref, shade.x0, shade.x1) == ("x", 0.5, 2.5)
     assert "| d1 | d2 | d3 |" in (tmp_path / "cmp" / "CONTROLS.md").read_text()

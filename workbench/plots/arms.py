@@ -109,8 +109,10 @@ def controls_figure(table: pd.DataFrame, support: int, bar: float = 0.71) -> go.
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
                         subplot_titles=("A. accuracy by depth", "B. accuracy against latency (batch 1)"))
     d0, d1 = float(table["depth"].min()), float(table["depth"].max())
+    # exclude_empty_subplots=False: drawn before the traces, the shade would otherwise be dropped from the empty panel
     fig.add_vrect(x0=d0 - 0.5, x1=support + 0.5, fillcolor="#888888", opacity=0.12, line_width=0, row=1, col=1,
-                  annotation_text=f"trained support (1-{support})", annotation_position="top left")
+                  exclude_empty_subplots=False, annotation_text=f"trained support (1-{support})",
+                  annotation_position="top left")
     for i, (arm, g) in enumerate(table.groupby("arm", sort=False)):
         g = g.sort_values("depth")
         k, n = g["correct"].to_numpy(), g["n"].to_numpy()
