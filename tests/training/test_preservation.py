@@ -175,7 +175,8 @@ def test_init_from_refuses_an_edited_parent(finished_run, write_recipe, tmp_path
 
 def test_stage2_adds_a_halting_head_to_a_parent_trained_without_one(finished_run, write_recipe, tmp_path):
     """RecurTrace Stage 2 on a keeper: the parent's tensors load strictly, only the new head moves."""
-    recipe = write_recipe(init_from=str(finished_run), model={"halting": True}, halting={"oracle_max": 3},
+    recipe = write_recipe(init_from=str(finished_run), model={"halting": True, "halting_pooling": "last"},
+                          halting={"oracle_max": 3},
                           stages=[{"name": "halt", "kind": "halting", "depths": [1, 2], "steps": 2}])
     out = tmp_path / "halt"
     train(recipe, out=out, progress=False)

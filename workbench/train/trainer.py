@@ -202,7 +202,8 @@ class Trainer:
         # everything else, so the parent's tensors load strictly and the head starts from its own init).
         adds_head = (mine.get("halting") and not record["settings"].get("halting")
                      and all(s["kind"] == "halting" for s in self.stages))
-        compared = {**mine, "halting": False} if adds_head else mine
+        compared = ({**mine, "halting": False, "halting_pooling": record["settings"].get("halting_pooling")}
+                    if adds_head else mine)   # the new head's pooling is its own choice
         if record["settings"] != compared:
             diff = sorted(k for k in set(mine) | set(record["settings"])
                           if compared.get(k) != record["settings"].get(k))
