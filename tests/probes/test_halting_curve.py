@@ -141,6 +141,10 @@ def test_a_head_from_another_stage1_model_is_refused_and_a_matching_one_loads(tm
     head, objective = load_head(looped, tmp_path)
     assert objective == "act" and torch.equal(head.proj.bias, state["halting.proj.bias"])
     assert not torch.equal(head.proj.bias, looped.halting.proj.bias)       # a copy: the model's own head is kept
+    assert head.pooling == "mean"
+    (tmp_path / "retrofit.json").write_text(json.dumps({"settings": {"halting_pooling": "last"}}))
+    head, _ = load_head(looped, tmp_path)                                  # a head that pools the last token
+    assert head.pooling == "last" and looped.halting.pooling == "mean"
     perturb(looped.memory, 0.01)
     with pytest.raises(WorkbenchError, match=r"trained on another Stage 1 model \(memory\..* differs\)"):
         load_head(looped, tmp_path)

@@ -33,6 +33,7 @@ Tables:
 from __future__ import annotations
 
 import copy
+import json
 import time
 from pathlib import Path
 
@@ -134,6 +135,9 @@ def load_head(model, run_dir) -> tuple[torch.nn.Module, str]:
                              "heads are compared on one frozen model")
     head = copy.deepcopy(model.halting)
     head.load_state_dict({n.removeprefix("halting."): v for n, v in tensors.items() if n.startswith("halting.")})
+    if (run_dir / "retrofit.json").is_file():   # a head may pool otherwise than the model's own (mean / last)
+        head.pooling = json.loads((run_dir / "retrofit.json").read_text())["settings"].get("halting_pooling",
+                                                                                          head.pooling)
     objective = tomllib.loads((run_dir / RECIPE).read_text()).get("halting", {}).get("objective", "oracle")
     return head.to(device_of(model)).eval(), objective
 
