@@ -21,7 +21,8 @@ from workbench.plots.arms import PAPER_BAND, frontier_support_figure
 from workbench.stats import frontier
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT = ["training/keepers/smollm2-chase-s2", "training/keepers/smollm2-chase-s3", "training/keepers/smollm2-chase"]
+DEFAULT = ["training/keepers/smollm2-chase-s2", "training/keepers/smollm2-chase-s2-seed2", "training/keepers/smollm2-chase-s3",
+           "training/keepers/smollm2-chase"]
 OUT = ROOT / "training" / "support"
 
 

@@ -235,14 +235,16 @@ def support_scaling(specimen: Path, claim: dict) -> dict:
         if not spec.is_dir():
             raise Missing(f"specimen {rel} is not committed")
         r = frontier_ratio(spec, claim)
-        per.append((_summary(spec, claim.get("results", BATTERY))["checkpoint"]["support"], r))
-    per.sort(key=lambda x: x[0])
-    at = [r["ratios"]["0.71"] for _, r in per]
-    spread = [[v for v in r["ratios"].values() if v is not None] for _, r in per]
-    return {"per_support": [{"support": s, **r["ratios"]} for s, r in per], "range": [min(at), max(at)],
-            "rows": sum(r["rows"] for _, r in per),
-            "text": "; ".join(f"support {s}: {r['ratios']['0.71']:.2f} (0.60-0.80: {min(v):.2f}-{max(v):.2f})"
-                              for (s, r), v in zip(per, spread))}
+        per.append((_summary(spec, claim.get("results", BATTERY))["checkpoint"]["support"], Path(rel).name, r))
+    per.sort(key=lambda x: x[:2])
+    at = [r["ratios"]["0.71"] for *_, r in per]
+    spread = [[v for v in r["ratios"].values() if v is not None] for *_, r in per]
+    repeated = {s for s, *_ in per if sum(x[0] == s for x in per) > 1}   # several seeds: name each run
+    label = {name: f"support {s}" + (f" ({name})" if s in repeated else "") for s, name, _ in per}
+    return {"per_support": [{"support": s, "run": name, "label": label[name], **r["ratios"]} for s, name, r in per],
+            "range": [min(at), max(at)], "rows": sum(r["rows"] for *_, r in per),
+            "text": "; ".join(f"{label[name]}: {r['ratios']['0.71']:.2f} (0.60-0.80: {min(v):.2f}-{max(v):.2f})"
+                              for (_, name, r), v in zip(per, spread))}
 
 
 def _halting(specimen: Path, claim: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -411,13 +413,15 @@ def all_ratios_in_band(claim: dict, ours: dict) -> tuple[str, str]:
     """Every support's frontier / support, over the bars 0.60-0.80, reaches the paper's band (the rule of
     `ratio_in_band`, applied at each support); the spread of the 0.71 ratios says how constant it is."""
     lo, hi = claim["paper_band"]
-    spans = {r["support"]: [v for k, v in r.items() if k != "support" and v is not None] for r in ours["per_support"]}
+    bars = ("0.60", "0.71", "0.80")
+    spans = {r.get("label", r["support"]): [r[b] for b in bars if r.get(b) is not None] for r in ours["per_support"]}
     out = [s for s, v in spans.items() if not (min(v) <= hi and max(v) >= lo)]
+    supports = sorted({r["support"] for r in ours["per_support"]})
     return ("reproduced" if not out else "not reproduced"), \
         (f"frontier / support at 0.71 spans {ours['range'][0]:.2f}-{ours['range'][1]:.2f} over supports "
-         f"{', '.join(str(s) for s in spans)}; over the bars 0.60-0.80 each support reaches "
+         f"{', '.join(str(s) for s in supports)}; over the bars 0.60-0.80 each run reaches "
          f"{'; '.join(f'{s}: {min(v):.2f}-{max(v):.2f}' for s, v in spans.items())}; the paper's band is "
-         f"{lo:.2f}-{hi:.2f}" + (f"; outside it: support {', '.join(str(s) for s in out)}" if out else ""))
+         f"{lo:.2f}-{hi:.2f}" + (f"; outside it: {', '.join(str(s) for s in out)}" if out else ""))
 
 
 def peak_at(claim: dict, ours: dict) -> tuple[str, str]:
@@ -468,10 +472,19 @@ def no_paired_difference(claim: dict, ours: dict) -> tuple[str, str]:
          f"{p['b_helped']} (exact McNemar p = {p['p_mcnemar']:.3g})")
 
 
+def a_not_ahead(claim: dict, ours: dict) -> tuple[str, str]:
+    """A (the specimen) not ahead of B: A alone right on no more rows than B alone, or exact McNemar p >= 0.05."""
+    p = ours["compared"]
+    ahead = p["b_hurt"] > p["b_helped"] and p["p_mcnemar"] < ALPHA
+    return ("not reproduced" if ahead else "reproduced"), \
+        (f"{p['a_correct']} vs {p['b_correct']} of {p['n']}: A alone right on {p['b_hurt']}, B alone on "
+         f"{p['b_helped']} (exact McNemar p = {p['p_mcnemar']:.3g})")
+
+
 TESTS = {f.__name__: f for f in (counts_not_worse, iterate_not_worse, drop_at_most, ratio_in_band, exactly_zero,
                                  no_significant_difference, b_leads_beyond, a_leads, a_faster_every_depth,
                                  all_ratios_in_band, peak_at, head_beats_fixed,
-                                 head_matches_fixed_with_fewer_loops, collapses_to_one, no_paired_difference)}
+                                 head_matches_fixed_with_fewer_loops, collapses_to_one, no_paired_difference, a_not_ahead)}
 
 
 # ----------------------------------------------------------------------------- the ledger
