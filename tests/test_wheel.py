@@ -56,6 +56,8 @@ def test_the_wheel_holds_every_default(wheel):
                 *(f"{data}training/keepers/{k}/final/{f}"  # the dense controls' claims read these
                   for k in ("smollm2-chase", "smollm2-chase-direct", "smollm2-chase-scratchpad")
                   for f in ("final.json", "final.parquet", "latency.parquet")),
+                *(f"{data}training/halting/keeper-oracle/halting/{f}"  # the halting claims read these
+                  for f in ("summary.json", "halting.parquet", "halting__chosen.parquet")),
                 "workbench/cli.py", "workbench/defaults.py", "workbench/probes/battery.py"]
     assert len(expected) > 25
     assert [n for n in expected if n not in names] == []

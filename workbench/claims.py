@@ -282,9 +282,14 @@ def halting_head_vs_fixed(specimen: Path, claim: dict) -> dict:
     k, loops = int(fixed["loops"].iloc[0]), float(head["loops"].mean())
     p = {"n": len(a), "a_correct": int(a.sum()), "b_correct": int(b.sum()), "b_helped": helped, "b_hurt": hurt,
          "p_mcnemar": mcnemar(helped, hurt)}
+    ceiling = ""
+    if (chosen["method"] == "oracle").any():      # the first right loop: what a perfect head would reach
+        o = _pick(chosen, "oracle").loc[head.index]
+        ceiling = f"; the oracle {int(o['correct'].sum())}/{len(o)} at {float(o['loops'].mean()):.2f} loops"
     return {"compared": p, "head_loops": loops, "best_k": k, "tau": float(head["threshold"].iloc[0]), "rows": len(a),
             "text": f"head (tau = {head['threshold'].iloc[0]:g}) {p['a_correct']}/{p['n']} at {loops:.2f} loops vs "
-                    f"fixed k = {k} {p['b_correct']}/{p['n']} (head alone right on {hurt}, fixed alone on {helped})"}
+                    f"fixed k = {k} {p['b_correct']}/{p['n']} (head alone right on {hurt}, fixed alone on {helped})"
+                    + ceiling}
 
 
 def halting_collapse(specimen: Path, claim: dict) -> dict:

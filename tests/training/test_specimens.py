@@ -12,24 +12,26 @@ MANIFEST = ROOT / "probes" / "chase_n8_d1-7.jsonl"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("specimen, depth", [("smollm2-chase-s2", 3), ("smollm2-chase", 5)])
-def test_a_specimen_rereads_its_committed_depth_matrix(specimen, depth):
-    """The depth just past each support (where a wrong load or a changed reader would show first): every row and
-    loop 1..d read again from the committed trainable tensors gives the committed prediction."""
+@pytest.mark.parametrize("specimen, depth, n", [("smollm2-chase-s2", 3, 64), ("smollm2-chase", 5, 64),
+                                                 ("smollm2-chase-s3", 4, 16), ("smollm2-chase-s2-seed2", 3, 16)])
+def test_a_specimen_rereads_its_committed_depth_matrix(specimen, depth, n):
+    """The depth just past each support (where a wrong load or a changed reader would show first): `n` rows at
+    every loop 1..d read again from the committed trainable tensors give the committed predictions."""
     from workbench.tasks.manifest import read_manifest, rows_sha256
     from workbench.tasks.reader import read_rows
     from workbench.train.rundir import load_run
 
     run = ROOT / "training" / "keepers" / specimen
     committed = pd.read_parquet(run / "arms" / "depth_matrix.parquet")
-    rows = [r for r in read_manifest(MANIFEST).rows if r["depth"] == depth]
-    assert len(rows) == 64
+    rows = [r for r in read_manifest(MANIFEST).rows if r["depth"] == depth][:n]
+    assert len(rows) == n
     looped, tok, info = load_run(run)                      # strict load, base hash checked; fp32 as the battery
     assert info["provenance"]["status"] == "finished"
     frame = read_rows(looped, tok, rows, loops=depth).frame()
-    want = committed[(committed["depth"] == depth) & (committed["loop"] <= depth)]
+    ids = {r["row_id"] for r in rows}
+    want = committed[(committed["depth"] == depth) & (committed["loop"] <= depth) & committed["row_id"].isin(ids)]
     got = frame.merge(want, on=["row_id", "loop"], suffixes=("", "_committed"), validate="one_to_one")
-    assert len(got) == 64 * depth
+    assert len(got) == n * depth
     assert (got["predicted"] == got["predicted_committed"]).all()
     final = got[got["loop"] == depth]
     assert int(final["correct"].sum()) == int(want[want["loop"] == depth]["correct"].sum())
@@ -57,3 +59,31 @@ def test_a_dense_control_rereads_its_committed_final_answers(specimen, kind):
     assert (got["predicted"] == committed.loc[got.index, "predicted"]).all()
     for d in (3, 7):
         assert int(got[got["depth"] == d]["correct"].sum()) == round(64 * record["accuracy_by_depth"][str(d)])
+
+
+@pytest.mark.slow
+def test_the_halting_specimen_rereads_its_heads_continue_probabilities():
+    """The keeper's oracle-distilled head (Stage 2, committed tensors: the keeper's adapter and bridge plus the head)
+    gives the committed continue probability at every loop on 16 rows, and the ACT / PonderNet runs hold the same
+    frozen model (only their heads differ)."""
+    from safetensors.torch import load_file
+
+    from workbench.probes.common import read_final
+    from workbench.tasks.manifest import read_manifest
+    from workbench.train.rundir import load_run
+
+    run = ROOT / "training" / "halting" / "keeper-oracle"
+    committed = pd.read_parquet(run / "halting" / "halting__rows.parquet")
+    committed = committed[committed["head"] == "head"].set_index(["row_id", "loop"])["continue_prob"]
+    rows = [r for r in read_manifest(MANIFEST).rows if r["depth"] in (2, 6)][::8]
+    looped, tok, info = load_run(run)
+    assert info["provenance"]["status"] == "finished"
+    read = read_final(looped, tok, rows, 8, 16, False, {})
+    for i, r in enumerate(rows):
+        want = [committed[(r["row_id"], t)] for t in range(1, 9)]
+        assert read.halt_probs["head"][i].tolist() == pytest.approx(want, abs=1e-5)
+    keeper = load_file(str(ROOT / "training" / "keepers" / "smollm2-chase" / "trainable.safetensors"))
+    for name in ("keeper-act", "keeper-pondernet", "keeper-oracle"):
+        heads = load_file(str(ROOT / "training" / "halting" / name / "trainable.safetensors"))
+        assert set(heads) - set(keeper) == {"halting.proj.weight", "halting.proj.bias"}
+        assert all(heads[k].equal(v) for k, v in keeper.items())
