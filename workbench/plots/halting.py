@@ -67,7 +67,12 @@ def halting_figure(df: pd.DataFrame, difficulty: pd.DataFrame | None = None) -> 
                           row=1, col=2)
         fig.update_layout(barmode="group")
         fig.update_yaxes(title="mean loops", row=1, col=2)
+        fig.update_xaxes(tickangle=-35, row=1, col=2)
     fig.update_xaxes(title="mean loops spent per row", **at)
     fig.update_yaxes(title="accuracy", range=[0, 1.02], **at)
-    fig.update_layout(title="Halting: accuracy for the compute spent", height=420)
-    return apply_theme(fig)
+    fig.update_layout(title="Halting: accuracy for the compute spent", height=500 if panels else 420)
+    fig = apply_theme(fig)
+    if panels:   # one entry per method and two for the bars: below both panels, so neither panel is squeezed
+        fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.3, x=0, xanchor="left"),
+                          margin=dict(b=150))
+    return fig
