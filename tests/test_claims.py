@@ -213,13 +213,13 @@ def test_memory_vs_plain_is_not_comparable_until_the_memory_run_installs(tmp_pat
     _loops_specimen(tmp_path, "memory", {2: 12, 3: 3})
     _loops_specimen(tmp_path, "plain", {2: 12, 3: 1})
     common = dict(BASE, specimen="memory", against="plain", depths=[2, 3])
-    claims = _claims_file(tmp_path, id="m", measure="memory_vs_plain", test="no_paired_difference", installed_bar=0.8,
+    claims = _claims_file(tmp_path, id="m", measure="memory_vs_plain", test="a_not_ahead", installed_bar=0.8,
                           **common)
     [row] = build_ledger(claims, tmp_path)
     assert row["verdict"] == "not comparable"
     assert "loops = depth accuracy 0.625 over depths 2-3 (bar 0.8); memory vs plain d2 12/12 vs 12/12, d3 3/12 vs " \
            "1/12" in row["why"]
-    claims = _claims_file(tmp_path, id="m", measure="memory_vs_plain", test="no_paired_difference", installed_bar=0.5,
+    claims = _claims_file(tmp_path, id="m", measure="memory_vs_plain", test="a_not_ahead", installed_bar=0.5,
                           **common)
     [row] = build_ledger(claims, tmp_path)
     assert row["verdict"] == "reproduced" and "A alone right on 2, B alone on 0 (exact McNemar p = 0.5)" in row["why"]

@@ -112,6 +112,7 @@ class Trainer:
         self.state = {"live_projections": None, "live_gate": None, "elapsed_s": 0.0, "optimizer": None,
                       "last_passing_step": None}
         self.status = "running"
+        self._sweeps: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # Stage 2's oracle sweeps by stage start
 
     # -------------------------------------------------------------- setup
     def setup(self) -> None:
@@ -292,10 +293,8 @@ class Trainer:
 
         The rows are the ones the online Stage 2 would draw at the stage's first steps (`rows`), so the
         sweep is deterministic from the recipe and a resumed run rebuilds the same cache."""
-        cache = getattr(self, "_sweeps", {})
-        self._sweeps = cache
-        if start in cache:
-            return cache[start]
+        if start in self._sweeps:
+            return self._sweeps[start]
         h, B = self.recipe["halting"], self.recipe["optim"]["batch_size"]
         rows = [r for s in range(start, start + -(-h["sweep"] // B)) for r in self.rows(s, stage)][: h["sweep"]]
         size = self.recipe["eval"]["batch_size"]
@@ -316,8 +315,8 @@ class Trainer:
                    "mean_target": round(float(target.float().mean()), 4),
                    "mean_target_by_depth": {str(d): round(float(target[[r["depth"] == d for r in rows]]
                                                                      .float().mean()), 4) for d in depths}})
-        cache[start] = (losses, z)
-        return cache[start]
+        self._sweeps[start] = (losses, z)
+        return losses, z
 
     def step(self, step: int) -> dict:
         _, stage, local = self.stage_at(step)
