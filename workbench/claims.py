@@ -247,6 +247,13 @@ def support_scaling(specimen: Path, claim: dict) -> dict:
                               for (_, name, r), v in zip(per, spread))}
 
 
+def _paired(a: pd.Series, b: pd.Series) -> dict:
+    """Paired counts of A and B right/wrong on the same rows, in B's view (as the arms comparisons), exact McNemar."""
+    helped, hurt = int((b & ~a).sum()), int((a & ~b).sum())
+    return {"n": len(a), "a_correct": int(a.sum()), "b_correct": int(b.sum()), "b_helped": helped, "b_hurt": hurt,
+            "p_mcnemar": mcnemar(helped, hurt)}
+
+
 def _halting(specimen: Path, claim: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the compute-accuracy curve, the chosen methods row by row) of a halting battery's results."""
     results = claim.get("results", "halting")
@@ -278,10 +285,9 @@ def halting_head_vs_fixed(specimen: Path, claim: dict) -> dict:
     head, fixed = _pick(chosen, claim.get("method", "head")), _pick(chosen, "fixed_k")
     fixed = fixed.loc[head.index]
     a, b = head["correct"].astype(bool), fixed["correct"].astype(bool)
-    helped, hurt = int((b & ~a).sum()), int((a & ~b).sum())        # B's view, as the arms comparisons
     k, loops = int(fixed["loops"].iloc[0]), float(head["loops"].mean())
-    p = {"n": len(a), "a_correct": int(a.sum()), "b_correct": int(b.sum()), "b_helped": helped, "b_hurt": hurt,
-         "p_mcnemar": mcnemar(helped, hurt)}
+    p = _paired(a, b)
+    helped, hurt = p["b_helped"], p["b_hurt"]
     ceiling = ""
     if (chosen["method"] == "oracle").any():      # the first right loop: what a perfect head would reach
         o = _pick(chosen, "oracle").loc[head.index]
@@ -323,9 +329,7 @@ def memory_vs_plain(specimen: Path, claim: dict) -> dict:
         raise Missing(f"the memory run has not installed the task: loops = depth accuracy {a.mean():.3f} over depths "
                       f"{claim['depths'][0]}-{claim['depths'][-1]} (bar {claim['installed_bar']}); memory vs plain "
                       f"{detail}")
-    helped, hurt = int((b & ~a).sum()), int((a & ~b).sum())
-    p = {"n": len(a), "a_correct": int(a.sum()), "b_correct": int(b.sum()), "b_helped": helped, "b_hurt": hurt,
-         "p_mcnemar": mcnemar(helped, hurt)}
+    p = _paired(a, b)
     return {"compared": p, "rows": len(a),
             "text": f"loops = depth, memory {p['a_correct']}/{p['n']} vs plain {p['b_correct']}/{p['n']} ({detail})"}
 
@@ -445,7 +449,7 @@ def head_beats_fixed(claim: dict, ours: dict) -> tuple[str, str]:
     """The head more accurate than the best fixed depth at matched compute: A ahead at exact McNemar p < 0.05, its
     mean loops within `loops_slack` of k."""
     p, slack = ours["compared"], claim.get("loops_slack", 0.25)
-    ok = p["b_hurt"] > p["b_helped"] and p["p_mcnemar"] < ALPHA and ours["head_loops"] <= ours["best_k"] + slack
+    ok = _a_ahead(p)[0] and ours["head_loops"] <= ours["best_k"] + slack
     return ("reproduced" if ok else "not reproduced"), \
         (f"head {p['a_correct']} vs fixed k = {ours['best_k']} {p['b_correct']} of {p['n']} (head alone right on "
          f"{p['b_hurt']}, fixed alone on {p['b_helped']}, exact McNemar p = {p['p_mcnemar']:.3g}) at "
