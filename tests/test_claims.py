@@ -118,7 +118,8 @@ def test_support_scaling_needs_every_support_to_reach_the_band(tmp_path):
         folder.mkdir(parents=True)
         (folder / "summary.json").write_text(json.dumps({
             "checkpoint": {"support": support}, "probe_runs": {"depth_matrix": {"rows": {"n": 10}}},
-            "probes": {"depth_matrix": {"frontier": {"0.60": frontier + 0.2, "0.71": frontier, "0.80": frontier - 0.2}}}}))
+            "probes": {"depth_matrix": {"frontier": {"0.60": frontier + 0.2, "0.71": frontier, "0.80": frontier - 0.2},
+                                        "diagonal": {"1": 1.0, "7": 0.1}}}}))
     claims = _claims_file(tmp_path, id="sc", measure="support_scaling", family=["s2", "s2b"],
                           test="all_ratios_in_band", paper_band=[1.44, 1.50], **dict(BASE, specimen="s4"))
     [row] = build_ledger(claims, tmp_path)
@@ -128,6 +129,31 @@ def test_support_scaling_needs_every_support_to_reach_the_band(tmp_path):
     assert row["ours"].startswith("support 2 (s2): 1.48 (0.60-0.80: 1.38-1.58); support 2 (s2b): 1.20")
     assert "; support 4: 1.30" in row["ours"] and row["rows"] == 30
     assert "over supports 2, 4;" in row["comparison"]
+
+
+def test_a_frontier_the_rows_end_above_is_a_censored_lower_bound(tmp_path):
+    # support 6 at N = 8: depth 7 (the last row depth) still reads 0.75, so the frontier is 7 at 0.60 and
+    # 0.71 (censored: at least 7 / 6 = 1.17) and crosses at 0.80; support 4 sits in the band
+    for name, support, frontier, last in (("s4", 4, {"0.60": 6.0, "0.71": 5.9, "0.80": 5.7}, 0.3),
+                                          ("s6", 6, {"0.60": 7.0, "0.71": 7.0, "0.80": 6.8}, 0.75)):
+        folder = tmp_path / name / "battery"
+        folder.mkdir(parents=True)
+        (folder / "summary.json").write_text(json.dumps({
+            "checkpoint": {"support": support}, "probe_runs": {"depth_matrix": {"rows": {"n": 10}}},
+            "probes": {"depth_matrix": {"frontier": frontier, "diagonal": {"6": 0.9, "7": last}}}}))
+    claims = _claims_file(tmp_path, id="sc", measure="support_scaling", family=["s6"],
+                          test="all_ratios_in_band", paper_band=[1.44, 1.50], **dict(BASE, specimen="s4"))
+    [row] = build_ledger(claims, tmp_path)
+    # 1.17+ is a lower bound that does not exclude the band: no support is outside it
+    assert row["verdict"] == "reproduced" and "outside it" not in row["comparison"]
+    assert "censored (the rows end above the bar, so only a lower bound): support 6" in row["comparison"]
+    assert "support 6: 1.17+ (0.60-0.80: 1.13-1.17+)" in row["ours"] and "support 4: 1.48 " in row["ours"]
+    # a censored bar that is already above the band is outside it all the same
+    (tmp_path / "s6" / "battery" / "summary.json").write_text(json.dumps({
+        "checkpoint": {"support": 4}, "probe_runs": {"depth_matrix": {"rows": {"n": 10}}},
+        "probes": {"depth_matrix": {"frontier": {"0.60": 7.0, "0.71": 7.0, "0.80": 7.0}, "diagonal": {"7": 0.9}}}}))
+    [row] = build_ledger(claims, tmp_path)
+    assert row["verdict"] == "not reproduced" and "outside it: support 4 (s6)" in row["comparison"]
 
 
 def _final_specimen(root: Path, name: str, correct: dict[int, int], latency: dict[int, float], n: int = 16) -> None:

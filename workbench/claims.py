@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import html
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -121,9 +122,23 @@ def frontier_ratio(specimen: Path, claim: dict) -> dict:
     if ratios["0.71"] is None:
         raise Missing("no frontier at 0.71")
     spread = [v for v in ratios.values() if v is not None]
-    return {"ratios": ratios, "range": [min(spread), max(spread)], "rows": s["probe_runs"]["depth_matrix"]["rows"]["n"],
-            "text": f"{frontier['0.71']:.2f} / {support} = {ratios['0.71']:.2f} "
-                    f"({ratios['0.60'] or float('nan'):.2f} at 0.60, {ratios['0.80'] or float('nan'):.2f} at 0.80)"}
+    censored = _censored(s["probes"]["depth_matrix"]["diagonal"], frontier)
+    mark = {bar: ("+" if bar in censored else "") for bar in ratios}
+    return {"ratios": ratios, "censored": censored, "range": [min(spread), max(spread)],
+            "rows": s["probe_runs"]["depth_matrix"]["rows"]["n"],
+            "text": f"{frontier['0.71']:.2f}{mark['0.71']} / {support} = {ratios['0.71']:.2f}{mark['0.71']} "
+                    f"({ratios['0.60'] or float('nan'):.2f}{mark['0.60']} at 0.60, "
+                    f"{ratios['0.80'] or float('nan'):.2f}{mark['0.80']} at 0.80)"
+                    + ("; + censored: the deepest row depth is still above the bar, so the frontier is at least this"
+                       if censored else "")}
+
+
+def _censored(diagonal: dict, frontier: dict) -> list[str]:
+    """The bars whose frontier is the deepest depth read while that depth is still at or above the bar: the rows
+    end before the accuracy falls, so the frontier (and frontier / support) is only a lower bound there."""
+    last = max(diagonal, key=int)
+    return [bar for bar, f in frontier.items()
+            if f is not None and float(f) == float(last) and diagonal[last] >= float(bar)]
 
 
 def guardrail(specimen: Path, claim: dict) -> dict:
@@ -241,10 +256,14 @@ def support_scaling(specimen: Path, claim: dict) -> dict:
     spread = [[v for v in r["ratios"].values() if v is not None] for *_, r in per]
     repeated = {s for s, *_ in per if sum(x[0] == s for x in per) > 1}   # several seeds: name each run
     label = {name: f"support {s}" + (f" ({name})" if s in repeated else "") for s, name, _ in per}
-    return {"per_support": [{"support": s, "run": name, "label": label[name], **r["ratios"]} for s, name, r in per],
+    return {"per_support": [{"support": s, "run": name, "label": label[name], **r["ratios"], "censored": r["censored"]}
+                            for s, name, r in per],
             "range": [min(at), max(at)], "rows": sum(r["rows"] for *_, r in per),
-            "text": "; ".join(f"{label[name]}: {r['ratios']['0.71']:.2f} (0.60-0.80: {min(v):.2f}-{max(v):.2f})"
-                              for (_, name, r), v in zip(per, spread))}
+            "text": "; ".join(f"{label[name]}: {r['ratios']['0.71']:.2f}{'+' if '0.71' in r['censored'] else ''} "
+                              f"(0.60-0.80: {min(v):.2f}-{max(v):.2f}{'+' if r['censored'] else ''})"
+                              for (_, name, r), v in zip(per, spread))
+            + ("; + censored: the deepest depth read is still above the bar, a lower bound"
+               if any(r["censored"] for *_, r in per) else "")}
 
 
 def _paired(a: pd.Series, b: pd.Series) -> dict:
@@ -428,13 +447,19 @@ def all_ratios_in_band(claim: dict, ours: dict) -> tuple[str, str]:
     lo, hi = claim["paper_band"]
     bars = ("0.60", "0.71", "0.80")
     spans = {r.get("label", r["support"]): [r[b] for b in bars if r.get(b) is not None] for r in ours["per_support"]}
-    out = [s for s, v in spans.items() if not (min(v) <= hi and max(v) >= lo)]
+    # a censored bar (the rows end above it) gives only a lower bound: it reaches any band above its value
+    reach = {r.get("label", r["support"]): max(v) if not r.get("censored") else math.inf
+             for r, v in zip(ours["per_support"], spans.values())}
+    out = [s for s, v in spans.items() if not (min(v) <= hi and reach[s] >= lo)]
+    censored = [s for s, r in zip(spans, ours["per_support"]) if r.get("censored")]
     supports = sorted({r["support"] for r in ours["per_support"]})
     return ("reproduced" if not out else "not reproduced"), \
         (f"frontier / support at 0.71 spans {ours['range'][0]:.2f}-{ours['range'][1]:.2f} over supports "
          f"{', '.join(str(s) for s in supports)}; over the bars 0.60-0.80 each run reaches "
          f"{'; '.join(f'{s}: {min(v):.2f}-{max(v):.2f}' for s, v in spans.items())}; the paper's band is "
-         f"{lo:.2f}-{hi:.2f}" + (f"; outside it: {', '.join(str(s) for s in out)}" if out else ""))
+         f"{lo:.2f}-{hi:.2f}" + (f"; outside it: {', '.join(str(s) for s in out)}" if out else "")
+         + (f"; censored (the rows end above the bar, so only a lower bound): {', '.join(str(s) for s in censored)}"
+            if censored else ""))
 
 
 def peak_at(claim: dict, ours: dict) -> tuple[str, str]:
