@@ -31,7 +31,8 @@ def wait_for(proc, found, what: str, timeout: float = 600.0):
     end = time.monotonic() + timeout
     while not found():
         if proc.poll() is not None:
-            pytest.fail(f"the command ended (status {proc.returncode}) before {what}: {proc.stderr.read()[-2000:]}")
+            pytest.fail(f"the command ended (status {proc.returncode}) before {what}: "
+                        f"{proc.stderr.read()[-2000:] if proc.stderr else '(stderr in a file)'}")
         if time.monotonic() > end:
             proc.kill()
             pytest.fail(f"no {what} after {timeout} s")
@@ -183,3 +184,30 @@ def test_sigterm_during_demo_training_leaves_nothing(tmp_path):
     code, err = stop(proc, signal.SIGTERM)
     assert code == 143, err[-2000:]
     assert list(tmp_path.iterdir()) == [], "a staging directory or a partial demo was left"
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupted_select_block_keeps_the_previous_selection(tmp_path, sig, code):
+    """select-block stopped during its sweep: the previous selection (both files) is untouched, nothing staged."""
+    from workbench.commands.select_block import SELECTION_HTML, SELECTION_JSON
+    from workbench.io import mark_output
+
+    out = tmp_path / "sel"
+    out.mkdir()
+    (out / SELECTION_JSON).write_text('{"recommended": [1, 3]}\n')
+    (out / SELECTION_HTML).write_text("<html>a previous selection</html>\n")
+    mark_output(out, "select-block")
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    corpus = tmp_path / "corpus.txt"  # long enough that the sweep is still running when the signal comes
+    corpus.write_text("\n".join(f"Text {i}: " + "the rule maps each letter to the next one " * 12 for i in range(4000)))
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "workbench", "select-block", "--model", "tiny-llama",
+                                 "--corpus", corpus, "--window", "2", "--out", out, "--overwrite"],
+                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err)
+        wait_for(proc, lambda: "angular distance" in log.read_text(), "the angular-distance sweep")
+        proc.send_signal(sig)
+        proc.wait(timeout=600)
+    assert proc.returncode == code, log.read_text()[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "sel", "stderr.txt"], "staging was left"
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
