@@ -22,7 +22,7 @@ from workbench.stats import frontier
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ["training/keepers/smollm2-chase-s2", "training/keepers/smollm2-chase-s2-seed2", "training/keepers/smollm2-chase-s3",
-           "training/keepers/smollm2-chase"]
+           "training/keepers/smollm2-chase", "training/keepers/smollm2-chase-s6"]
 OUT = ROOT / "training" / "support"
 
 
@@ -54,8 +54,12 @@ def markdown(t: pd.DataFrame, argv_line: str) -> str:
                      f"{g.loc[0.6, 'frontier']:.2f} ({g.loc[0.6, 'ratio']:.2f}) | {g.loc[0.8, 'frontier']:.2f} "
                      f"({g.loc[0.8, 'ratio']:.2f}) | {r['rows_per_depth']} | {r['accuracy']} |")
     main = t[t["bar"] == 0.71]
-    lines += ["", f"At 0.71 the ratio spans {main['ratio'].min():.2f}-{main['ratio'].max():.2f} over supports "
-              f"{', '.join(str(s) for s in sorted(main['support'].unique()))}."]
+    read, cens = main[~main["censored"]], main[main["censored"]]
+    lines += ["", f"At 0.71 the ratio spans {read['ratio'].min():.2f}-{read['ratio'].max():.2f} over supports "
+              f"{', '.join(str(s) for s in sorted(read['support'].unique()))}."]
+    if len(cens):
+        lines[-1] += (" Censored (the deepest depth read is still above the bar, so the ratio is a lower bound): "
+                      + "; ".join(f"{r.run} (support {r.support}) >= {r.ratio:.2f}" for r in cens.itertuples()) + ".")
     return "\n".join(lines) + "\n"
 
 

@@ -68,3 +68,8 @@ def test_trained_support_and_figures_draw_what_was_computed():
     fig2 = frontier_support_figure(table)
     marker = [t for t in fig2.data if t.name == "s2"][0]
     assert list(marker.y) == [3.0] and math.isclose(marker.error_y.array[0], 0.2)
+    censored = table.assign(run="s6", support=6, frontier=7.0, censored=True)  # the rows end above every bar
+    fig3 = frontier_support_figure(pd.concat([table, censored]))
+    hollow = [t for t in fig3.data if t.name.startswith("s6")][0]
+    assert hollow.name == "s6 (censored: at least this)" and hollow.marker.symbol == "circle-open"
+    assert [t for t in fig3.data if t.name == "s2"][0].marker.symbol == "circle"

@@ -252,7 +252,7 @@ def support_scaling(specimen: Path, claim: dict) -> dict:
         r = frontier_ratio(spec, claim)
         per.append((_summary(spec, claim.get("results", BATTERY))["checkpoint"]["support"], Path(rel).name, r))
     per.sort(key=lambda x: x[:2])
-    at = [r["ratios"]["0.71"] for *_, r in per]
+    at = [r["ratios"]["0.71"] for *_, r in per if "0.71" not in r["censored"]] or [r["ratios"]["0.71"] for *_, r in per]
     spread = [[v for v in r["ratios"].values() if v is not None] for *_, r in per]
     repeated = {s for s, *_ in per if sum(x[0] == s for x in per) > 1}   # several seeds: name each run
     label = {name: f"support {s}" + (f" ({name})" if s in repeated else "") for s, name, _ in per}
@@ -453,10 +453,15 @@ def all_ratios_in_band(claim: dict, ours: dict) -> tuple[str, str]:
     out = [s for s, v in spans.items() if not (min(v) <= hi and reach[s] >= lo)]
     censored = [s for s, r in zip(spans, ours["per_support"]) if r.get("censored")]
     supports = sorted({r["support"] for r in ours["per_support"]})
+    cens_supports = {r["support"] for r in ours["per_support"] if "0.71" in (r.get("censored") or [])}
+    cens_supports -= {r["support"] for r in ours["per_support"] if "0.71" not in (r.get("censored") or [])}
     return ("reproduced" if not out else "not reproduced"), \
         (f"frontier / support at 0.71 spans {ours['range'][0]:.2f}-{ours['range'][1]:.2f} over supports "
-         f"{', '.join(str(s) for s in supports)}; over the bars 0.60-0.80 each run reaches "
-         f"{'; '.join(f'{s}: {min(v):.2f}-{max(v):.2f}' for s, v in spans.items())}; the paper's band is "
+         f"{', '.join(str(s) for s in supports if s not in cens_supports)}"
+         + (f" (support {', '.join(str(s) for s in sorted(cens_supports))} censored)" if cens_supports else "")
+         + f"; over the bars 0.60-0.80 each run reaches "
+         f"{'; '.join(f'{s}: {min(v):.2f}-{max(v):.2f}' + ('+' if s in censored else '') for s, v in spans.items())}"
+         f"; the paper's band is "
          f"{lo:.2f}-{hi:.2f}" + (f"; outside it: {', '.join(str(s) for s in out)}" if out else "")
          + (f"; censored (the rows end above the bar, so only a lower bound): {', '.join(str(s) for s in censored)}"
             if censored else ""))

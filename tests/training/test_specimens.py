@@ -13,7 +13,8 @@ MANIFEST = ROOT / "probes" / "chase_n8_d1-7.jsonl"
 
 @pytest.mark.slow
 @pytest.mark.parametrize("specimen, depth, n", [("smollm2-chase-s2", 3, 64), ("smollm2-chase", 5, 64),
-                                                 ("smollm2-chase-s3", 4, 16), ("smollm2-chase-s2-seed2", 3, 16)])
+                                                 ("smollm2-chase-s3", 4, 16), ("smollm2-chase-s2-seed2", 3, 16),
+                                                 ("smollm2-chase-s6", 7, 16)])
 def test_a_specimen_rereads_its_committed_depth_matrix(specimen, depth, n):
     """The depth just past each support (where a wrong load or a changed reader would show first): `n` rows at
     every loop 1..d read again from the committed trainable tensors give the committed predictions."""

@@ -80,7 +80,8 @@ def frontier_support_figure(table: pd.DataFrame) -> go.Figure:
         lo = sens.loc[r["run"]].get(0.8, np.nan)
         hi = sens.loc[r["run"]].get(0.6, np.nan)
         fig.add_trace(go.Scatter(
-            x=[r["support"]], y=[r["frontier"]], mode="markers", name=str(r["run"]),
+            x=[r["support"]], y=[r["frontier"]], mode="markers",
+            name=str(r["run"]) + (" (censored: at least this)" if r["censored"] else ""),
             marker=dict(size=11, color=COLORWAY[i % len(COLORWAY)],
                         symbol="circle-open" if r["censored"] else "circle", line=dict(width=2)),
             error_y=dict(type="data", symmetric=False, array=[hi - r["frontier"]],
