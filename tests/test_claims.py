@@ -249,3 +249,24 @@ def test_memory_vs_plain_is_not_comparable_until_the_memory_run_installs(tmp_pat
                           **common)
     [row] = build_ledger(claims, tmp_path)
     assert row["verdict"] == "reproduced" and "A alone right on 2, B alone on 0 (exact McNemar p = 0.5)" in row["why"]
+
+
+def test_memory_vs_plain_compares_extrapolation_depths_once_the_trained_depths_install(tmp_path):
+    # the paper compares on extrapolation buckets, beyond the trained depths; the installation bar reads the trained
+    # ones: memory 12/12 at the trained depth 2, 4/12 vs plain 7/12 at the extrapolation depth 3
+    _loops_specimen(tmp_path, "memory", {2: 12, 3: 4})
+    _loops_specimen(tmp_path, "plain", {2: 12, 3: 7})
+    common = dict(BASE, specimen="memory", against="plain", depths=[3], installed_depths=[2])
+    claims = _claims_file(tmp_path, id="m", measure="memory_vs_plain", test="a_not_ahead", installed_bar=0.9,
+                          **common)
+    [row] = build_ledger(claims, tmp_path)
+    # without installed_depths the bar would read depth 3 alone (4/12 < 0.9) and refuse the comparison
+    assert row["verdict"] == "reproduced" and row["rows"] == 12
+    assert row["ours"] == "loops = depth, memory 4/12 vs plain 7/12 (d3 4/12 vs 7/12)"
+    assert "A alone right on 0, B alone on 3 (exact McNemar p = 0.25)" in row["comparison"]
+    _loops_specimen(tmp_path / "low", "memory", {2: 9, 3: 4})
+    _loops_specimen(tmp_path / "low", "plain", {2: 12, 3: 7})
+    claims = _claims_file(tmp_path / "low", id="m", measure="memory_vs_plain", test="a_not_ahead", installed_bar=0.9,
+                          **common)
+    [row] = build_ledger(claims, tmp_path / "low")
+    assert row["verdict"] == "not comparable" and "accuracy 0.750 over depths 2-2 (bar 0.9)" in row["why"]
