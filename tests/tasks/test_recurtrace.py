@@ -7,6 +7,7 @@ import pytest
 
 from workbench.errors import WorkbenchError
 from workbench.tasks import build_rows
+from workbench.tasks.reader import candidate_ids
 from workbench.tasks.recurtrace import (
     POOL,
     TEST_CODES,
@@ -16,6 +17,7 @@ from workbench.tasks.recurtrace import (
     arithmetic_row,
     phop_row,
     recurtrace_rows,
+    state_query_row,
     state_row,
 )
 
@@ -88,6 +90,32 @@ def test_state_tracking_chain_replays_from_the_prompt_rules():
     assert set(recurtrace_rows("state", [2], 8, 5, split="train")[0]["registers"]) <= set(TRAIN_CODES)
 
 
+def q_written(step: str, q: str) -> bool:
+    """Whether a rule's text writes register q (the conditional's and the copy's target is their last code)."""
+    return bool(re.fullmatch(rf"(set|increment) {q} .*|swap .*\b{q}\b.*|(if|copy) .* {q}( to \d)?", step))
+
+
+def test_state_query_asks_one_register_and_chains_its_value_after_each_rule(tok):
+    rows = recurtrace_rows("state_query", range(1, 9), 64, 5, split="test")
+    writes = 0
+    for row in rows:
+        names, q = row["registers"], row["registers"].index(row["query"])
+        assert len(names) == 4 and set(names) <= set(TEST_CODES) and row["symbols"] == ["0", "1", "2", "3"]
+        full = replay_state(row)   # the whole register vector after each rule, replayed from the prompt's text
+        assert row["chain"] == [v.split()[q] for v in full] and row["answer"] == row["chain"][-1]
+        assert row["prompt"].endswith(f"What is {row['query']} after all {row['depth']} rules?\nAnswer: ")
+        # one token: the prompt's trailing space is a token and the bare digit follows it (answer_prefix "")
+        ids = tok.encode(row["prompt"] + row["answer"], add_special_tokens=False)
+        assert ids[:-1] == tok.encode(row["prompt"], add_special_tokens=False) and row["answer_prefix"] == ""
+        assert candidate_ids(tok, row["symbols"], row["answer_prefix"])[int(row["answer"])] == ids[-1]
+        writes += sum(q_written(step, row["query"]) for step in row["steps"])
+    steps = sum(r["depth"] for r in rows)
+    assert 0.45 < writes / steps < 0.65, writes / steps  # half the rules are made to write q, a few more by chance
+    # the asked value depends on the other registers: some rows' answer differs from every rule's literal value
+    assert any(row["answer"] != row["start"].split()[row["registers"].index(row["query"])] for row in rows)
+    assert set(state_query_row(2, 0, 5, split="train")["registers"]) <= set(TRAIN_CODES)
+
+
 def test_arithmetic_chain_evaluates_the_operations():
     ops = {"add": lambda v, n: v + n, "subtract": lambda v, n: v - n, "multiply by": lambda v, n: v * n}
     for row in recurtrace_rows("arith", TRAIN_DEPTHS, 64, 9, split="train"):
@@ -102,7 +130,7 @@ def test_arithmetic_chain_evaluates_the_operations():
 
 
 def test_rows_are_deterministic_and_seeds_differ(tok):
-    for task, extra in (("phop", {"tokenizer": tok}), ("state", {}), ("arith", {})):
+    for task, extra in (("phop", {"tokenizer": tok}), ("state", {}), ("state_query", {}), ("arith", {})):
         a = recurtrace_rows(task, [4], 8, 1, **extra)
         assert a == recurtrace_rows(task, [4], 8, 1, **extra)
         assert not {r["prompt"] for r in a} & {r["prompt"] for r in recurtrace_rows(task, [4], 8, 2, **extra)}

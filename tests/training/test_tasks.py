@@ -66,12 +66,37 @@ def test_each_recurtrace_task_trains_and_workbench_probe_reads_it(write_recipe, 
         assert "multi-token answer" in saved["probes"]["depth_matrix"]["reason"]
 
 
+def test_state_query_trains_with_the_chase_keepers_chain_stage_and_reads_like_the_chase(write_recipe, tmp_path):
+    # one register asked: a one-token answer with a bare-digit candidate set (answer_prefix ""), so the chain
+    # stage supervises every loop and the depth matrix grades x_t at t <= d, as for the chase
+    recipe = write_recipe(model={"memory": True}, task={"name": "state_query"}, eval={"depths": [1, 2], "per_depth": 2},
+                          stages=[{"name": "two-step", "kind": "chain", "depths": [1, 2], "steps": 2}])
+    summary = train(recipe, out=tmp_path / "run", progress=False)
+    assert summary["finished"] and summary["after"]["2"].keys() == {"1", "2"}
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    train_lines = [x for x in lines if x["kind"] == "train"]
+    assert len(train_lines) == 2 and all(len(x["loop_ce"]) == x["loops"] for x in train_lines)
+    # four candidates, the digits' bare tokens (with the default " " prefix " 0" is two tokens and the batch is
+    # refused): an untrained first-step loss near log 4
+    assert 0.5 < train_lines[0]["loop_ce"][0] < 3.0
+    manifest = tmp_path / "rows.jsonl"
+    write_manifest(build_rows("state_query", [1, 2, 3], 2, 99), manifest)
+    battery = tmp_path / "b.toml"
+    battery.write_text(tomli_w.dumps({"battery": {"manifest": str(manifest), "batch_size": 4},
+                                      "probes": {"loop_accuracy": {"loops": 3}, "depth_matrix": {}}}))
+    result = CliRunner().invoke(app, ["probe", "--checkpoint", str(tmp_path / "run"), "--battery", str(battery),
+                                      "--out", str(tmp_path / "results"), "--json"])
+    assert result.exit_code == 0, result.output
+    saved = json.loads((tmp_path / "results" / "summary.json").read_text())
+    assert saved["probes"]["depth_matrix"]["final_total"] == 6 and saved["probes"]["loop_accuracy"]["rows"] == 6
+
+
 @pytest.mark.parametrize("tables,match", [
     ({"task": {"name": "state"}, "stages": [{"kind": "chain", "depths": [2]}]},
      "stage 0 is a chain stage.*task 'state' answers in several tokens: use kind 'sampled'"),
     ({"task": {"name": "arith", "surface": "relay"}}, "task.name = 'arith' takes no task.surface"),
     ({"task": {"name": "phop", "alphabet": 40}}, "'task.alphabet' = 40 is out of range for phop; accepted: 2..32"),
-    ({"task": {"name": "sort"}}, "'task.name' = 'sort' is not accepted; accepted: chase, phop, state, arith"),
+    ({"task": {"name": "sort"}}, "'task.name' = 'sort' is not accepted; accepted: chase, phop, state, state_query, arith"),
 ])
 def test_task_recipe_errors_are_one_line(write_recipe, tables, match):
     from workbench.train.recipe import load_recipe

@@ -32,7 +32,7 @@ def parse_depths(spec: str) -> list[int]:
 
 
 def rows(
-    task: str = typer.Option("chase", "--task", help="chase, phop, state or arith."),
+    task: str = typer.Option("chase", "--task", help="chase, phop, state, state_query or arith."),
     alphabet: int = typer.Option(None, "--alphabet", help="Symbols N (chase: 8, 16, 24; phop: 32). Default 16 / 32."),
     depths: str = typer.Option(..., "--depths", help="'1-14' or '1,2,5'."),
     per_depth: int = typer.Option(128, "--per-depth", help="Rows at each depth."),

@@ -3,7 +3,7 @@
 A row is a JSON-serialisable dict. Every task writes:
 
     row_id            unique, readable: "chase-letters16-symbolic-test-s20260702-d03-0007"
-    task              "chase" | "phop" | "state" | "arith" | "guardrail"
+    task              "chase" | "phop" | "state" | "state_query" | "arith" | "guardrail"
     template_version  the prompt template's version ("chase-v1", "recurtrace-v1", "arith-v1")
     split, seed, index, alphabet   seed material (with task and depth; see `seeding`)
     depth             d, the number of steps
@@ -14,7 +14,8 @@ A row is a JSON-serialisable dict. Every task writes:
     symbols           the candidate symbols the reader scores (empty for arith)
 
 plus, per task: `table` (K -> V) and `symbol_set`, `surface`, `permutation` for the chase;
-`table` for p-hop; `registers`, `steps` for state tracking; `steps` for arithmetic.
+`table` for p-hop; `registers`, `steps` for state tracking (and `query`, `answer_prefix` for
+state_query, whose prompt ends with "Answer: "); `steps` for arithmetic.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from workbench.errors import WorkbenchError
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.recurtrace import recurtrace_rows
 
-TASKS = ("chase", "phop", "state", "arith")
+TASKS = ("chase", "phop", "state", "state_query", "arith")
 DEFAULT_ALPHABET = {"chase": 16, "phop": 32}
 
 

@@ -1,5 +1,8 @@
 """RecurTrace's three procedural generators (RecurTrace App. A): p-hop, state tracking, arithmetic.
 
+Plus `state_query`, the workbench's one-register form of state tracking (the same rules; the question asks
+one register, so the answer is one token and every loop has a chain target, as in the chase).
+
 The two symbol tasks draw from a fixed pool of 128 two-letter uppercase codes: `TRAIN_CODES`
 (96) for split "train", `TEST_CODES` (32) for split "test", so the splits share no symbol.
 The pool is a seeded random sample of the codes that are one SmolLM2 token with a leading
@@ -33,6 +36,7 @@ POOL = (
 )
 TRAIN_CODES, TEST_CODES = POOL[:96], POOL[96:]
 REGISTERS = 6
+QUERY_REGISTERS = 4  # state_query rows: shorter prompts, the same rules
 VALUES = 4  # register values 0..3
 RULES = ("assign", "swap", "increment", "conditional", "copy")
 OPERATIONS = ("+", "-", "*")
@@ -86,6 +90,37 @@ def state_row(depth: int, index: int, seed: int, *, split: str = "test") -> dict
                 [str(v) for v in range(VALUES)], registers=names, steps=steps)
 
 
+def state_query_row(depth: int, index: int, seed: int, *, split: str = "test") -> dict:
+    """Returns a state-tracking row that asks one register: a one-token answer, so loops read as the chase does.
+
+    RecurTrace's rules over `QUERY_REGISTERS` code-named registers (0-3); the question names one register q
+    and `chain` holds q's value after each rule, so every loop has a target (the chain stage) as in the
+    chase. Each rule writes q with probability 1/2 (assign, increment, swap, a conditional or a copy into
+    q), so q's value after rule t depends on the other registers' values, which earlier rules set: the
+    answer carries the whole state, not one pointer. Digits with a leading space are two SmolLM2 tokens,
+    so the prompt ends with "Answer: " and the candidates are the bare digits (`answer_prefix` "").
+    """
+    _check(split, depth)
+    rng = row_rng("state_query", split, QUERY_REGISTERS, depth, index, seed)
+    names = rng.sample(codes(split), QUERY_REGISTERS)
+    q = rng.randrange(QUERY_REGISTERS)
+    state = [rng.randrange(VALUES) for _ in names]
+    start, steps, chain = _vector(state), [], []
+    for _ in range(depth):
+        steps.append(_apply_rule(rng, names, state, writes=q if rng.random() < 0.5 else None))
+        chain.append(str(state[q]))
+    listed = ", ".join(f"{n}={v}" for n, v in zip(names, start.split()))
+    prompt = "\n".join([
+        f"Registers hold values 0 to 3. Start: {listed}.",
+        "Apply these rules in order:",
+        *steps,
+        f"What is {names[q]} after all {depth} rules?",
+        "Answer: ",
+    ])
+    return _row("state_query", split, seed, index, QUERY_REGISTERS, depth, prompt, start, chain,
+                [str(v) for v in range(VALUES)], registers=names, query=names[q], steps=steps, answer_prefix="")
+
+
 def arithmetic_row(depth: int, index: int, seed: int, *, split: str = "test") -> dict:
     """Returns an arithmetic row: a start in [1, 99] and `depth` operations +n, −n, ×n (n in 2..9)."""
     _check(split, depth)
@@ -104,8 +139,8 @@ def arithmetic_row(depth: int, index: int, seed: int, *, split: str = "test") ->
 
 def recurtrace_rows(task: str, depths: Iterable[int], per_depth: int, seed: int, first_index: int = 0,
                     **options) -> list[dict]:
-    """Returns `per_depth` rows at each depth (indices from `first_index`) for task "phop", "state" or "arith"."""
-    makers = {"phop": phop_row, "state": state_row, "arith": arithmetic_row}
+    """Returns `per_depth` rows at each depth (indices from `first_index`) for "phop", "state", "state_query", "arith"."""
+    makers = {"phop": phop_row, "state": state_row, "state_query": state_query_row, "arith": arithmetic_row}
     if task not in makers:
         raise WorkbenchError(f"RecurTrace task '{task}' is unknown; accepted: {', '.join(makers)}")
     depths = list(depths)
@@ -115,10 +150,15 @@ def recurtrace_rows(task: str, depths: Iterable[int], per_depth: int, seed: int,
     return [makers[task](d, i, seed, **options) for d in depths for i in indices]
 
 
-def _apply_rule(rng: random.Random, names: list[str], state: list[int]) -> str:
-    """Applies one random rule to `state` in place; returns its text."""
+def _apply_rule(rng: random.Random, names: list[str], state: list[int], writes: int | None = None) -> str:
+    """Applies one random rule to `state` in place; returns its text. `writes`: a register the rule must write."""
     i, j = rng.sample(range(len(names)), 2)
     rule = rng.choice(RULES)
+    if writes is not None:  # assign and increment write i; a conditional and a copy write j; a swap both
+        if rule in ("assign", "increment", "swap"):
+            i, j = writes, (j if j != writes else i)
+        else:
+            i, j = (i if i != writes else j), writes
     if rule == "assign":
         v = rng.randrange(VALUES)
         state[i] = v

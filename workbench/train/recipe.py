@@ -276,7 +276,7 @@ def _validate(r: dict) -> None:
         raise WorkbenchError("lora.enabled = true with train.block = true: the LoRA budget keeps the block's "
                              "base weights frozen; set train.block = false")
     alphabet, max_loops = r["task"]["alphabet"], r["model"]["max_loops"]
-    if r["task"]["name"] in ANSWER_TASKS:
+    if r["task"]["name"] in ANSWER_TASKS + ("state_query",):
         alphabet = None  # no alphabet bounds a state-tracking or arithmetic depth
     for key in ("optim.batch_size", "eval.per_depth", "checkpoint.every", "checkpoint.keep", "log.every"):
         section, name = key.split(".")
