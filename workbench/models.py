@@ -176,7 +176,11 @@ def _load_gguf(path: Path, dtype: torch.dtype, attn: str):
     config = model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    clean = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
+    # from_config initialises every weight at random before the load overwrites them: on the caller's RNG that
+    # would make a seeded run depend on whether the dequantized cache existed (the first load on a machine drew
+    # from it, later ones did not, so LoRA's A matrices differed), so it draws from a forked RNG instead.
+    with torch.random.fork_rng(devices=[]):
+        clean = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
     clean.load_state_dict(model.state_dict())
     return clean, tok
 
