@@ -11,7 +11,7 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.tasks.chase import TEMPLATES
-from workbench.tasks.reader import ANSWER_PREFIX, candidate_ids, encode_prompts
+from workbench.tasks.reader import encode_prompts, row_candidates
 
 
 def iterate(row: dict, t: int) -> str:
@@ -177,10 +177,6 @@ def device_of(model) -> torch.device:
     except (AttributeError, StopIteration):
         return torch.device("cpu")
 
-
-def row_candidates(tokenizer, rows: list[dict]) -> torch.Tensor:
-    """Returns the candidate token ids of each row's symbols, LongTensor [B, C]."""
-    return torch.stack([candidate_ids(tokenizer, r["symbols"], r.get("answer_prefix", ANSWER_PREFIX)) for r in rows])
 
 
 def shared_candidates(cands: torch.Tensor) -> torch.Tensor:

@@ -62,6 +62,11 @@ def candidate_ids(tokenizer, symbols: list[str], prefix: str = ANSWER_PREFIX) ->
     return torch.tensor(_single_token_ids(tokenizer, tuple(prefix + s for s in symbols)), dtype=torch.long)
 
 
+def row_candidates(tokenizer, rows: list[dict]) -> torch.Tensor:
+    """Returns the candidate token ids of each row's symbols (after the row's `answer_prefix`), LongTensor [B, C]."""
+    return torch.stack([candidate_ids(tokenizer, r["symbols"], r.get("answer_prefix", ANSWER_PREFIX)) for r in rows])
+
+
 def encode_prompts(tokenizer, prompts: list[str]):
     """Returns a BatchEncoding of `input_ids` and `attention_mask`, LongTensor [B, S], left padded.
 
@@ -168,7 +173,7 @@ def read_rows(model, tokenizer, rows: list[dict], loops: int, batch_size: int = 
     if bad:
         raise WorkbenchError(f"row '{bad[0]['row_id']}' has an answer that is not one of its symbols "
                              f"({bad[0]['answer']!r}); read it exactly with read_answers")
-    cands = [candidate_ids(tokenizer, r["symbols"], r.get("answer_prefix", ANSWER_PREFIX)) for r in rows]
+    cands = [candidate_ids(tokenizer, r["symbols"], r.get("answer_prefix", ANSWER_PREFIX)) for r in rows]  # may differ
     scores = score_prompts(model, tokenizer, [r["prompt"] for r in rows], cands, loops, batch_size, progress)
     return ReadResult(
         row_ids=[r["row_id"] for r in rows],

@@ -19,14 +19,7 @@ from peft.tuners.lora import LoraLayer
 
 from workbench.errors import WorkbenchError
 from workbench.loop.halting import oracle_labels
-from workbench.tasks.reader import (
-    ANSWER_PREFIX,
-    answer_batch,
-    answer_logprobs,
-    candidate_ids,
-    encode_prompts,
-    reads_symbol,
-)
+from workbench.tasks.reader import answer_batch, answer_logprobs, encode_prompts, reads_symbol, row_candidates
 
 
 # ----------------------------------------------------------------------------- batches and losses
@@ -58,7 +51,7 @@ def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="c
         targets[i, :d] = torch.tensor([r["symbols"].index(x) for x in r["chain"]])
         weights[i, : d - 1] = chain_weight
         weights[i, d - 1] = 1.0
-    cands = torch.stack([candidate_ids(tokenizer, r["symbols"], r.get("answer_prefix", ANSWER_PREFIX)) for r in rows])
+    cands = row_candidates(tokenizer, rows)
     rows_idx = torch.arange(len(rows))
     answers = cands[rows_idx, targets[rows_idx, torch.tensor([r["depth"] - 1 for r in rows])]]  # x_d
     out = dict(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], candidates=cands,
