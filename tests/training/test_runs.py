@@ -47,6 +47,7 @@ def test_layout_and_provenance(finished_run):
         assert prov["files"][name] == sha256_file(finished_run / name)
     assert prov["manifests"]["heldout"]["rows"] == 8 and len(prov["manifests"]["heldout"]["rows_sha256"]) == 64
     assert prov["seeds"] == {"recipe": 3, "eval": 1} and prov["packages"]["torch"] == torch.__version__
+    assert prov["torch_threads"] == torch.get_num_threads()  # a bit-for-bit rerun needs the same thread count
     record = json.loads((finished_run / "retrofit.json").read_text())
     assert record["base"]["sha256"] == weights_sha256(load_base("tiny-llama")[0])
     assert record["split"] == {"prelude": [0, 2], "block": [2, 4], "coda": [4, 6]}

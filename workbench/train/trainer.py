@@ -628,6 +628,8 @@ class Trainer:
             rundir.write_provenance(self.run_dir, manifests, {"recipe": self.recipe["seed"], "eval": e["seed"]},
                                     {"steps": self.total, "wall_s": round(self.state["elapsed_s"], 1),
                                      "processes": self.acc.num_processes, "base_unchanged": base_unchanged,
+                                     # bf16 reductions split by thread count: a bit-for-bit rerun needs the same
+                                     "torch_threads": torch.get_num_threads(),
                                      "liveness": {"projections_step": self.state["live_projections"],
                                                   "gate_step": self.state["live_gate"]},
                                      "stage2_frozen": None if frozen is None else True,
