@@ -27,7 +27,8 @@ def _lines(path: Path) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name, steps", [("smollm2-chase-full-block", 3), ("smollm2-chase-memory", 62)])
+@pytest.mark.parametrize("name, steps", [("smollm2-chase-full-block", 3), ("smollm2-chase-memory", 62),
+                                         ("smollm2-state-query-memory", 62)])
 def test_a_specimen_without_tensors_reruns_its_first_steps(tmp_path, monkeypatch, request, name, steps):
     import contextlib
 
