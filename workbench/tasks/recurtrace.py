@@ -78,14 +78,7 @@ def state_row(depth: int, index: int, seed: int, *, split: str = "test") -> dict
     for _ in range(depth):
         steps.append(_apply_rule(rng, names, state))
         chain.append(_vector(state))
-    listed = ", ".join(f"{n}={v}" for n, v in zip(names, start.split()))
-    prompt = "\n".join([
-        f"Registers hold values 0 to 3. Start: {listed}.",
-        "Apply these rules in order:",
-        *steps,
-        f"What are {', '.join(names)} after all {depth} rules?",
-        "Answer:",
-    ])
+    prompt = _state_prompt(names, start, steps, f"What are {', '.join(names)} after all {depth} rules?\nAnswer:")
     return _row("state", split, seed, index, REGISTERS, depth, prompt, start, chain,
                 [str(v) for v in range(VALUES)], registers=names, steps=steps)
 
@@ -109,14 +102,7 @@ def state_query_row(depth: int, index: int, seed: int, *, split: str = "test") -
     for _ in range(depth):
         steps.append(_apply_rule(rng, names, state, writes=q if rng.random() < 0.5 else None))
         chain.append(str(state[q]))
-    listed = ", ".join(f"{n}={v}" for n, v in zip(names, start.split()))
-    prompt = "\n".join([
-        f"Registers hold values 0 to 3. Start: {listed}.",
-        "Apply these rules in order:",
-        *steps,
-        f"What is {names[q]} after all {depth} rules?",
-        "Answer: ",
-    ])
+    prompt = _state_prompt(names, start, steps, f"What is {names[q]} after all {depth} rules?\nAnswer: ")
     return _row("state_query", split, seed, index, QUERY_REGISTERS, depth, prompt, start, chain,
                 [str(v) for v in range(VALUES)], registers=names, query=names[q], steps=steps, answer_prefix="")
 
@@ -176,6 +162,13 @@ def _apply_rule(rng: random.Random, names: list[str], state: list[int], writes: 
         return f"if {names[i]} is {v}, set {names[j]} to {w}"
     state[j] = state[i]
     return f"copy {names[i]} into {names[j]}"
+
+
+def _state_prompt(names: list[str], start: str, steps: list[str], question: str) -> str:
+    """The state-tracking prompt: the registers' start values, the rules in order, then the question."""
+    listed = ", ".join(f"{n}={v}" for n, v in zip(names, start.split()))
+    return "\n".join([f"Registers hold values 0 to 3. Start: {listed}.", "Apply these rules in order:", *steps,
+                      question])
 
 
 def _vector(state: list[int]) -> str:
