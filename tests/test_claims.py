@@ -11,7 +11,8 @@ import pytest
 from workbench.claims import CLAIMS_FILE, build_ledger, ledger_html, ledger_markdown, load_claims
 from workbench.errors import WorkbenchError
 
-LEDGER_DIR = Path(__file__).resolve().parents[1] / "claims"  # the committed ledger, in the repository
+ROOT = Path(__file__).resolve().parents[1]
+LEDGER_DIR = ROOT / "claims"  # the committed ledger, in the repository
 
 
 def test_the_committed_ledger_is_regenerated_byte_for_byte():
@@ -19,6 +20,22 @@ def test_the_committed_ledger_is_regenerated_byte_for_byte():
     assert (LEDGER_DIR / "LEDGER.md").read_text() == ledger_markdown(rows)
     assert (LEDGER_DIR / "ledger.html").read_text() == ledger_html(rows)
     assert json.loads((LEDGER_DIR / "ledger.json").read_text()) == json.loads(json.dumps(rows))
+
+
+def test_the_readmes_ledger_table_is_the_committed_ledgers():
+    """README.md shows the ledger's table under "The ledger as committed": the same lines as claims/LEDGER.md's
+    (header, separator and one row per claim), so a regenerated ledger cannot leave the README behind."""
+    def table(lines: list[str], start: int) -> list[str]:
+        first = next(k for k in range(start, len(lines)) if lines[k].startswith("| claim |"))
+        end = next(k for k in range(first, len(lines) + 1) if k == len(lines) or not lines[k].startswith("|"))
+        return lines[first:end]
+
+    readme = (ROOT / "README.md").read_text().splitlines()
+    ledger = (ROOT / "claims" / "LEDGER.md").read_text().splitlines()
+    mine = table(readme, next(k for k, line in enumerate(readme) if line.startswith("The ledger as committed")))
+    theirs = table(ledger, 0)
+    assert len(theirs) == 2 + len(load_claims(CLAIMS_FILE)) and theirs[1].startswith("|---")
+    assert mine == theirs
 
 
 def test_every_claim_names_a_paper_number_a_specimen_and_a_verdict():

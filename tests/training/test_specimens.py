@@ -91,15 +91,16 @@ def test_the_halting_specimen_rereads_its_heads_continue_probabilities():
 
 
 @pytest.mark.slow
-def test_the_state_query_plain_arm_rereads_its_committed_loop_accuracy():
+@pytest.mark.parametrize("specimen", ["smollm2-state-query-plain", "smollm2-state-query-plain-long"])
+def test_the_state_query_plain_arm_rereads_its_committed_loop_accuracy(specimen):
     """The memory-vs-plain claim on state tracking reads `loops/loop_accuracy.parquet`: 16 rows of depth 5 (past
-    the support) read again at loops 1-8 from the plain arm's committed tensors give the committed predictions
-    (the memory arm's tensors are not committed; its first steps rerun in test_tensorless_specimens.py)."""
+    the support) read again at loops 1-8 from the plain arm's committed tensors give the committed predictions,
+    at both doses (the memory arms' tensors are not committed; see test_tensorless_specimens.py)."""
     from workbench.tasks.manifest import read_manifest
     from workbench.tasks.reader import read_rows
     from workbench.train.rundir import load_run
 
-    run = ROOT / "training" / "keepers" / "smollm2-state-query-plain"
+    run = ROOT / "training" / "keepers" / specimen
     committed = pd.read_parquet(run / "loops" / "loop_accuracy.parquet")
     rows = [r for r in read_manifest(ROOT / "probes" / "state_query_d1-7.jsonl").rows if r["depth"] == 5][:16]
     looped, tok, info = load_run(run)

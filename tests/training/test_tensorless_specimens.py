@@ -88,3 +88,31 @@ def test_a_specimen_without_tensors_reruns_its_first_steps(tmp_path, monkeypatch
                 assert a["correct"] == b["correct"], (a, b)   # the base's reading, 64 questions
             else:
                 assert a["acc"] == b["acc"]
+
+
+@pytest.mark.parametrize("arm", ["memory", "plain"])
+def test_a_continued_state_query_arm_names_its_committed_parent(arm):
+    """The 1,800-step state-query arms continue the committed 1,100-step arms (init_from, strict load): the lineage
+    in their provenance names the parent's committed provenance and trainable tensors by digest, the run kept the
+    parent's retrofit, and its recipe is the parent's last stage continued. The memory parent's tensors (74 MB)
+    are not committed, so its continuation regenerates in two commands (the parent's recipe, then this one); the
+    parent's own first steps rerun above."""
+    from workbench.io import sha256_file
+
+    parent, child = KEEPERS / f"smollm2-state-query-{arm}", KEEPERS / f"smollm2-state-query-{arm}-long"
+    prov, parent_prov = (json.loads((d / "provenance.json").read_text()) for d in (child, parent))
+    assert prov["status"] == parent_prov["status"] == "finished"
+    (link,) = prov["lineage"]["parents"]
+    assert link["name"] == f"smollm2-state-query-{arm}"
+    assert link["provenance_sha256"] == sha256_file(parent / "provenance.json")
+    assert link["trainable_sha256"] == parent_prov["files"]["trainable.safetensors"]
+    assert (child / "retrofit.json").read_text() == (parent / "retrofit.json").read_text()
+    import tomllib
+    mine, theirs = (tomllib.loads((d / "recipe.toml").read_text()) for d in (child, parent))
+    assert mine["model"] == theirs["model"] and mine["lora"] == theirs["lora"] and mine["task"] == theirs["task"]
+    assert mine["model"]["memory"] is (arm == "memory")
+    (stage,) = mine["stages"]
+    assert {k: v for k, v in stage.items() if k not in ("name", "steps")} == \
+        {k: v for k, v in theirs["stages"][-1].items() if k not in ("name", "steps")}
+    steps = [r["step"] for r in _lines(child / "metrics.jsonl") if r["kind"] == "train"]
+    assert steps == list(range(1, stage["steps"] + 1))
