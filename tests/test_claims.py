@@ -31,7 +31,7 @@ def test_the_readmes_ledger_table_is_the_committed_ledgers():
         return lines[first:end]
 
     readme = (ROOT / "README.md").read_text().splitlines()
-    ledger = (ROOT / "claims" / "LEDGER.md").read_text().splitlines()
+    ledger = (LEDGER_DIR / "LEDGER.md").read_text().splitlines()
     mine = table(readme, next(k for k, line in enumerate(readme) if line.startswith("The ledger as committed")))
     theirs = table(ledger, 0)
     assert len(theirs) == 2 + len(load_claims(CLAIMS_FILE)) and theirs[1].startswith("|---")

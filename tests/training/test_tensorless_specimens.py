@@ -97,6 +97,8 @@ def test_a_continued_state_query_arm_names_its_committed_parent(arm):
     parent's retrofit, and its recipe is the parent's last stage continued. The memory parent's tensors (74 MB)
     are not committed, so its continuation regenerates in two commands (the parent's recipe, then this one); the
     parent's own first steps rerun above."""
+    import tomllib
+
     from workbench.io import sha256_file
 
     parent, child = KEEPERS / f"smollm2-state-query-{arm}", KEEPERS / f"smollm2-state-query-{arm}-long"
@@ -107,7 +109,6 @@ def test_a_continued_state_query_arm_names_its_committed_parent(arm):
     assert link["provenance_sha256"] == sha256_file(parent / "provenance.json")
     assert link["trainable_sha256"] == parent_prov["files"]["trainable.safetensors"]
     assert (child / "retrofit.json").read_text() == (parent / "retrofit.json").read_text()
-    import tomllib
     mine, theirs = (tomllib.loads((d / "recipe.toml").read_text()) for d in (child, parent))
     assert mine["model"] == theirs["model"] and mine["lora"] == theirs["lora"] and mine["task"] == theirs["task"]
     assert mine["model"]["memory"] is (arm == "memory")
