@@ -290,3 +290,21 @@ def test_unsupported_family_and_mismatched_weights_are_refused(tmp_path, saved):
         load_looped(bad)
     with pytest.raises(WorkbenchError, match="not a directory with config.json"):
         load_looped(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_pass_count_equals_transformers_run_at_that_count(saved, name):
+    """Reading pass t is the model at t passes: transformers with loop_num_passes / H_cycles = t, 1..2 x native."""
+    path = saved[(name, 1)]
+    looped, tok = load_looped(path)
+    ref = _reference(path)
+    ids, mask = _batch(tok)
+    count = "loop_num_passes" if name == "tiny-inkling2-loop" else "H_cycles"
+    with torch.no_grad():
+        r = looped.read(ids, attention_mask=mask, loops=looped.max_loops)
+        for t in range(1, looped.max_loops + 1):
+            setattr(ref.config, count, t)
+            theirs = ref(ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=False).logits
+            ours = looped(ids, attention_mask=mask, loops=t).logits
+            assert (ours - theirs).abs().max().item() == 0.0, t
+            assert torch.allclose(r.scores[:, t - 1, 0], theirs[:, -1].float(), atol=1e-5, rtol=0)

@@ -127,7 +127,19 @@ def _user_files(spec: str):
                              f"--model takes {accepted_specs()}") from None
 
 
+def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32):
+    """Returns `(looped, tokenizer)` for a native looped model (transformers' Inkling2Loop or HRM-Text directory,
+    or `tiny-inkling2-loop` / `tiny-hrm-text`): the workbench's looped interface, every pass hooked
+    (`workbench.native.load_looped`)."""
+    from workbench.native import load_looped as native
+
+    return native(spec, dtype)
+
+
 def _check_architecture(model_type: str, spec: str) -> None:
+    if model_type.startswith(("inkling2_loop", "hrm_text")):
+        raise WorkbenchError(f"model '{spec}' is a native looped model ({model_type}), looped already: read it with "
+                             f"`workbench probe --checkpoint {spec}` or workbench.models.load_looped")
     if model_type not in SUPPORTED_ARCHITECTURES:
         raise WorkbenchError(
             f"model '{spec}' has architecture '{model_type}', which the workbench does not support; "

@@ -66,6 +66,15 @@ class NativeLoopedLM(HookedRootModule):
     halting = None          # the probes ask: no halting head
     memory = None
     retrofit_config = None  # not a retrofit: the identity and gradient-audit probes do not apply
+    # probe -> why it does not apply to a native model (the battery records the reason, runs the rest)
+    not_applicable = {
+        "identity": "a native model has no base to reproduce at loop 1; its exactness against transformers' own "
+                    "forward is tests/test_native.py (max |Δlogit| = 0.0)",
+        "gradient_audit": "it audits the gradients of a retrofit's trainable re-entry and adapter; a native model "
+                          "has neither (the workbench trains nothing in it)",
+        "latency": "its cost model counts one dense block per loop; Inkling's MoE layers (top-k of n experts) and "
+                   "HRM's L cycles inside every pass do not fit it",
+    }
 
     def __init__(self, base: nn.Module):
         super().__init__()
@@ -103,6 +112,10 @@ class NativeLoopedLM(HookedRootModule):
 
     def _cap(self, logits: torch.Tensor) -> torch.Tensor:
         return logits
+
+    def logit_transform(self, logits: torch.Tensor) -> torch.Tensor:
+        """The family's transform of the head's output (Inkling's softcap; identity for HRM), for lenses."""
+        return self._cap(logits)
 
     output_class = BaseModelOutputWithPast  # what the family's text model returns (generate reads it)
 
