@@ -117,6 +117,25 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32) -> 
     return looped, tok
 
 
+def default_size(model_type: str) -> dict:
+    """Parameters and bf16 weight bytes of a family at transformers' config defaults (built on the meta device).
+
+    transformers documents those defaults as the released checkpoint's (`thinkingmachines/Inkling-2-Mini`,
+    `sapientinc/HRM-Text-1B`), so this is what reading the real model needs for its weights, allocating nothing.
+    Returns {"model_type", "checkpoint", "params", "bf16_gib", "loops"}.
+    """
+    if model_type not in ("inkling2_loop_text", "hrm_text"):
+        raise WorkbenchError(f"default_size knows inkling2_loop_text and hrm_text, not '{model_type}'")
+    config = AutoConfig.for_model(model_type)
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(config)
+    params = sum(p.numel() for p in model.parameters())
+    loops = config.loop_num_passes if model_type.startswith("inkling") else config.H_cycles
+    checkpoint = "thinkingmachines/Inkling-2-Mini" if model_type.startswith("inkling") else "sapientinc/HRM-Text-1B"
+    return {"model_type": model_type, "checkpoint": checkpoint, "params": params,
+            "bf16_gib": round(2 * params / 2**30, 1), "loops": loops}
+
+
 def _model_type(path: Path) -> str:
     try:
         model_type = json.loads((path / "config.json").read_text()).get("model_type")
@@ -157,11 +176,13 @@ def _tiny(name: str, dtype: torch.dtype):
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(TINY_SEED)
         model = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation="eager")
-        with torch.no_grad():  # transformers initialises the learned residual queries at zero: uniform attention
-            for name_, p in model.named_parameters():
+        with torch.no_grad():  # transformers initialises the learned residual queries at zero (uniform attention)
+            for name_, p in model.named_parameters():  # and its gates near zero: passes would barely differ
                 if name_.endswith("query"):
+                    p.normal_(0.0, 1.0)
+                elif name_.endswith(("forget_gate_proj.weight", "message_gate_proj.weight")):
                     p.normal_(0.0, 1.0)
     return model
 
 
-__all__ = ["FAMILIES", "TINY_NATIVE", "NativeLoopedLM", "load_looped", "native_family"]
+__all__ = ["FAMILIES", "TINY_NATIVE", "NativeLoopedLM", "default_size", "load_looped", "native_family"]

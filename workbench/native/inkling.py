@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 from contextvars import ContextVar
 from dataclasses import dataclass
 
@@ -113,6 +114,9 @@ class InklingLooped(NativeLoopedLM):
 
     def __init__(self, base: nn.Module):
         super().__init__(base)
+        # transformers says, once per process on stderr, that it runs its reference PyTorch causal convolution
+        # (exact, slower) without the `causal_conv1d` kernel: the workbench's reads are that reference path.
+        logging.getLogger("transformers.integrations.hub_kernels").setLevel(logging.ERROR)
         cfg = self.config
         self.a, self.b = cfg.loop_layer_index_start, cfg.loop_layer_index_end
         self.n_layers = cfg.num_hidden_layers
