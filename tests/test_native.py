@@ -308,3 +308,28 @@ def test_every_pass_count_equals_transformers_run_at_that_count(saved, name):
             ours = looped(ids, attention_mask=mask, loops=t).logits
             assert (ours - theirs).abs().max().item() == 0.0, t
             assert torch.allclose(r.scores[:, t - 1, 0], theirs[:, -1].float(), atol=1e-5, rtol=0)
+
+
+def test_the_composite_inkling_config_reads_its_text_model_exactly(tmp_path):
+    """The released Inkling2Loop is composite (vision + text, model_type inkling2_loop): its text model is read."""
+    from transformers import AutoModelForImageTextToText, Inkling2LoopConfig
+
+    tok = load_tokenizer()
+    text = {k: v for k, v in TINY_NATIVE["tiny-inkling2-loop"].items() if k != "model_type"}
+    config = Inkling2LoopConfig(
+        text_config=dict(vocab_size=len(tok), unpadded_vocab_size=len(tok), eos_token_id=tok.eos_token_id,
+                         pad_token_id=tok.pad_token_id, **text),
+        vision_config=dict(model_type="inkling2_vision", hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                           patch_size=4, projection_hidden_dim=32, text_hidden_size=64, posemb_grid_size=4))
+    torch.manual_seed(3)
+    model = AutoModelForImageTextToText.from_config(config, attn_implementation="eager")
+    model.save_pretrained(tmp_path / "composite")
+    tok.save_pretrained(tmp_path / "composite")
+    looped, _ = load_looped(tmp_path / "composite")
+    ref = AutoModelForImageTextToText.from_pretrained(tmp_path / "composite", attn_implementation="eager").eval()
+    ids, mask = _batch(tok)
+    with torch.no_grad():
+        ours = looped(ids, attention_mask=mask).logits
+        theirs = ref(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=False).logits
+    assert looped.family == "inkling2_loop" and looped.native_loops == 3
+    assert (ours - theirs).abs().max().item() == 0.0

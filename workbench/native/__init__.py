@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 
 import torch
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 
 from workbench.errors import WorkbenchError
 from workbench.native.contract import NativeLoopedLM
@@ -97,8 +97,9 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32) -> 
             raise WorkbenchError(f"model '{spec_str}' has architecture '{family}', which load_looped does not "
                                  f"support ({why}); supported: {', '.join(FAMILIES)}")
         with _user_files(spec_str, "native looped models: a directory of " + ", ".join(FAMILIES)):
-            model, info = AutoModelForCausalLM.from_pretrained(path, dtype=dtype, attn_implementation="eager",
-                                                               output_loading_info=True)
+            auto = AutoModelForImageTextToText if family == "inkling2_loop" else AutoModelForCausalLM  # composite: text read
+            model, info = auto.from_pretrained(path, dtype=dtype, attn_implementation="eager",
+                                               output_loading_info=True)
             bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
             if bad:
                 kind, names = next(iter(bad.items()))

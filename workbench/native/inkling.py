@@ -138,6 +138,12 @@ class InklingLooped(NativeLoopedLM):
         return Site("hook_input", "hook_state", "hook_readout", block=blocks, coda=coda)
 
     @property
+    def text_model(self) -> nn.Module:
+        """Inkling2LoopTextModel: `base.model`, or `base.model.language_model` of the composite (vision + text)."""
+        inner = self.base.model
+        return getattr(inner, "language_model", inner)
+
+    @property
     def layers(self) -> nn.ModuleList:
         return self.text_model.layers
 
