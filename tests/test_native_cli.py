@@ -66,6 +66,16 @@ def test_bad_native_input_is_one_line_and_writes_nothing(capsys, monkeypatch, tm
     code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", saved_hrm, "--out", out, "--battery", battery)
     assert code == 2 and err.strip().splitlines()[-1] == ("error: loops=5 is outside 1..4 for this hrm_text model "
                                                           "(native 2; the adapter reads up to twice that)")  # after progress
-    code, _, err = invoke(capsys, monkeypatch, "identity", "--model", saved_hrm, "--block", "0:1")
+    code, _, err = invoke(capsys, monkeypatch, "select-block", "--model", saved_hrm)
     assert_clean_error(code, err, "is a native looped model (hrm_text)", "workbench probe --checkpoint")
     assert not out.exists()
+
+
+def test_identity_compares_a_native_model_with_transformers_at_every_pass(capsys, monkeypatch, saved_hrm):
+    code, out, err = invoke(capsys, monkeypatch, "identity", "--model", saved_hrm, "--json")
+    assert code == 0, err
+    record = json.loads(out)
+    assert record["family"] == "hrm_text" and record["native_passes"] == 2
+    assert record["per_pass"] == {"1": 0.0, "2": 0.0, "3": 0.0, "4": 0.0} and record["max_abs_diff"] == 0.0
+    code, out, _ = invoke(capsys, monkeypatch, "identity", "--model", "tiny-inkling2-loop")
+    assert code == 0 and out.strip().endswith("max |Δlogit| = 0.0") and "passes 1..6 (native 3)" in out
