@@ -52,8 +52,8 @@ def build(family: str, quick: bool):
 
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from workbench.models import load_tokenizer
-    from workbench.native import FAMILIES, TINY_NATIVE, load_looped
+    from workbench.models import load_looped, load_tokenizer
+    from workbench.native import FAMILIES, TINY_NATIVE
 
     name, overrides = SCALED[family]
     if quick:

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from tests.test_cli_errors import assert_clean_error, invoke
-from workbench.native import load_looped
+from workbench.models import load_looped
 
 MANIFEST = Path(__file__).resolve().parents[1] / "workbench" / "data" / "probes" / "chase_n8_d1-7.jsonl"
 

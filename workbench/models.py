@@ -131,9 +131,10 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32):
     """Returns `(looped, tokenizer)` for a native looped model (transformers' Inkling2Loop or HRM-Text directory,
     or `tiny-inkling2-loop` / `tiny-hrm-text`): the workbench's looped interface, every pass hooked
     (`workbench.native.load_looped`)."""
+    from workbench.native import TINY_NATIVE
     from workbench.native import load_looped as native
 
-    return native(spec, dtype)
+    return native(spec, dtype, tokenizer=load_tokenizer() if str(spec) in TINY_NATIVE else None)
 
 
 def _check_architecture(model_type: str, spec: str) -> None:

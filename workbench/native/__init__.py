@@ -69,23 +69,28 @@ def native_family(spec: str | os.PathLike) -> str | None:
     return model_type if model_type in FAMILIES or model_type in UNSUPPORTED else None
 
 
-def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32) -> tuple[NativeLoopedLM, object]:
+def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
+                tokenizer=None) -> tuple[NativeLoopedLM, object]:
     """Returns `(looped, tokenizer)` for a native looped model, in eval mode, every parameter frozen.
+
+    Call it as `workbench.models.load_looped(spec)`, which hands the tiny models the embedded default's tokenizer.
 
     Args:
         spec: a local Hugging Face directory of a supported family, or `tiny-inkling2-loop` / `tiny-hrm-text`.
         dtype: parameter dtype (fp32 by default; bf16 keeps the modules transformers keeps in fp32).
+        tokenizer: the tokenizer of a tiny model (its vocabulary sizes the model); a directory has its own.
     Raises:
         WorkbenchError: an unsupported family, a directory whose weights do not match its config, a broken file.
     """
     from transformers.utils import logging as hf_logging
 
-    from workbench.models import load_tokenizer
-
     hf_logging.disable_progress_bar()
     spec_str = str(spec)
     if spec_str in TINY_NATIVE:
-        model, tok = _tiny(spec_str, dtype), load_tokenizer()
+        if tokenizer is None:
+            raise WorkbenchError(f"'{spec_str}' takes the embedded default's tokenizer: load it with "
+                                 "workbench.models.load_looped")
+        model, tok = _tiny(spec_str, dtype, tokenizer), tokenizer
     else:
         path = Path(spec_str).expanduser()
         if not (path / "config.json").is_file():
@@ -163,10 +168,7 @@ def _user_files(spec: str, accepted: str):
                              f"{accepted}") from None
 
 
-def _tiny(name: str, dtype: torch.dtype):
-    from workbench.models import load_tokenizer
-
-    tok = load_tokenizer()
+def _tiny(name: str, dtype: torch.dtype, tok):
     extra = dict(TINY_NATIVE[name])
     model_type = extra.pop("model_type")
     vocab = {"unpadded_vocab_size": len(tok)} if model_type.startswith("inkling") else {}

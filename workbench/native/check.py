@@ -16,7 +16,7 @@ from workbench.loop.positions import position_ids
 def exactness(spec: str) -> dict:
     """Returns {"model", "family", "passes", "prompts", "max_abs_diff"}: adapter vs transformers at every pass
     count 1..max_loops (`max_abs_diff` the worst; `per_pass` each), at the native count first."""
-    from workbench.native import load_looped
+    from workbench.models import load_looped
 
     looped, tok = load_looped(spec)
     reference, _ = load_looped(spec)          # a second, independent load: its base is transformers' model alone
