@@ -20,6 +20,7 @@ from pathlib import Path
 
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
+from transformers.utils import logging as hf_logging
 
 from workbench.errors import WorkbenchError
 from workbench.native.contract import NativeLoopedLM
@@ -82,8 +83,6 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
     Raises:
         WorkbenchError: an unsupported family, a directory whose weights do not match its config, a broken file.
     """
-    from transformers.utils import logging as hf_logging
-
     hf_logging.disable_progress_bar()
     spec_str = str(spec)
     if spec_str in TINY_NATIVE:

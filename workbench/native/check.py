@@ -11,13 +11,13 @@ import torch
 
 from workbench.identity import IDENTITY_PROMPTS
 from workbench.loop.positions import position_ids
+from workbench.models import load_looped
 
 
 def exactness(spec: str) -> dict:
-    """Returns {"model", "family", "passes", "prompts", "max_abs_diff"}: adapter vs transformers at every pass
-    count 1..max_loops (`max_abs_diff` the worst; `per_pass` each), at the native count first."""
-    from workbench.models import load_looped
-
+    """Returns {"model", "family", "native_passes", "prompts", "per_pass", "max_abs_diff"}: max |Δlogit| of the
+    adapter against transformers' forward run with its pass count set to t, for t = 1..max_loops (`per_pass`),
+    and the worst of them."""
     looped, tok = load_looped(spec)
     reference, _ = load_looped(spec)          # a second, independent load: its base is transformers' model alone
     ref = reference.base

@@ -147,6 +147,11 @@ class InklingLooped(NativeLoopedLM):
     def layers(self) -> nn.ModuleList:
         return self.text_model.layers
 
+    @property
+    def final_norm(self) -> nn.Module:
+        """The text model's final norm (the raw lens's norm; the composite's `base.model` has none of its own)."""
+        return self.text_model.norm
+
     # ----------------------------------------------------------------- the contract
     def _context(self, input_ids, attention_mask, position_ids, cache, loops, inputs_embeds=None, use_cache=False,
                  **kwargs):
