@@ -31,19 +31,10 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import FAMILY_SITES
-from workbench.loop.looped import LoopedOutput, LoopReadout
-from workbench.loop.positions import last_real_token, position_ids
+from workbench.loop.looped import LoopedLM, LoopedOutput, LoopReadout, _Site
+from workbench.loop.positions import position_ids
 
-
-class Site(nn.Module):
-    """A named holder of hook points, so that module paths spell the public hook names."""
-
-    def __init__(self, *hooks: str, **children: nn.Module):
-        super().__init__()
-        for name in hooks:
-            setattr(self, name, HookPoint())
-        for name, child in children.items():
-            setattr(self, name, child)
+Site = _Site  # a named holder of hook points (LoopedLM's own): module paths spell the public hook names
 
 
 def hooked(point: HookPoint) -> bool:
@@ -227,18 +218,7 @@ class NativeLoopedLM(HookedRootModule):
             logits = torch.einsum("bpd,bcd->bpc", normed, weight)
         return self._cap(logits).float()
 
-    def _read_positions(self, input_ids, attention_mask, positions) -> torch.Tensor:
-        b, s = input_ids.shape
-        if positions is None:
-            if attention_mask is None:
-                return torch.full((b, 1), s - 1, dtype=torch.long, device=input_ids.device)
-            return last_real_token(attention_mask).unsqueeze(-1)
-        positions = torch.as_tensor(positions, dtype=torch.long, device=input_ids.device)
-        if positions.dim() == 1:
-            positions = positions.unsqueeze(0).expand(b, -1)
-        if positions.shape[0] != b or not positions.numel() or positions.min() < 0 or positions.max() >= s:
-            raise WorkbenchError(f"positions of shape {tuple(positions.shape)} must be [batch={b}, n] within 0..{s - 1}")
-        return positions
+    _read_positions = LoopedLM._read_positions  # default: each row's last real token; else checked [batch, n]
 
     def _unembedding(self, candidates):
         weight = self.base.lm_head.weight
