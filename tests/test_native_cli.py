@@ -79,3 +79,11 @@ def test_identity_compares_a_native_model_with_transformers_at_every_pass(capsys
     assert record["per_pass"] == {"1": 0.0, "2": 0.0, "3": 0.0, "4": 0.0} and record["max_abs_diff"] == 0.0
     code, out, _ = invoke(capsys, monkeypatch, "identity", "--model", "tiny-inkling2-loop")
     assert code == 0 and out.strip().endswith("max |Δlogit| = 0.0") and "passes 1..6 (native 3)" in out
+
+
+def test_rows_takes_a_native_model_directory_for_its_tokenizer(capsys, monkeypatch, tmp_path, saved_hrm):
+    out = tmp_path / "rows.jsonl"
+    code, _, err = invoke(capsys, monkeypatch, "rows", "--task", "chase", "--alphabet", "4", "--depths", "1-2",
+                          "--per-depth", "2", "--seed", "1", "--model", saved_hrm, "--out", out)
+    assert code == 0, err
+    assert len(out.read_text().splitlines()) == 4

@@ -219,6 +219,10 @@ def load_tokenizer(spec: str = EMBEDDED_DEFAULT):
         tok = AutoTokenizer.from_pretrained(cached)
         tok.padding_side = "left"
         return tok
+    from workbench.native import native_family
+
+    if native_family(spec) is not None:  # a native looped model's directory (or tiny name): its own tokenizer
+        return load_looped(spec)[1]
     return load_base(spec)[1]
 
 
