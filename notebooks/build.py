@@ -322,12 +322,120 @@ _, keeper_frame = evaluate(keeper, tok, held_out)
 depth_matrix_figure(keeper_frame).update_layout(title=f"The keeper ({KEEPER.name})")'''),
 ]
 
+NATIVE = [
+    md("""
+# 06 · Native looped models: every pass of a model the workbench did not build
+
+transformers ships two looped architectures: **Inkling2Loop** (decoder layers
+`[loop_layer_index_start, loop_layer_index_end)` run `loop_num_passes` times; every pass after the
+first restarts from the pre-loop state and reads gated "messages" from the pass before) and
+**HRM-Text** (a slow H stack and a fast L stack; one H cycle runs `L_cycles` L stacks, then the H
+stack). `workbench.models.load_looped` gives either the workbench's looped interface: a hook point
+per site *and per pass*, `read` decoding every pass through the model's own readout, and the probe
+battery. With no hook attached the logits equal transformers' own forward bit for bit
+(tests/test_native.py).
+
+**The models here have random weights.** No real checkpoint can be downloaded on this machine, so
+every number below describes tiny random models (4 layers or 2 per stack, hidden 64): the notebook
+shows what runs and what comes out, not what a trained model computes.
+"""),
+    code(ROOT),
+    code('''from workbench.models import load_looped
+
+ink, tok = load_looped("tiny-inkling2-loop")   # random weights: 4 layers, layers 1-2 looped 3 times
+hrm, _ = load_looped("tiny-hrm-text")           # random weights: 2 layers per stack, 2 H cycles of 2 L cycles
+for m in (ink, hrm):
+    print(f"{m.family} (random weights): looped layers {m.a}:{m.b} of {m.n_layers}, native passes "
+          f"{m.native_loops}, readable passes 1..{m.max_loops}, {len(m.hook_dict)} hook points")'''),
+    md("""
+## One name per pass
+
+Every pass has its own names (`workbench.loop.hooks.hook_name`), so `run_with_cache` keeps each pass
+apart. Besides the sites every looped model has (`loop.{t}.hook_state`, `block.{layer}.hook_resid_post`,
+attention patterns), Inkling has its messages, its forget and message gates and the pass-query
+attention over the previous pass; HRM has the L cycles inside each H cycle (docs/hooks.md).
+"""),
+    code('''import torch
+
+from workbench.loop.hooks import hook_name, loop_hook_names, stack_loops
+from workbench.tasks.reader import encode_prompts
+
+enc = encode_prompts(tok, ["A -> C\\nB -> A\\nC -> B\\nStart at A. Apply the table 2 times.\\nAnswer:"])
+ids, mask = enc["input_ids"], enc["attention_mask"]
+names = loop_hook_names("state", 6) + [hook_name("message", 2, 1), hook_name("forget_gate", 2, 1, gate="q"),
+                                       hook_name("message_pattern", 3, 2)]
+with torch.no_grad():
+    _, cache = ink.run_with_cache(ids, attention_mask=mask, loops=6, names_filter=names)
+for name in names:
+    print(f"{name:38s} {tuple(cache[name].shape)}")
+states = stack_loops(cache, "state", 6)[:, 0, -1]             # [pass, d_model] at the answer position
+print("distance of each pass's state from pass 3 (the native count):",
+      ", ".join(f"{float((s - states[2]).norm()):.3g}" for s in states))'''),
+    md("""
+Reading pass `t` decodes (h_t, its block states) through the post-loop layers, `final_input`, norm,
+head and softcap: exactly what transformers' model returns when `loop_num_passes = t`. Passes 4-6 are
+past the trained count: the message step applied again (docs/analyses.md).
+"""),
+    code('''with torch.no_grad():
+    r = ink.read(ids, attention_mask=mask, loops=6)
+    top = r.scores[0, :, 0].topk(3, dim=-1)
+for t in range(6):
+    tokens = ", ".join(repr(tok.decode(int(i))) for i in top.indices[t])
+    print(f"pass {t + 1}{' (native)' if t + 1 == ink.native_loops else ''}: top tokens {tokens}")
+
+with torch.no_grad():
+    _, low = hrm.run_with_cache(ids, attention_mask=mask, loops=2,
+                                names_filter=[hook_name("low_state", t, cycle=c) for t in (1, 2) for c in (1, 2)])
+print("HRM L cycles cached:", sorted(low.keys()))'''),
+    md("""
+## The battery, unchanged
+
+`workbench probe --checkpoint DIR` (or `run_battery`) runs every probe that applies on a native
+model, with `probes/native.toml` as its default battery; probes that need a retrofit say why they
+do not apply. Here a few probes on the tiny Inkling model, written to a temporary directory.
+"""),
+    code('''import tempfile
+
+import pandas as pd
+
+from workbench.probes.battery import run_battery
+
+out = Path(tempfile.mkdtemp()) / "tiny-inkling2-loop"
+summary = run_battery("tiny-inkling2-loop", None, out, progress=False,
+                      only=["identity", "depth_matrix", "logit_lens", "heads", "gradient_audit", "latency"])
+for name, result in summary["probes"].items():
+    print(f"{name:15s}", "not applicable: " + result["reason"] if "reason" in result else "ran")'''),
+    code('''from workbench.plots import depth_matrix_figure, heads_figure, logit_lens_figure
+
+depth_matrix_figure(pd.read_parquet(out / "depth_matrix.parquet")).update_layout(
+    title="Inkling2Loop, random weights: chase accuracy by depth and pass")'''),
+    code('''lens, top = pd.read_parquet(out / "logit_lens.parquet"), pd.read_parquet(out / "logit_lens__top.parquet")
+logit_lens_figure(lens, top=top)'''),
+    code('''heads_figure(pd.read_parquet(out / "heads.parquet"), summary=pd.read_parquet(out / "heads__summary.parquet"))'''),
+    md("""
+## On a real checkpoint
+
+With Inkling-2-Mini or an HRM-Text checkpoint on disk, the same calls read the trained model:
+`load_looped("path/to/Inkling-2-Mini", dtype=torch.bfloat16)` and `workbench probe --checkpoint
+path/to/dir`. There the depth matrix and logit lens would show whether later passes carry the chase
+one lookup further (the signature of a loop that iterates) or settle on the pass-1 answer, and the
+gates would show how much of each pass is its own and how much the message from the pass before.
+The weights alone need the memory below (transformers' config defaults, which it documents as
+the released checkpoints'; counted on the meta device, nothing allocated); activations and the
+per-pass reads come on top.
+"""),
+    code('''from workbench.native import default_size
+
+pd.DataFrame([default_size("inkling2_loop_text"), default_size("hrm_text")])'''),
+]
+
 NOTEBOOKS = {
     "01_logit_lens.ipynb": LOGIT_LENS,
     "02_block_selection.ipynb": BLOCK_SELECTION,
     "03_splices_and_overshoot.ipynb": SPLICE_OVERSHOOT,
     "04_heads_and_drift.ipynb": HEADS_DRIFT,
     "05_training_a_small_retrofit.ipynb": TRAINING,
+    "06_native_looped_models.ipynb": NATIVE,
 }
 
 

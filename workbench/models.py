@@ -127,7 +127,20 @@ def _user_files(spec: str):
                              f"--model takes {accepted_specs()}") from None
 
 
+def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32):
+    """Returns `(looped, tokenizer)` for a native looped model (transformers' Inkling2Loop or HRM-Text directory,
+    or `tiny-inkling2-loop` / `tiny-hrm-text`): the workbench's looped interface, every pass hooked
+    (`workbench.native.load_looped`)."""
+    from workbench.native import TINY_NATIVE
+    from workbench.native import load_looped as native
+
+    return native(spec, dtype, tokenizer=load_tokenizer() if str(spec) in TINY_NATIVE else None)
+
+
 def _check_architecture(model_type: str, spec: str) -> None:
+    if model_type.startswith(("inkling2_loop", "hrm_text")):
+        raise WorkbenchError(f"model '{spec}' is a native looped model ({model_type}), looped already: read it with "
+                             f"`workbench probe --checkpoint {spec}` or workbench.models.load_looped")
     if model_type not in SUPPORTED_ARCHITECTURES:
         raise WorkbenchError(
             f"model '{spec}' has architecture '{model_type}', which the workbench does not support; "
@@ -206,6 +219,10 @@ def load_tokenizer(spec: str = EMBEDDED_DEFAULT):
         tok = AutoTokenizer.from_pretrained(cached)
         tok.padding_side = "left"
         return tok
+    from workbench.native import native_family
+
+    if native_family(spec) is not None:  # a native looped model's directory (or tiny name): its own tokenizer
+        return load_looped(spec)[1]
     return load_base(spec)[1]
 
 

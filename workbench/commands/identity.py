@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Optional
 
 import typer
 
@@ -11,7 +12,8 @@ from workbench.defaults import EMBEDDED_DEFAULT
 
 def identity(
     model: str = typer.Option(EMBEDDED_DEFAULT, "--model", help="HF directory, .gguf file, or embedded default name."),
-    block: str = typer.Option(..., "--block", help="Layers to loop, A:B (A inclusive, B exclusive)."),
+    block: Optional[str] = typer.Option(None, "--block", help="Layers to loop, A:B (A inclusive, B exclusive); "
+                                        "not for a native looped model (its own passes are compared)."),
     loops: int = typer.Option(3, "--loops", help="Loops to run; loop 1 is compared with the base model."),
     attn: str = typer.Option("eager", "--attn", help="Attention implementation: eager or sdpa."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of the table."),
@@ -23,7 +25,22 @@ def identity(
     from workbench.headlines import console
     from workbench.identity import IDENTITY_PROMPTS, identity_report
     from workbench.models import load_base
+    from workbench.native import native_family
 
+    if native_family(model) is not None:  # a native looped model: its adapter against transformers' own forward
+        from workbench.native.check import exactness
+
+        record = exactness(model)
+        typer.echo(json.dumps(record, indent=1) if as_json else
+                   f"{model} ({record['family']}), adapter vs transformers' forward at passes 1..{len(record['per_pass'])} "
+                   f"(native {record['native_passes']}), {record['prompts']} prompts: max |Δlogit| = {record['max_abs_diff']}")
+        if record["max_abs_diff"] != 0.0:
+            raise typer.Exit(1)
+        return
+    if block is None:
+        from workbench.errors import WorkbenchError
+
+        raise WorkbenchError("identity needs --block A:B for a retrofit (the layers to loop)")
     base, tok = load_base(model, attn_implementation=attn)
     rows = identity_report(base, tok, block, loops=loops)
     worst = max(r["max_abs_diff"] for r in rows)

@@ -12,11 +12,14 @@ from workbench.defaults import EMBEDDED_DEFAULT
 
 def probe(
     checkpoint: str = typer.Option(..., "--checkpoint", help="A run directory or a shipped keeper's name "
-                                   "(smollm2-chase), untrained:RUN_DIR (that run's "
+                                   "(smollm2-chase), a native looped model (a transformers Inkling2Loop or "
+                                   "HRM-Text directory; tiny-inkling2-loop, tiny-hrm-text), "
+                                   "untrained:RUN_DIR (that run's "
                                    "architecture, untrained), or untrained:BASE:A:B (e.g. "
                                    f"untrained:{EMBEDDED_DEFAULT}:10:16) for an untrained retrofit control."),
-    battery: str = typer.Option("default", "--battery", help="A battery TOML file, or a shipped battery: "
-                                "default or demo (workbench/data/probes/)."),
+    battery: Optional[str] = typer.Option(None, "--battery", help="A battery TOML file, or a shipped battery: "
+                                          "default, demo or native (workbench/data/probes/); default: native for "
+                                          "a native looped model, else default."),
     rows: Optional[str] = typer.Option(None, "--rows", help="A row manifest (.jsonl), or a shipped one by name "
                                        "(chase_n8_d1-7), replacing every probe's rows."),
     only: Optional[str] = typer.Option(None, "--only", help="Comma list of probes to run (e.g. depth_matrix,splice)."),

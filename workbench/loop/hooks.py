@@ -16,7 +16,19 @@ Their names are module paths, and this table is the one source of them:
     halt           loop.{loop}.halt.hook_prob                   the halting head's continue probability
     loops_used     hook_loops_used                              adaptive inference's loops per row [B]
 
-Loops count from 1; layers are the base model's own indices. Probes, benchmarks and notebooks
+Native looped models (`workbench.native`: transformers' own looped architectures) have the
+sites above that their architecture has (`FAMILY_SITES`) plus their own:
+
+    message        loop.{loop}.block.{layer}.hook_message             Inkling: the 4 messages from pass t-1 (t >= 2)
+    message_pattern loop.{loop}.block.{layer}.message.hook_pattern    Inkling: pass-query attention over pass t-1's blocks
+    forget_gate    loop.{loop}.block.{layer}.{gate}_gate.hook_forget   Inkling: tanh forget gate (gate q, k, v, mlp; t >= 2)
+    message_gate   loop.{loop}.block.{layer}.{gate}_gate.hook_message  Inkling: tanh message gate (same)
+    low_input      loop.{loop}.low.{cycle}.hook_input                  HRM: the L stack's input, z_L + z_H
+    low_resid      loop.{loop}.low.{cycle}.block.{layer}.hook_resid_post  HRM: an L-stack layer's output
+    low_state      loop.{loop}.low.{cycle}.hook_state                  HRM: z_L after L cycle `cycle` of H cycle t
+
+Loops count from 1 (a native model's pass or H cycle); L cycles count from 1; layers are the
+base model's own indices. Probes, benchmarks and notebooks
 build names with `hook_name` and stack a site over loops with `stack_loops`.
 """
 
@@ -40,19 +52,46 @@ SITES = {
     "readout": "loop.{loop}.hook_readout",
     "halt": "loop.{loop}.halt.hook_prob",
     "loops_used": "hook_loops_used",
+    "message": "loop.{loop}.block.{layer}.hook_message",
+    "message_pattern": "loop.{loop}.block.{layer}.message.hook_pattern",
+    "forget_gate": "loop.{loop}.block.{layer}.{gate}_gate.hook_forget",
+    "message_gate": "loop.{loop}.block.{layer}.{gate}_gate.hook_message",
+    "low_input": "loop.{loop}.low.{cycle}.hook_input",
+    "low_resid": "loop.{loop}.low.{cycle}.block.{layer}.hook_resid_post",
+    "low_state": "loop.{loop}.low.{cycle}.hook_state",
 }
 
+# Which sites each kind of looped model has ("retrofit": a LoopedLM; memory / halt / loops_used
+# only with Loop Memory Attention or a halting head). A site outside a family's list is an error there.
+FAMILY_SITES: dict[str, tuple[str, ...]] = {
+    "retrofit": ("prelude_resid", "prelude", "input", "memory", "pattern", "block_resid", "state", "coda_resid",
+                 "readout", "halt", "loops_used"),
+    "inkling2_loop": ("prelude_resid", "prelude", "input", "pattern", "block_resid", "state", "coda_resid",
+                      "readout", "message", "message_pattern", "forget_gate", "message_gate"),
+    "hrm_text": ("prelude", "input", "pattern", "block_resid", "state", "readout", "low_input", "low_resid",
+                 "low_state"),
+}
+GATES = ("q", "k", "v", "mlp")
 
-def hook_name(site: str, loop: int | None = None, layer: int | None = None) -> str:
+
+def hook_name(site: str, loop: int | None = None, layer: int | None = None, *, cycle: int | None = None,
+              gate: str | None = None) -> str:
     """Returns the hook point's name, e.g. hook_name("block_resid", 2, 14) == "loop.2.block.14.hook_resid_post".
 
+    `cycle` (HRM's L cycle, from 1) and `gate` (Inkling's q, k, v or mlp gate) only for the sites that take them.
+
     Raises:
-        WorkbenchError: an unknown site, or a loop / layer the site needs and did not get (or does not take).
+        WorkbenchError: an unknown site, or a loop / layer / cycle / gate the site needs and did not get
+            (or does not take).
     """
     if site not in SITES:
         raise WorkbenchError(f"unknown hook site '{site}'; accepted: {', '.join(SITES)}")
     pattern = SITES[site]
-    for key, value in (("loop", loop), ("layer", layer)):
+    if gate is not None and gate not in GATES:
+        raise WorkbenchError(f"gate={gate!r} is not one of {', '.join(GATES)}")
+    if cycle is not None and (isinstance(cycle, bool) or not isinstance(cycle, int) or cycle < 1):
+        raise WorkbenchError(f"cycle={cycle!r} must be an integer >= 1 (L cycles count from 1)")
+    for key, value in (("loop", loop), ("layer", layer), ("cycle", cycle), ("gate", gate)):
         needed = "{" + key + "}" in pattern
         if needed and value is None:
             raise WorkbenchError(f"hook site '{site}' needs a {key} ({pattern})")
@@ -60,7 +99,7 @@ def hook_name(site: str, loop: int | None = None, layer: int | None = None) -> s
             raise WorkbenchError(f"hook site '{site}' takes no {key} ({pattern}); got {key}={value!r}")
     if loop is not None and (isinstance(loop, bool) or not isinstance(loop, int) or loop < 1):
         raise WorkbenchError(f"loop={loop!r} must be an integer >= 1 (loops count from 1)")
-    return pattern.format(loop=loop, layer=layer)
+    return pattern.format(loop=loop, layer=layer, cycle=cycle, gate=gate)
 
 
 def loop_hook_names(site: str, loops: int, layer: int | None = None) -> list[str]:

@@ -51,7 +51,8 @@ from workbench.io import (
 )
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import retrofit
-from workbench.models import load_base
+from workbench.models import load_base, load_looped, weights_sha256
+from workbench.native import native_family
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
@@ -131,7 +132,9 @@ def check_options(name: str, options: dict) -> None:
 def load_checkpoint(spec: str):
     """Returns (looped, tokenizer, info) for a run directory or an untrained retrofit.
 
-    `spec` is a run directory or a shipped keeper's name (`workbench.train.rundir.load_run`: strictly checked) or
+    `spec` is a native looped model (`workbench.native`: a transformers Inkling2Loop or HRM-Text directory,
+    `tiny-inkling2-loop`, `tiny-hrm-text`; kind "native"), a run directory or a shipped keeper's name
+    (`workbench.train.rundir.load_run`: strictly checked) or
     `untrained:RUN_DIR` (the run's base and architecture with fresh re-entry and untrained block,
     the control of that run) or `untrained:BASE:A:B` (a fresh split-bridge retrofit of base
     model BASE at block A:B, max_loops 16). `info` holds path, kind, provenance_sha256, support
@@ -139,6 +142,8 @@ def load_checkpoint(spec: str):
     """
     if spec.startswith(UNTRAINED):
         return _untrained(spec)
+    if native_family(spec) is not None:  # a native looped model (workbench.native): its own passes, nothing trained
+        return _native(spec)
 
     spec = str(resolve_run(spec))
     looped, tok, info = load_run(spec)
@@ -148,6 +153,18 @@ def load_checkpoint(spec: str):
         "path": str(spec), "kind": "run", "provenance_sha256": sha256_file(Path(spec) / PROVENANCE),
         "support": max(depths) if depths else None, "base": info["retrofit"]["base"]["spec"],
         "base_sha256": base_sha256(looped.base), "settings": looped.retrofit_config.to_dict(),
+    }
+
+
+def _native(spec: str):
+    looped, tok = load_looped(spec)
+    digest = weights_sha256(looped.base)
+    settings = {"family": looped.family, "native_loops": looped.native_loops, "max_loops": looped.max_loops,
+                "block": [looped.a, looped.b]}
+    return looped, tok, {
+        "path": spec, "kind": "native", "support": None, "base": spec, "base_sha256": digest,
+        "settings": settings, "provenance_sha256": sha256_bytes(json.dumps({"native": settings, "weights": digest},
+                                                                           sort_keys=True).encode()),
     }
 
 
@@ -197,14 +214,14 @@ def run_probe(name: str, model, tokenizer, rows: list[dict], options: dict, cont
 EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is exactness
 
 
-def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathLike, rows: str | None = None,
+def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | os.PathLike, rows: str | None = None,
                 only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
                 progress: bool = True, precision: str = "fp32", finish=None) -> dict:
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:
         checkpoint: see `load_checkpoint`.
-        battery: the battery TOML file.
+        battery: the battery TOML file (None: `native` for a native looped model, else `default`).
         out: the results directory (refused if it exists and is not empty, unless `overwrite` and the
             workbench wrote it; refused if it holds the checkpoint or a manifest read).
         rows: a manifest replacing every probe's rows.
@@ -216,7 +233,11 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
             replaces `out` (the probe command writes the report there: computation never draws).
     """
     start = time.perf_counter()
-    spec = load_battery(battery)
+    native = native_family(str(checkpoint)) is not None
+    if native and precision != "fp32":
+        raise WorkbenchError(f"--precision {precision} is for retrofits; a native looped model runs in the dtype "
+                             "it was saved in (load it with workbench.models.load_looped(dir, dtype=...))")
+    spec = load_battery(battery if battery is not None else "native" if native else "default")
     todo = plan(spec, only, rows)
     reading = [*{o["manifest"] for o in todo.values()}, resolve_run(str(checkpoint).removeprefix(UNTRAINED))]
     out = check_out_dir(Path(out), overwrite, reading=reading)
@@ -266,6 +287,8 @@ def _one(name, options, manifests, model, tok, context, staging) -> tuple[dict, 
     record = {"rows": {"manifest": manifest, "n": len(chosen), "rows_sha256": rows_sha256(chosen),
                        "row_ids_sha256": row_ids_sha256(chosen), **selection}, "options": options}
     t0 = time.perf_counter()
+    if name in getattr(model, "not_applicable", {}):  # e.g. a native looped model: nothing retrofit-only applies
+        return {"status": "not_applicable", "reason": model.not_applicable[name]}, {**record, "tables": []}
     try:
         tables = run_probe(name, model, tok, chosen, options, context)
     except NotApplicable as reason:

@@ -116,9 +116,10 @@ def head_bases(model, layer: int) -> list[np.ndarray]:
     The effective weight is read by applying o_proj to the identity (so a LoRA delta is included).
     """
     cfg = model.config
-    n_heads = cfg.num_attention_heads
-    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
-    o_proj = model.layers[layer].self_attn.o_proj
+    attn = model.layers[layer].self_attn
+    n_heads = getattr(attn, "num_heads", None) or cfg.num_attention_heads   # per layer where layer kinds differ
+    head_dim = getattr(attn, "head_dim", None) or getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
+    o_proj = getattr(attn.o_proj, "linear", attn.o_proj)  # a gated output projection (Inkling): its linear map
     p = next(o_proj.parameters())
     eye = torch.eye(n_heads * head_dim, dtype=p.dtype, device=p.device)
     W = (o_proj(eye) - o_proj(torch.zeros_like(eye[:1]))).T.double().cpu().numpy()  # [D, H*dh]

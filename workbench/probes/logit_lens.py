@@ -110,8 +110,8 @@ def fit_tuned(states: np.ndarray, targets: np.ndarray, depths: np.ndarray, ridge
 @torch.no_grad()
 def lens_vectors(model, states: np.ndarray, readouts: np.ndarray, maps: dict) -> dict[str, np.ndarray]:
     """Returns {lens: vectors [E, T, D]} that the unembedding turns into each lens's logits."""
-    norm = model.base.model.norm
-    p = next(norm.parameters())
+    norm = getattr(model, "final_norm", None) or model.base.model.norm  # HRM: the norm that ends its H stack
+    p = model.base.lm_head.weight
     raw = norm(torch.as_tensor(states, dtype=p.dtype, device=p.device)).double().cpu().numpy()
     tuned = np.full_like(states, np.nan)
     for t, (mx, W, my) in maps.items():
@@ -126,7 +126,8 @@ def _logits(model, vectors: np.ndarray, ids: torch.Tensor | None = None) -> torc
     out = x @ W.T
     if head.bias is not None:
         out = out + (head.bias if ids is None else head.bias[ids])
-    return out.double().cpu()
+    transform = getattr(model, "logit_transform", None)  # a native model's own (Inkling's softcap)
+    return (out if transform is None else transform(out)).double().cpu()
 
 
 @torch.no_grad()

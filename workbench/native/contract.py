@@ -1,0 +1,269 @@
+"""The adapter contract: a looped model that transformers ships, presented with the workbench's looped interface.
+
+A family adapter (one file in this package) subclasses `NativeLoopedLM` and supplies four pieces,
+each calling transformers' own modules in transformers' own order (docs/adding-a-looped-architecture.md):
+
+    _context(input_ids, attention_mask, position_ids, cache, loops)  -> ctx   embeddings, masks, rotary tables
+    _run(ctx, loops)          yields (t, carry) for t = 1..loops       the passes; carry.state is h_t
+    _coda(t, carry, ctx)      -> [b, s, d]                              what the LM head reads (final norm included)
+    _cap(logits)              -> logits                                 the family's logit transform (softcap)
+
+and declares `a`, `b`, `n_layers`, `layers`, `native_loops`, `max_loops`, `family`, `text_model` and its
+hook sites (module paths spelled by `workbench.loop.hooks`). This class gives every family the rest:
+`forward`, `read` (every pass decoded at chosen positions and candidates), `read_final`, `generate`
+(transformers' own generate, with its inner forward replaced by the adapter's passes), and TransformerLens'
+`run_with_cache` / `run_with_hooks` / `hooks`, where a name the family does not have is an error.
+
+With no hook attached, every op is transformers' own, in its order: the logits are bit-identical to
+`AutoModelForCausalLM`'s (tests/test_native.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
+from transformers.modeling_outputs import BaseModelOutputWithPast
+
+from workbench.errors import WorkbenchError
+from workbench.loop.hooks import FAMILY_SITES
+from workbench.loop.looped import LoopedLM, LoopedOutput, LoopReadout, _Site
+from workbench.loop.positions import position_ids
+
+Site = _Site  # a named holder of hook points (LoopedLM's own): module paths spell the public hook names
+
+
+def hooked(point: HookPoint) -> bool:
+    """Whether a hook point has a hook attached (the adapters take a hooked path only then)."""
+    return bool(point.fwd_hooks or point.bwd_hooks)
+
+
+@dataclass
+class Carry:
+    """What one pass hands to the next and to the Coda: `state` is h_t; `extra` is the family's own."""
+
+    state: torch.Tensor
+    extra: object = None
+
+
+class NativeLoopedLM(HookedRootModule):
+    """Base of the native adapters. `base` is transformers' *ForCausalLM, held by reference (never copied)."""
+
+    family: str = ""
+    halting = None          # the probes ask: no halting head
+    memory = None
+    retrofit_config = None  # not a retrofit: the identity and gradient-audit probes do not apply
+    # probe -> why it does not apply to a native model (the battery records the reason, runs the rest)
+    not_applicable = {
+        "identity": "a native model has no base to reproduce at loop 1; its exactness against transformers' own "
+                    "forward is tests/test_native.py (max |Δlogit| = 0.0)",
+        "gradient_audit": "it audits the gradients of a retrofit's trainable re-entry and adapter; a native model "
+                          "has neither (the workbench trains nothing in it)",
+        "latency": "its cost model counts one dense block per loop; Inkling's MoE layers (top-k of n experts) and "
+                   "HRM's L cycles inside every pass do not fit it",
+    }
+
+    def __init__(self, base: nn.Module):
+        super().__init__()
+        self.base = base
+        self.precision = "fp32"  # no autocast: a native model runs in the dtype it was loaded in
+
+    # ----------------------------------------------------------------- what a family declares
+    a: int
+    b: int
+    n_layers: int
+    native_loops: int
+    max_loops: int
+
+    @property
+    def config(self):
+        """The (text) config of the transformers model: hidden_size, heads, `_attn_implementation`."""
+        return self.text_model.config
+
+    @property
+    def text_model(self) -> nn.Module:
+        return self.base.model
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        raise NotImplementedError
+
+    def _context(self, input_ids, attention_mask, position_ids, cache, loops, inputs_embeds=None, **kwargs):
+        raise NotImplementedError
+
+    def _run(self, ctx, loops: int):
+        raise NotImplementedError
+
+    def _coda(self, t: int, carry: Carry, ctx) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _cap(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits
+
+    def logit_transform(self, logits: torch.Tensor) -> torch.Tensor:
+        """The family's transform of the head's output (Inkling's softcap; identity for HRM), for lenses."""
+        return self._cap(logits)
+
+    output_class = BaseModelOutputWithPast  # what the family's text model returns (generate reads it)
+
+    # ----------------------------------------------------------------- checks
+    @property
+    def sites(self) -> tuple[str, ...]:
+        return FAMILY_SITES[self.family]
+
+    def _check_hook_names(self, names) -> None:
+        unknown = [n for n in names if isinstance(n, str) and n not in self.hook_dict]
+        if unknown:
+            raise WorkbenchError(f"hook '{unknown[0]}' does not exist on this {self.family} model (passes "
+                                 f"1..{self.max_loops}; its sites: {', '.join(self.sites)}; docs/hooks.md)")
+
+    def run_with_cache(self, *args, names_filter=None, **kwargs):
+        """TransformerLens' run_with_cache; a hook name in `names_filter` that does not exist is an error."""
+        if isinstance(names_filter, (str, list, tuple)):
+            self._check_hook_names([names_filter] if isinstance(names_filter, str) else names_filter)
+        return super().run_with_cache(*args, names_filter=names_filter, **kwargs)
+
+    def run_with_hooks(self, *args, fwd_hooks=(), bwd_hooks=(), **kwargs):
+        """TransformerLens' run_with_hooks; a hook name that does not exist is an error, not a no-op."""
+        self._check_hook_names([name for name, _ in [*fwd_hooks, *bwd_hooks]])
+        return super().run_with_hooks(*args, fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks), **kwargs)
+
+    def hooks(self, fwd_hooks=(), bwd_hooks=(), *args, **kwargs):
+        """TransformerLens' hooks context; a hook name that does not exist is an error."""
+        self._check_hook_names([name for name, _ in [*fwd_hooks, *bwd_hooks]])
+        return super().hooks(list(fwd_hooks), list(bwd_hooks), *args, **kwargs)
+
+    def _loops(self, loops: int | None) -> int:
+        if loops is None:
+            return self.native_loops
+        if isinstance(loops, bool) or not isinstance(loops, int) or not 1 <= loops <= self.max_loops:
+            raise WorkbenchError(f"loops={loops!r} is outside 1..{self.max_loops} for this {self.family} model "
+                                 f"(native {self.native_loops}; the adapter reads up to twice that)")
+        return loops
+
+    def _positions(self, input_ids, attention_mask, position_ids_):
+        if input_ids.dim() != 2 or 0 in input_ids.shape:
+            raise WorkbenchError(f"input_ids of shape {tuple(input_ids.shape)} must be [batch >= 1, seq >= 1]")
+        limit = self.config.max_position_embeddings
+        if input_ids.shape[-1] > limit:
+            raise WorkbenchError(f"a prompt of {input_ids.shape[-1]} tokens is longer than the model's {limit} "
+                                 "positions (max_position_embeddings); give shorter prompts")
+        if position_ids_ is None and attention_mask is not None:
+            return position_ids(attention_mask)  # counted over real tokens: padding cannot shift them
+        return position_ids_
+
+    # ----------------------------------------------------------------- forward and reads
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, loops: int | None = None,
+                position_ids: torch.Tensor | None = None) -> LoopedOutput:
+        """Returns `LoopedOutput(logits=[batch, pos, vocab])` read through the Coda at pass `loops` (default native).
+
+        Positions default to `workbench.loop.positions.position_ids(attention_mask)`; pass `position_ids` to
+        choose them (transformers' own forward counts padding: give it the same ids to compare).
+        """
+        loops = self._loops(loops)
+        pos = self._positions(input_ids, attention_mask, position_ids)
+        ctx = self._context(input_ids, attention_mask, pos, None, loops)
+        for t, carry in self._run(ctx, loops):
+            pass
+        normed = self.loop[str(loops)].hook_readout(self._coda(loops, carry, ctx))
+        return LoopedOutput(logits=self._cap(self.base.lm_head(normed)))
+
+    def read(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, loops: int | None = None,
+             positions: torch.Tensor | None = None, candidates: torch.Tensor | None = None,
+             return_states: bool = False) -> LoopReadout:
+        """One forward up to `loops` passes, reading every pass through the Coda at the asked positions.
+
+        Args and returns as `workbench.loop.looped.LoopedLM.read`: scores [batch, T, n_positions, n_candidates
+        or vocab] (fp32, after the family's logit transform), states h_t at the read positions when asked.
+        """
+        loops = self._loops(loops)
+        pos = self._positions(input_ids, attention_mask, None)
+        read_at = self._read_positions(input_ids, attention_mask, positions)
+        weight = self._unembedding(candidates)
+        gather = read_at.unsqueeze(-1).expand(-1, -1, self.config.hidden_size)
+        ctx = self._context(input_ids, attention_mask, pos, None, loops)
+        scores, states = [], []
+        for t, carry in self._run(ctx, loops):
+            scores.append(self._readout(t, carry, ctx, gather, weight))
+            if return_states:
+                states.append(carry.state.gather(1, gather).float())
+        return LoopReadout(scores=torch.stack(scores, dim=1), positions=read_at,
+                           states=torch.stack(states, dim=1) if return_states else None)
+
+    def read_final(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
+                   loops: int | None = None, positions: torch.Tensor | None = None,
+                   candidates: torch.Tensor | None = None) -> torch.Tensor:
+        """Pass T's scores only [batch, n_positions, n_candidates or vocab] (the Coda runs once), fp32."""
+        loops = self._loops(loops)
+        pos = self._positions(input_ids, attention_mask, None)
+        read_at = self._read_positions(input_ids, attention_mask, positions)
+        weight = self._unembedding(candidates)
+        gather = read_at.unsqueeze(-1).expand(-1, -1, self.config.hidden_size)
+        ctx = self._context(input_ids, attention_mask, pos, None, loops)
+        for t, carry in self._run(ctx, loops):
+            pass
+        return self._readout(loops, carry, ctx, gather, weight)
+
+    def _readout(self, t, carry, ctx, gather, weight) -> torch.Tensor:
+        normed = self.loop[str(t)].hook_readout(self._coda(t, carry, ctx).gather(1, gather))
+        if weight is None:
+            logits = self.base.lm_head(normed)
+        elif weight.dim() == 2:
+            logits = nn.functional.linear(normed, weight)
+        else:
+            logits = torch.einsum("bpd,bcd->bpc", normed, weight)
+        return self._cap(logits).float()
+
+    _read_positions = LoopedLM._read_positions  # default: each row's last real token; else checked [batch, n]
+
+    def _unembedding(self, candidates):
+        weight = self.base.lm_head.weight
+        if candidates is None:
+            return None
+        candidates = torch.as_tensor(candidates, dtype=torch.long, device=weight.device)
+        if candidates.numel() == 0 or candidates.min() < 0 or candidates.max() >= weight.shape[0]:
+            raise WorkbenchError(f"candidate token ids must be at least one, each in 0..{weight.shape[0] - 1}")
+        return weight[candidates]
+
+    # ----------------------------------------------------------------- generation
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
+        """transformers' `generate` on the base model, its inner forward replaced by the adapter's hooked passes.
+
+        Runs at the native pass count (the KV cache holds one copy of the looped layers per native pass);
+        hooks attached with `hooks(...)` fire at every decoding step.
+        """
+        inner = self.text_model
+        inner.forward = self._inner_forward
+        try:
+            return self.base.generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        finally:
+            del inner.forward
+
+    def _inner_forward(self, input_ids=None, attention_mask=None, position_ids=None, cache=None, inputs_embeds=None,
+                       use_cache=None, **kwargs):
+        """The transformers text model's forward, through the adapter (what `generate` calls)."""
+        cache = kwargs.pop("past_key_values", cache)
+        for flag in ("output_attentions", "output_hidden_states", "return_dict", "output_router_logits"):
+            kwargs.pop(flag, None)
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        loops = self.native_loops
+        ctx = self._context(input_ids, attention_mask, position_ids, cache, loops, inputs_embeds=inputs_embeds,
+                            use_cache=use_cache, **kwargs)
+        for t, carry in self._run(ctx, loops):
+            pass
+        normed = self.loop[str(loops)].hook_readout(self._coda(loops, carry, ctx))
+        return self.output_class(last_hidden_state=normed, cache=ctx.cache)
+
+
+@contextlib.contextmanager
+def instance_forward(module: nn.Module, forward):
+    """Routes one module's calls through `forward` for the duration (removed after, whatever happens)."""
+    module.forward = forward
+    try:
+        yield
+    finally:
+        del module.forward

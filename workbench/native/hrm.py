@@ -1,0 +1,132 @@
+"""transformers' HRM-Text (`hrm_text`) with every H cycle hooked, and the L cycles inside it.
+
+The architecture (transformers/models/hrm_text/modeling_hrm_text.py, `HrmTextModel.forward`):
+
+    z_H = embed(tokens) * embedding_scale        z_L = z_L_init (zeros)          the Prelude: no layers
+    for H cycle t = 1..H_cycles:
+        for L cycle l = 1..L_cycles:  z_L = L_stack(z_L + z_H)     (early L cycles under no_grad)
+        z_H = H_stack(z_H + z_L)                                    the looped block
+    logits = lm_head(z_H)                                           the Coda: the head alone
+
+Each stack ends in its own final norm, so h_t = z_H after H cycle t is what the head reads: reading
+pass t is lm_head(z_H^t), the model's own readout at H_cycles = t. A pass is one H cycle;
+`loop.{t}.hook_input` is z_H + z_L (the H stack's input), `loop.{t}.low.{l}.*` the L cycles inside it.
+Layer indices are the stacks' own (0..num_layers_per_stack - 1). Every L and H invocation has its own
+KV cache slot (`cycle_offset`), as in transformers.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformer_lens.hook_points import HookPoint
+from transformers.cache_utils import DynamicCache
+from transformers.masking_utils import create_causal_mask
+
+from workbench.loop.attention import pattern_hook
+from workbench.native.contract import Carry, NativeLoopedLM, Site, hooked
+
+
+@dataclass
+class _Ctx:
+    x: torch.Tensor
+    mask: torch.Tensor
+    rope: tuple
+    pos: torch.Tensor
+    cache: object
+    kwargs: dict
+
+
+class HrmLooped(NativeLoopedLM):
+    """HrmTextForCausalLM with a hook point per site and per H cycle (1..2 x H_cycles)."""
+
+    family = "hrm_text"
+
+    def __init__(self, base: nn.Module):
+        super().__init__(base)
+        cfg = self.config
+        self.n_stack = cfg.num_layers_per_stack
+        self.a, self.b, self.n_layers = 0, self.n_stack, self.n_stack   # the H stack is the block; no Coda layers
+        self.native_loops = cfg.H_cycles
+        self.max_loops = 2 * self.native_loops
+        self.hook_prelude = HookPoint()
+        self.loop = nn.ModuleDict({str(t): self._pass_sites() for t in range(1, self.max_loops + 1)})
+        self.setup()
+
+    def _pass_sites(self) -> Site:
+        def stack():
+            return nn.ModuleDict({str(i): Site("hook_resid_post", attn=Site("hook_pattern")) for i in range(self.n_stack)})
+        low = nn.ModuleDict({str(c): Site("hook_input", "hook_state", block=stack())
+                             for c in range(1, self.config.L_cycles + 1)})
+        return Site("hook_input", "hook_state", "hook_readout", block=stack(), low=low)
+
+    @property
+    def layers(self) -> nn.ModuleList:
+        return self.text_model.H_module.layers
+
+    @property
+    def final_norm(self) -> nn.Module:
+        """The norm that ends the H stack (what the head reads after): the raw lens's norm."""
+        return self.text_model.H_module.final_norm
+
+    # ----------------------------------------------------------------- the contract
+    def _context(self, input_ids, attention_mask, position_ids, cache, loops, inputs_embeds=None, use_cache=False,
+                 token_type_ids=None, **kwargs):
+        tm, cfg = self.text_model, self.config
+        if inputs_embeds is None:
+            inputs_embeds = tm.embed_tokens(input_ids)
+        inputs_embeds = inputs_embeds * tm.embedding_scale
+        if use_cache and cache is None:
+            cache = DynamicCache(config=cfg)
+        if position_ids is None:
+            past_seen_tokens = cache.get_seq_length() if cache is not None else 0
+            position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen_tokens
+            position_ids = position_ids.unsqueeze(0)
+        mask_kwargs = {"config": cfg, "inputs_embeds": inputs_embeds, "attention_mask": attention_mask,
+                       "cache": cache, "position_ids": position_ids}
+        is_first_iteration = cache is None or not cache.is_initialized
+        if token_type_ids is not None and is_first_iteration and cfg.prefix_lm:
+            mask_kwargs["block_sequence_ids"] = torch.where(token_type_ids == 1, 0, -1)
+        mask = create_causal_mask(**mask_kwargs)
+        rope = tm.rotary_emb(inputs_embeds, position_ids)
+        return _Ctx(inputs_embeds, mask, rope, position_ids, cache, kwargs)
+
+    def _stack(self, stack: nn.Module, h: torch.Tensor, ctx: _Ctx, cycle_offset: int, sites) -> torch.Tensor:
+        """`HrmTextStack.forward` (its layers, then its final norm), each layer's output and pattern hooked."""
+        for i, layer in enumerate(stack.layers):
+            site = sites[str(i)]
+            kw = dict(attention_mask=ctx.mask, cache=ctx.cache, position_embeddings=ctx.rope,
+                      cycle_offset=cycle_offset, position_ids=ctx.pos, **ctx.kwargs)
+            if hooked(site.attn.hook_pattern):
+                with pattern_hook(self.config, site.attn.hook_pattern):
+                    h = layer(h, **kw)
+            else:
+                h = layer(h, **kw)
+            h = site.hook_resid_post(h)
+        return stack.final_norm(h)
+
+    def _run(self, ctx: _Ctx, loops: int):
+        tm, cfg = self.text_model, self.config
+        n, L = self.n_stack, cfg.L_cycles
+        high = self.hook_prelude(ctx.x)
+        low = tm.z_L_init.to(dtype=high.dtype, device=high.device).expand_as(high).contiguous()
+        for h in range(loops):
+            sites = self.loop[str(h + 1)]
+            grad_iterations = tm.L_bp_cycles_padded[h] if h < len(tm.L_bp_cycles_padded) else 1
+            grad_threshold = L - grad_iterations
+            for c in range(L):
+                cycle_offset = (h * (L + 1) + c) * n
+                low_site = sites.low[str(c + 1)]
+                with nullcontext() if c >= grad_threshold else torch.no_grad():
+                    u = low_site.hook_input(low.to(high.device) + high)
+                    low = low_site.hook_state(self._stack(tm.L_module, u, ctx, cycle_offset, low_site.block))
+            cycle_offset = (h * (L + 1) + L) * n
+            u = sites.hook_input(high + low.to(high.device))
+            high = sites.hook_state(self._stack(tm.H_module, u, ctx, cycle_offset, sites.block))
+            yield h + 1, Carry(high)
+
+    def _coda(self, t: int, carry: Carry, ctx: _Ctx) -> torch.Tensor:
+        return carry.state
