@@ -475,7 +475,7 @@ def test_a_declared_gap_is_not_comparable_with_its_measured_cost(tmp_path):
                                       "1,000 s / 500 steps on Test CPU) x 2 (twice the loops) = about 4.0 h of this "
                                       "2-core CPU; then a read")
     md = ledger_markdown([row])
-    assert "Rule: r Reading: the dense arm does not generate" in md and "Comparable when it generates;" in md
+    assert "Rule: r. Reading: the dense arm does not generate" in md and "Comparable when it generates;" in md
     assert counts_table([row]) == ["| paper | reproduced | not reproduced | not comparable | claims |",
                                    "|---|---|---|---|---|", "| 000 (retrofit paper) | 0 | 0 | 1 | 1 |"]
 
@@ -544,7 +544,7 @@ def test_early_exit_and_the_block_recommendation_claims(tmp_path):
         run = tmp_path / name
         run.mkdir()
         (run / "retrofit.json").write_text(json.dumps({"settings": {"block": block}}))
-        (run / "recipe.toml").write_text(f'name = "{name}"\n')
+        (run / "recipe.toml").write_text(f'name = "{name}"\nstages = [{{depths = [1, 2]}}]\n')
         (run / "metrics.jsonl").write_text(json.dumps({"kind": "eval", "step": 9, "acc": {"1": {"1": 1.0},
                                                                                           "2": {"1": 1.0, "2": acc}}}))
     claims = _claims_file(tmp_path, id="b", measure="block_recommendation", test="recommendation_installs", results=".",

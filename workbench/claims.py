@@ -651,15 +651,18 @@ def finite_difference(specimen: Path, claim: dict) -> dict:
                     f"{worst['direction']} direction: relative error {worst['rel_error']:.2g} (worst of {len(f)})"}
 
 
-def _installed(run: Path, support: int | None = None) -> tuple[bool, str]:
+def _installed(run: Path) -> tuple[bool, str]:
     """Whether a committed run installed its task: its last held-out evaluation (metrics.jsonl), the worst cell at
-    loops = depth over its trained depths, against 0.71."""
+    loops = depth over the depths its stages trained (recipe.toml), against 0.71."""
     evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
     evals = [e for e in evals if e.get("kind") == "eval"]
     if not evals:
         raise Missing(f"{run.name} logged no held-out evaluation")
+    trained = {d for s in tomllib.loads((run / "recipe.toml").read_text()).get("stages", []) for d in s.get("depths", [])}
     acc = evals[-1]["acc"]
-    diag = {int(d): float(v[d]) for d, v in acc.items() if d in v}
+    diag = {int(d): float(v[d]) for d, v in acc.items() if d in v and (not trained or int(d) in trained)}
+    if not diag:
+        raise Missing(f"{run.name}'s last evaluation reads none of its trained depths {sorted(trained)}")
     worst = min(diag, key=diag.get)
     return diag[worst] >= 0.71, f"worst loops = depth cell {diag[worst]:.2f} at depth {worst} (step {evals[-1]['step']})"
 
@@ -1067,7 +1070,7 @@ def ledger_markdown(rows: list[dict]) -> str:
     out += ["", "## Verdicts per paper", "", *counts_table(rows), "", "## Why each verdict", ""]
     for r in rows:
         like = "like for like" if r["like_for_like"] else "setting differs"
-        out.append(f"- **{r['id']}** ({r['verdict']}, {like}). Rule: {r['rule']} Reading: {r['reason']}."
+        out.append(f"- **{r['id']}** ({r['verdict']}, {like}). Rule: {r['rule'].rstrip('.')}. Reading: {r['reason']}."
                    + ("" if r["like_for_like"] else f" Setting: {r['setting']}.")
                    + (f" {r['comparable_when'][0].upper()}{r['comparable_when'][1:]}." if r["comparable_when"] else ""))
     return "\n".join(out) + "\n"
@@ -1079,14 +1082,15 @@ def ledger_html(rows: list[dict]) -> str:
     body = "".join(
         f"<tr><td>{e(r['claim'])}</td><td>{e(r['paper'])} {e(r['section'])}</td><td>{e(r['paper_value'])}</td>"
         f"<td>{e(r['ours'])}</td><td><code>{e(r['specimen'])}</code> ({r['rows']})</td>"
-        f"<td class='{e(r['verdict'].replace(' ', '-'))}'>{e(r['verdict'])}</td><td>{e(r['why'])}</td></tr>"
+        f"<td class='{e(r['verdict'].replace(' ', '-'))}'>{e(r['verdict'])}</td><td>{e(r['rule'])}</td>"
+        f"<td>{e(r['why'])}</td></tr>"
         for r in rows)
     return ("<!doctype html><html><head><meta charset='utf-8'><title>Claims ledger</title><style>"
             "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
             "padding:4px 8px;vertical-align:top}.reproduced{background:#e6f4ea}.not-reproduced{background:#fce8e6}"
             ".not-comparable{background:#f1f3f4}</style></head><body><h1>Claims ledger</h1>"
             "<table><tr><th>claim</th><th>paper</th><th>paper's number</th><th>ours</th><th>specimen (rows)</th>"
-            f"<th>verdict</th><th>why</th></tr>{body}</table></body></html>\n")
+            f"<th>verdict</th><th>rule</th><th>why</th></tr>{body}</table></body></html>\n")
 
 
 def write_ledger(out: str | Path, rows: list[dict]) -> list[Path]:
