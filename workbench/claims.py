@@ -476,8 +476,8 @@ def halting_collapse(specimen: Path, claim: dict) -> dict:
                   "accuracy": float(g["correct"].mean()), "threshold": float(g["threshold"].iloc[0]), "n": len(g)}
     return _stage1_gate({"methods": per, "rows": max(v["n"] for v in per.values()),
                          "text": "; ".join(f"{m} (threshold {v['threshold']:g}) {v['mean_loops']:.2f} loops, "
-                                           f"{v['at_one']:.0%} of rows at loop 1, {v['modal_share']:.0%} at its modal "
-                                           f"loop {v['modal_loop']}, accuracy {v['accuracy']:.3f}"
+                                           f"{v['at_one']:.0%} of rows at loop 1, {round(v['modal_share'] * v['n'])}/"
+                                           f"{v['n']} at its modal loop {v['modal_loop']}, accuracy {v['accuracy']:.3f}"
                                            for m, v in per.items())}, claim)
 
 
