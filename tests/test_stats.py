@@ -156,3 +156,21 @@ def test_paired_compare_refuses_different_manifests_and_short_reads():
     short.depths = np.array([1, 2])
     with pytest.raises(WorkbenchError, match="loop = depth"):
         paired_compare(short, short)
+
+
+def test_the_paired_difference_interval_covers_and_stays_inside_its_range():
+    from workbench.stats import paired_difference
+
+    d, lo, hi = paired_difference(30, 35, 21, 138)           # head alone 30, fixed alone 35, of 224
+    assert d == pytest.approx(-5 / 224) and lo < d < hi and -0.1 < lo < -0.08 and 0.04 < hi < 0.06
+    d, lo, hi = paired_difference(7, 7, 3, 3)                # level: the interval is symmetric about 0
+    assert d == 0 and lo == pytest.approx(-hi)
+    assert paired_difference(10, 0, 0, 0)[2] == 1.0 and paired_difference(0, 10, 0, 0)[1] == -1.0
+    rng = np.random.default_rng(0)
+    truth, hits = -0.05, 0
+    for counts in rng.multinomial(100, [0.10, 0.15, 0.15, 0.60], size=2000):
+        _, lo, hi = paired_difference(*counts)
+        hits += lo <= truth <= hi
+    assert 0.93 <= hits / 2000 <= 0.97                       # a 95% interval covers about 95% of the time
+    with pytest.raises(WorkbenchError, match="counts >= 0"):
+        paired_difference(-1, 2, 3, 4)

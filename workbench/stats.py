@@ -71,6 +71,31 @@ def wilson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
     return max(0.0, centre - half), min(1.0, centre + half)
 
 
+def paired_difference(a_only: int, b_only: int, both: int, neither: int, level: float = 0.95) -> tuple[float, float, float]:
+    """Returns (p_A − p_B, low, high): two proportions on the same rows, Newcombe's hybrid score interval (method 10).
+
+    The Wilson intervals of both proportions are combined with the rows' correlation (phi of the 2x2 table), so the
+    interval stays inside [-1, 1] and is exact-ish at small counts where a Wald interval is not. Newcombe (1998),
+    "Improved confidence intervals for the difference between binomial proportions based on paired data".
+
+    Args:
+        a_only: rows only A gets right; b_only: rows only B gets right; both, neither: the concordant rows.
+    """
+    counts = (a_only, b_only, both, neither)
+    if min(counts) < 0 or sum(counts) == 0:
+        raise WorkbenchError(f"a paired difference needs counts >= 0 and at least one row, got {counts}")
+    n = sum(counts)
+    pa, pb = (both + a_only) / n, (both + b_only) / n
+    la, ua = wilson(both + a_only, n, level)
+    lb, ub = wilson(both + b_only, n, level)
+    marg = (both + a_only) * (b_only + neither) * (both + b_only) * (a_only + neither)
+    phi = 0.0 if marg == 0 else (both * neither - a_only * b_only) / math.sqrt(marg)
+    low = math.sqrt(max(0.0, (pa - la) ** 2 - 2 * phi * (pa - la) * (ub - pb) + (ub - pb) ** 2))
+    high = math.sqrt(max(0.0, (ua - pa) ** 2 - 2 * phi * (ua - pa) * (pb - lb) + (pb - lb) ** 2))
+    d = pa - pb
+    return d, max(-1.0, d - low), min(1.0, d + high)
+
+
 def bootstrap_mean(values, n_boot: int = 10_000, seed: int = 0, clusters=None, level: float = 0.95) -> Interval:
     """Returns mean(values) with a percentile bootstrap interval.
 

@@ -9,10 +9,11 @@ from workbench.tasks.reader import read_answers, read_rows, reads_symbol
 
 
 def evaluate(looped, tokenizer, rows: list[dict], batch_size: int = 16,
-             answer_loops: int | None = None) -> tuple[dict, pd.DataFrame]:
+             answer_loops: int | None = None, past: int | None = None) -> tuple[dict, pd.DataFrame]:
     """Returns ({depth: {loop: accuracy}}, the reader's tidy frame).
 
-    Symbol rows: active-label accuracy, x_t at loop t <= d, each depth read to its own loop count.
+    Symbol rows: active-label accuracy, x_t at loop t <= d, each depth read to its own loop count
+    (to `past` loops when that is larger: the frame then holds the loops past d, see `park_matrix`).
     Multi-token answer rows (state, arith): the exact final answer at every loop 1..`answer_loops`.
     """
     was_training = looped.training
@@ -25,7 +26,8 @@ def evaluate(looped, tokenizer, rows: list[dict], batch_size: int = 16,
         frames = []
         for depth in sorted({r["depth"] for r in rows}):  # each depth read to its own loop count only
             subset = [r for r in rows if r["depth"] == depth]
-            frames.append(read_rows(looped, tokenizer, subset, loops=depth, batch_size=batch_size).frame())
+            loops = max(depth, past or 0)
+            frames.append(read_rows(looped, tokenizer, subset, loops=loops, batch_size=batch_size).frame())
         frame = pd.concat(frames, ignore_index=True)
         active = frame[frame["loop"] <= frame["depth"]]
     looped.train(was_training)
@@ -34,6 +36,22 @@ def evaluate(looped, tokenizer, rows: list[dict], batch_size: int = 16,
     for (d, t), v in acc.items():
         matrix.setdefault(str(d), {})[str(t)] = float(v)
     return matrix, frame
+
+
+def park_reading(frame: pd.DataFrame) -> dict:
+    """How a symbol frame read past the depths (`evaluate(..., past=T)`) holds the answer at loops t > d.
+
+    Returns {"park": {depth: {loop: share of rows reading x_d}}, "park_cells": the (row, loop) cells past d,
+    "park_share": the share of those cells reading x_d (None when there are none)}.
+    """
+    answer = frame[frame["loop"] == frame["depth"]].set_index("row_id")["target"]
+    past = frame[frame["loop"] > frame["depth"]]
+    parked = past.assign(parked=past["predicted"].to_numpy() == past["row_id"].map(answer).to_numpy())
+    matrix: dict[str, dict[str, float]] = {}
+    for (d, t), v in parked.groupby(["depth", "loop"])["parked"].mean().items():
+        matrix.setdefault(str(d), {})[str(t)] = float(v)
+    share = round(float(parked["parked"].mean()), 4) if len(parked) else None
+    return {"park": matrix, "park_cells": len(parked), "park_share": share}
 
 
 def evaluate_dense(looped, tokenizer, rows: list[dict], kind: str, batch_size: int = 16) -> tuple[dict, pd.DataFrame]:

@@ -28,12 +28,17 @@ def _upcast(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
-def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="cpu") -> dict:
+def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="cpu",
+               park_loops: int | None = None) -> dict:
     """Returns the tensors a training step needs for chase or p-hop rows (single-token symbols).
 
     Keys: input_ids, attention_mask [B, S] (left padded); candidates [B, N] token ids of the
     row's symbols; targets [B, T] index of x_t among the symbols (T = max depth; -1 past d);
     weights [B, T] (chain_weight for t < d, 1 at t = d, 0 past d); answer_ids [B]; depths [B].
+
+    `park_loops` = T (at least the deepest row's d) makes it a *park* batch: every loop t in d..T
+    targets the answer x_d with weight 1 (the answer loss only at loops T >= d), loops t < d keep
+    x_t at `chain_weight`; a model trained on it holds the answer once it is reached.
 
     Rows with multi-token answers (state tracking, arithmetic) get the reader's teacher-forced
     answer batch instead (`workbench.tasks.reader.answer_batch`: input_ids, attention_mask,
@@ -44,6 +49,10 @@ def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="c
         return {**{k: v.to(device) for k, v in out.items()}, "answer_tokens": True}
     enc = encode_prompts(tokenizer, [r["prompt"] for r in rows])
     T = max(r["depth"] for r in rows)
+    if park_loops is not None:
+        if park_loops < T:
+            raise WorkbenchError(f"make_batch: park_loops = {park_loops} is below the deepest row's depth {T}")
+        T = park_loops
     targets = torch.full((len(rows), T), -1, dtype=torch.long)
     weights = torch.zeros(len(rows), T)
     for i, r in enumerate(rows):
@@ -51,6 +60,9 @@ def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="c
         targets[i, :d] = torch.tensor([r["symbols"].index(x) for x in r["chain"]])
         weights[i, : d - 1] = chain_weight
         weights[i, d - 1] = 1.0
+        if park_loops is not None:
+            targets[i, d:] = targets[i, d - 1]
+            weights[i, d:] = 1.0
     cands = row_candidates(tokenizer, rows)
     rows_idx = torch.arange(len(rows))
     answers = cands[rows_idx, targets[rows_idx, torch.tensor([r["depth"] - 1 for r in rows])]]  # x_d
@@ -111,6 +123,13 @@ def answer_losses(looped, batch: dict, loops: int):
         logits = r.scores[:, :, -1, :].float()                               # [B, T, V]
         return F.cross_entropy(logits.transpose(1, 2), batch["answer_ids"].unsqueeze(1).expand(-1, loops),
                                reduction="none"), r
+
+
+def park_loop_count(deepest: int, max_loops: int, seed: int) -> int:
+    """The loop count T of one park step: uniform on deepest..max_loops (hashed seed, the same on every rank)."""
+    if not 1 <= deepest <= max_loops:
+        raise WorkbenchError(f"park_loop_count: the deepest row's depth {deepest} must lie in 1..{max_loops}")
+    return int(np.random.default_rng(seed).integers(deepest, max_loops + 1))
 
 
 def sample_loop_counts(n: int, mean: float = 4.0, sigma: float = 0.5, max_loops: int = 8, seed: int = 0) -> np.ndarray:

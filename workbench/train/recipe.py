@@ -12,6 +12,9 @@ Stages run in order. Each is one of:
     anneal of the retrofit paper Sec. 5.2: ramp to 0, then a stage at 0 grades final answers only);
   - `sampled`: RecurTrace Stage 1 (App. D): a loop count drawn per step from the clamped
     log-normal Poisson `[sampler]`, language-model loss on the answer token at that depth;
+  - `park`: chain supervision up to each row's depth d, then the answer x_d at every loop d..T, T drawn
+    per step uniformly from the batch's deepest d to `sampler.max` (the answer loss only at loops T >= d, so
+    the state parks on the answer instead of iterating the rule past d); `chain_weight` weights loops t < d;
   - `halting`: RecurTrace Stage 2 (App. E): everything frozen but the halting head, which is
     distilled from the loss-improvement oracle (or trained with the ACT / PonderNet objective).
     `[halting] sweep = N` computes the oracle losses and the head's pooled inputs of N training rows
@@ -34,7 +37,7 @@ from workbench.errors import WorkbenchError
 from workbench.io import read_toml
 from workbench.loop.config import MAX_LOOPS
 
-STAGE_KINDS = ("chain", "sampled", "halting", "direct", "scratchpad")
+STAGE_KINDS = ("chain", "sampled", "park", "halting", "direct", "scratchpad")
 DENSE_KINDS = ("direct", "scratchpad")  # the dense controls (workbench.dense): loop 1 only
 ANSWER_TASKS = ("state", "arith")  # multi-token answers, read exactly (`workbench.tasks.reader.read_answers`)
 OPTIMIZERS = ("adamw", "sgd")
@@ -298,6 +301,11 @@ def _validate(r: dict) -> None:
     if kinds & set(DENSE_KINDS) and len(kinds) > 1:
         raise WorkbenchError(f"stages mix {', '.join(sorted(kinds))}: a dense control (direct or scratchpad) is an arm "
                              "of its own, every stage of its recipe has that kind")
+    for i, s in enumerate(r["stages"]):
+        if s["kind"] == "park" and not max(s["depths"]) <= r["sampler"]["max"] <= max_loops:
+            raise WorkbenchError(f"recipe key 'sampler.max' = {r['sampler']['max']} must lie in "
+                                 f"{max(s['depths'])}..model.max_loops = {max_loops} (stage {i} parks on the answer "
+                                 "from its deepest row's depth up to sampler.max loops)")
     for key, kind in (("sampler.max", "sampled"), ("halting.oracle_max", "halting")):
         section, name = key.split(".")
         if kind in kinds and not 1 <= r[section][name] <= max_loops:
@@ -325,7 +333,7 @@ def _check_task(r: dict) -> None:
     if t["name"] == "phop" and not 2 <= t["alphabet"] <= 32:
         raise WorkbenchError(f"recipe key 'task.alphabet' = {t['alphabet']} is out of range for phop; accepted: 2..32")
     for i, s in enumerate(r["stages"]):
-        if t["name"] in ANSWER_TASKS and s["kind"] not in ("sampled", "halting"):
+        if t["name"] in ANSWER_TASKS and s["kind"] not in ("sampled", "halting"):  # park grades symbols too
             raise WorkbenchError(f"stage {i} is a {s['kind']} stage, which grades single-token symbols; "
                                  f"task '{t['name']}' answers in several tokens: use kind 'sampled'")
         if t["name"] != "chase" and s["kind"] in DENSE_KINDS:
@@ -396,7 +404,7 @@ def needed_loops(recipe: dict) -> int:
             loops.append(1)
         elif s["kind"] == "chain":
             loops.append(max(s["depths"]))
-        elif s["kind"] == "sampled":
+        elif s["kind"] in ("sampled", "park"):
             loops.append(recipe["sampler"]["max"])
         else:
             loops.append(recipe["halting"]["oracle_max"])

@@ -41,10 +41,11 @@ from workbench.selection import resolve_block
 from workbench.tasks import build_rows, task_row
 from workbench.tasks.guardrail import guardrail_compare, guardrail_counts
 from workbench.tasks.manifest import row_ids_sha256, rows_sha256
+from workbench.tasks.reader import reads_symbol
 from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
 from workbench.tasks.seeding import row_seed
 from workbench.train import rundir
-from workbench.train.evaluate import evaluate, evaluate_dense
+from workbench.train.evaluate import evaluate, evaluate_dense, park_reading
 from workbench.train.losses import (
     adapter_disabled,
     answer_loss,
@@ -55,6 +56,7 @@ from workbench.train.losses import (
     halting_sweep,
     kl_to_base,
     make_batch,
+    park_loop_count,
     sample_loop_counts,
 )
 from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer
@@ -340,6 +342,13 @@ class Trainer:
             denom = sum(cw * (r["depth"] - 1) + 1.0 for r in rows)
             loss, per_loop = chain_loss(self.looped, batch, denominator=denom)
             info["loop_ce"] = [round(float(v), 5) for v in per_loop]
+        elif stage["kind"] == "park":
+            loops = park_loop_count(max(r["depth"] for r in rows), self.recipe["sampler"]["max"],
+                                    _hashed_seed("park", step, self.recipe["seed"]))
+            batch = make_batch(shard, self.tok, chain_weight=cw, device=self.acc.device, park_loops=loops)
+            denom = sum(cw * (r["depth"] - 1) + (loops - r["depth"] + 1) for r in rows)
+            loss, per_loop = chain_loss(self.looped, batch, denominator=denom)
+            info["loop_ce"] = [round(float(v), 5) for v in per_loop]
         elif stage["kind"] == "sampled":
             s = self.recipe["sampler"]
             loops = int(sample_loop_counts(1, s["mean"], s["sigma"], s["max"], _hashed_seed("loops", step, 0))[0])
@@ -494,13 +503,17 @@ class Trainer:
         if self.acc.is_main_process:
             kinds = {s["kind"] for s in self.recipe["stages"]}
             dense = next((k for k in DENSE_KINDS if k in kinds), None)
-            matrix, _ = (evaluate_dense(self.looped, self.tok, self.heldout, dense, self.recipe["eval"]["batch_size"])
-                         if dense else evaluate(self.looped, self.tok, self.heldout, self.recipe["eval"]["batch_size"],
-                                                answer_loops=self.recipe["sampler"]["max"]))
+            past = self.recipe["sampler"]["max"] if "park" in kinds else None   # a park run: also read past d
+            matrix, frame = (evaluate_dense(self.looped, self.tok, self.heldout, dense,
+                                            self.recipe["eval"]["batch_size"])
+                             if dense else evaluate(self.looped, self.tok, self.heldout,
+                                                    self.recipe["eval"]["batch_size"],
+                                                    answer_loops=self.recipe["sampler"]["max"], past=past))
             cells = [v for row in matrix.values() for v in row.values()]
             self.latest_acc = f"{min(cells):.2f}/{sum(cells) / len(cells):.2f}"  # worst / mean cell
+            extra = park_reading(frame) if past is not None and reads_symbol(self.heldout[0]) else {}
             self._log({"kind": "eval", "step": step, "acc": matrix, "min_active": min(cells),
-                       "mean_active": sum(cells) / len(cells)})
+                       "mean_active": sum(cells) / len(cells), **extra})
         self.acc.wait_for_everyone()
 
     def _check_guardrail(self, step: int) -> bool:
