@@ -570,7 +570,7 @@ def ledger_html(rows: list[dict]) -> str:
     e = html.escape
     body = "".join(
         f"<tr><td>{e(r['claim'])}</td><td>{e(r['paper'])} {e(r['section'])}</td><td>{e(r['paper_value'])}</td>"
-        f"<td>{e(r['ours'])}</td><td><code>{e(r['specimen'])}</code> ({r['rows']})</td>"
+        f"<td>{e(r['ours'])}</td><td><code>{e(r['specimen'])}</code> ({e(str(r['rows']))})</td>"
         f"<td class='{e(r['verdict'].replace(' ', '-'))}'>{e(r['verdict'])}</td><td>{e(r['why'])}</td></tr>"
         for r in rows)
     return ("<!doctype html><html><head><meta charset='utf-8'><title>Claims ledger</title><style>"
@@ -579,6 +579,9 @@ def ledger_html(rows: list[dict]) -> str:
             ".not-comparable{background:#f1f3f4}</style></head><body><h1>Claims ledger</h1>"
             "<table><tr><th>claim</th><th>paper</th><th>paper's number</th><th>ours</th><th>specimen (rows)</th>"
             f"<th>verdict</th><th>why</th></tr>{body}</table></body></html>\n")
+
+
+LEDGER_FILES = ("LEDGER.md", "ledger.html", "ledger.json")  # what `write_ledger` writes
 
 
 def write_ledger(out: str | Path, rows: list[dict]) -> list[Path]:

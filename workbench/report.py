@@ -420,7 +420,8 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
 
 
 def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None = None,
-                 control: str | os.PathLike | None = None, shown_as: str | os.PathLike | None = None) -> Path:
+                 control: str | os.PathLike | None = None, shown_as: str | os.PathLike | None = None,
+                 before_write=None) -> Path:
     """Writes the offline HTML report of `results_dir` and returns its path.
 
     Args:
@@ -428,9 +429,12 @@ def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None =
         out: the HTML file to write; default `results_dir/report.html`.
         control: a control results directory shown beside it (see `render_report`).
         shown_as: the path the page names (see `render_report`).
+        before_write: called just before the file is written (the output gate's re-check, `Gate.recheck`).
     """
     out = Path(out) if out is not None else Path(results_dir) / REPORT
     text = render_report(results_dir, control=control, shown_as=shown_as)
+    if before_write is not None:
+        before_write()
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, text.encode("utf-8"))
     return out

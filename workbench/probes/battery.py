@@ -41,10 +41,9 @@ from workbench.defaults import EMBEDDED_DEFAULT, resolve, resolve_run
 from workbench.errors import WorkbenchError
 from workbench.io import (
     atomic_path,
-    check_out_dir,
+    gate_output,
     mark_output,
     read_toml,
-    replace_dir,
     sha256_bytes,
     sha256_file,
     write_json_atomic,
@@ -218,8 +217,12 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
     start = time.perf_counter()
     spec = load_battery(battery)
     todo = plan(spec, only, rows)
-    reading = [*{o["manifest"] for o in todo.values()}, resolve_run(str(checkpoint).removeprefix(UNTRAINED))]
-    out = check_out_dir(Path(out), overwrite, reading=reading)
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+        raise WorkbenchError(f"--seed {seed!r} is out of range; accepted: an integer in 0..2**32-1")
+    reading = [*{o["manifest"] for o in todo.values()}, resolve_run(str(checkpoint).removeprefix(UNTRAINED)),
+               spec["path"]]
+    gate = gate_output(out, "probe", overwrite=overwrite, reading=reading)  # before any work; held to the move
+    out = Path(out)
     used, precision_record = resolve_precision(precision, "cuda" if torch.cuda.is_available() else "cpu")
     if progress and precision != "fp32":
         tqdm.write(f"precision: {used} ({precision_record['hardware']['name']}; bf16 units: "
@@ -251,7 +254,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
         if finish is not None:
             finish(staging)  # e.g. the report: written before the move, so `out` is never without it
         mark_output(staging, "probe")
-        replace_dir(staging, out)  # only now does `out` change: complete, or as it was
+        gate.commit_dir(staging)  # only now does `out` change, re-checked under the lock: complete, or as it was
     except BaseException:  # Ctrl-C and SIGTERM (workbench.cli) included
         shutil.rmtree(staging, ignore_errors=True)
         raise

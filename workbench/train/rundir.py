@@ -33,7 +33,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from workbench.errors import WorkbenchError
-from workbench.io import atomic_path, read_json, sha256_file, write_json_atomic
+from workbench.io import atomic_path, gate_output, read_json, sha256_file, write_json_atomic
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import load_base, weights_sha256
@@ -315,15 +315,21 @@ def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
         WorkbenchError: the run fails its provenance check, or `dest` already exists.
     """
     run_dir, dest = Path(run_dir), Path(dest)
-    prov = verify_files(run_dir)
-    if dest.exists():
+    if dest.exists() or dest.is_symlink():
         raise WorkbenchError(f"'{dest}' already exists; remove it or choose another destination")
+    gate = gate_output(dest, "export", reading=[run_dir])  # before any work; re-checked at the move
+    prov = verify_files(run_dir)
     tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for name in [*prov["files"], PROVENANCE]:
-        shutil.copy2(run_dir / name, tmp / name)
-    os.replace(tmp, dest)
+    try:
+        for name in [*prov["files"], PROVENANCE]:
+            shutil.copy2(run_dir / name, tmp / name)
+        if dest.exists():
+            raise WorkbenchError(f"'{dest}' appeared while the run was copied; nothing replaced")
+        gate.commit_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return dest
 
 
