@@ -21,11 +21,10 @@ import math
 from pathlib import Path
 
 import pandas as pd
-import tomllib
 
 from workbench.arms import compare_arms, load_arm
 from workbench.errors import WorkbenchError
-from workbench.io import write_bytes_atomic
+from workbench.io import read_json, read_toml, write_bytes_atomic
 from workbench.stats import fisher, mcnemar
 
 CLAIMS_FILE = Path(__file__).resolve().parent / "data" / "claims.toml"
@@ -37,8 +36,10 @@ VERDICTS = ("reproduced", "not reproduced", "not comparable")
 
 def load_claims(path: str | Path = CLAIMS_FILE) -> list[dict]:
     """The claims of the data file, each checked for the keys every claim needs."""
-    data = tomllib.loads(Path(path).read_text())
+    data = read_toml(path, "claims file")
     claims = data.get("claims", [])
+    if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
+        raise WorkbenchError(f"{path}: 'claims' must be an array of tables ([[claims]])")
     for c in claims:
         missing = [k for k in ("id", "paper", "section", "claim", "paper_value", "measure", "specimen", "test",
                                "setting", "like_for_like") if k not in c]
@@ -66,11 +67,14 @@ def _table(specimen: Path, name: str, results: str = BATTERY) -> pd.DataFrame:
     path = _results(specimen, results) / f"{name}.parquet"
     if not path.is_file():
         raise Missing(f"no {results}/{name}.parquet")
-    return pd.read_parquet(path)
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as err:  # pyarrow's errors derive from these: a text file named .parquet
+        raise WorkbenchError(f"{path}: not a readable parquet table ({str(err).splitlines()[0][:100]})") from None
 
 
 def _summary(specimen: Path, results: str = BATTERY) -> dict:
-    return json.loads((_results(specimen, results) / "summary.json").read_text())
+    return read_json(_results(specimen, results) / "summary.json", "summary")
 
 
 def diagonal(specimen: Path, claim: dict) -> dict:

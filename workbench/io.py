@@ -273,7 +273,7 @@ def safe_child(root: str | os.PathLike, name: str, what: str) -> Path:
 def _ours_file(path: Path) -> bool:
     """Whether the file at `path` is one the workbench wrote (recognized by its content)."""
     try:
-        head = path.read_bytes()[:1 << 16]
+        head = path.read_bytes()[:1 << 16] if path.suffix != ".html" else path.read_bytes()  # a report is a few MB
     except OSError:
         return False
     name = path.name
@@ -540,6 +540,8 @@ def read_toml(path: str | os.PathLike, kind: str) -> dict:
     if not path.is_file():
         raise WorkbenchError(f"{kind} '{path}' does not exist")
     try:
-        return tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise WorkbenchError(f"{kind} '{path}' is not UTF-8 text (byte {err.start}); TOML files are UTF-8") from None
     except tomllib.TOMLDecodeError as err:
-        raise WorkbenchError(f"{kind} '{path}' is not valid TOML: {err}") from None
+        raise WorkbenchError(f"{kind} '{path}' is not valid TOML: {str(err).splitlines()[0]}") from None

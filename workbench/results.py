@@ -34,9 +34,15 @@ def read_summary(results_dir: str | os.PathLike) -> dict:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise WorkbenchError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as err:
         raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(value, dict) or not isinstance(value.get("probes", {}), dict):
+        raise WorkbenchError(f"{path}: holds a JSON {type(value).__name__} without a 'probes' object; not a "
+                             "probe summary")
+    return value
 
 
 @dataclass

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import tomllib
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from workbench.errors import WorkbenchError
@@ -112,7 +113,10 @@ def load_trained(looped, path: Path, groups: list[str]) -> None:
             expect, or a shape / dtype differs; the message names the file and the tensor.
     """
     expected = trained_state(looped, groups)
-    loaded = load_file(str(path))
+    try:
+        loaded = load_file(str(path))
+    except (SafetensorError, OSError) as err:  # a pickle renamed, a file cut short
+        raise WorkbenchError(f"{path}: not a readable safetensors file ({str(err).splitlines()[0][:120]})") from None
     missing = sorted(set(expected) - set(loaded))
     unexpected = sorted(set(loaded) - set(expected))
     if missing:
@@ -126,6 +130,9 @@ def load_trained(looped, path: Path, groups: list[str]) -> None:
             if value.shape != param.shape or value.dtype != param.dtype:
                 raise WorkbenchError(f"{path}: tensor '{name}' is {tuple(value.shape)} {value.dtype}, "
                                      f"the model has {tuple(param.shape)} {param.dtype}")
+            if value.is_floating_point() and not torch.isfinite(value).all():
+                raise WorkbenchError(f"{path}: tensor '{name}' holds NaN or inf; a run's trained tensors must be "
+                                     "finite (the run diverged, or the file was edited)")
             param.copy_(value)
 
 

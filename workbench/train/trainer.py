@@ -462,6 +462,8 @@ class Trainer:
         main = self.acc.is_main_process
         parent = self.recipe.get("init_from") or None
         reading = [*self.inputs, *([self.recipe_dir / parent, Path(parent)] if parent else [])]
+        if self.resume:  # a run resumed from its own recipe.toml reads it: that is not writing over an input
+            reading = [r for r in reading if Path(r).resolve() != (self.run_dir / rundir.RECIPE).resolve()]
         gate = (gate_output(self.run_dir, "train", kind="run", resume=self.resume, reading=reading) if main
                 else contextlib.nullcontext())  # before any work: what --out is, and who else writes it
         lock = locked_dir(self.run_dir, "run directory") if main else contextlib.nullcontext()
