@@ -260,7 +260,7 @@ def test_a_second_writer_is_refused_while_the_first_holds_out(tmp_path, holder):
     try:
         assert proc.stdout.readline().strip() == "held"
         for kind in ("dir", "run"):
-            with pytest.raises(WorkbenchError, match="another workbench process|training run in progress|in use"):
+            with pytest.raises(WorkbenchError, match="another workbench process|in use by another process"):
                 gate_output(out, "probe", kind=kind, overwrite=True)
     finally:
         proc.kill()

@@ -207,8 +207,8 @@ class _PathLock:
         self.release()
 
 
-def training_lock_holder(path: Path) -> str | None:
-    """The pid holding the training lock (`locked_dir`'s `.lock`) of `path` or of a directory above it, else None."""
+def training_lock_holder(path: Path) -> tuple[Path, str] | None:
+    """(the directory, the pid) of a training lock (`locked_dir`'s `.lock`) held on `path` or above it, else None."""
     for folder in (path, *path.parents):
         lock = folder / LOCK
         if not lock.is_file():
@@ -218,7 +218,7 @@ def training_lock_holder(path: Path) -> str | None:
                 try:
                     fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
                 except BlockingIOError:
-                    return handle.read().strip() or "unknown"
+                    return folder, handle.read().strip() or "unknown"
         except OSError:
             continue
     return None
@@ -388,10 +388,11 @@ class Gate:
                                              "choose another output directory")
                     raise WorkbenchError(f"--out '{p}' would replace or sit inside '{read}', which this command "
                                          "reads; choose another output")
-        holder = training_lock_holder(target)
-        if holder is not None:
-            raise WorkbenchError(f"--out '{p}' is a training run in progress (pid {holder}), or inside one; "
-                                 "wait for it to end or choose another --out")
+        held = training_lock_holder(target)
+        if held is not None:
+            folder, pid = held
+            raise WorkbenchError(f"run directory '{p if folder == target else folder}' is in use by another process "
+                                 f"(pid {pid}): a training run in progress; wait for it to end or choose another --out")
         if self.kind == "file":
             self._decide_files()
         elif self.kind == "run":
