@@ -25,6 +25,7 @@ import pandas as pd
 from workbench.arms import compare_arms, load_arm
 from workbench.errors import WorkbenchError
 from workbench.io import read_json, read_toml, write_bytes_atomic
+from workbench.results import read_table
 from workbench.stats import fisher, mcnemar
 
 CLAIMS_FILE = Path(__file__).resolve().parent / "data" / "claims.toml"
@@ -67,10 +68,7 @@ def _table(specimen: Path, name: str, results: str = BATTERY) -> pd.DataFrame:
     path = _results(specimen, results) / f"{name}.parquet"
     if not path.is_file():
         raise Missing(f"no {results}/{name}.parquet")
-    try:
-        return pd.read_parquet(path)
-    except (OSError, ValueError) as err:  # pyarrow's errors derive from these: a text file named .parquet
-        raise WorkbenchError(f"{path}: not a readable parquet table ({str(err).splitlines()[0][:100]})") from None
+    return read_table(path)
 
 
 def _summary(specimen: Path, results: str = BATTERY) -> dict:

@@ -25,7 +25,15 @@ def load_results(results_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
     path = Path(results_dir)
     if not path.is_dir():
         raise WorkbenchError(f"results directory '{path}' does not exist")
-    return {p.stem: pd.read_parquet(p) for p in sorted(path.glob("*.parquet"))}
+    return {p.stem: read_table(p) for p in sorted(path.glob("*.parquet"))}
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Reads one parquet table; a file that is not one (a text file named .parquet, cut short) is a WorkbenchError."""
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise WorkbenchError(f"{path}: not a readable parquet table ({str(err).splitlines()[0][:100]})") from None
 
 
 def read_summary(results_dir: str | os.PathLike) -> dict:
@@ -70,7 +78,7 @@ def load_result(results_dir: Path) -> _Result:
     rows = summary.get("probe_runs", {}).get("depth_matrix", {}).get("rows", {})
     if "rows_sha256" not in rows:
         raise WorkbenchError(f"{summary_path}: no rows digest recorded for depth_matrix")
-    return _Result(rows["rows_sha256"], pd.read_parquet(table_path))
+    return _Result(rows["rows_sha256"], read_table(table_path))
 
 
 def compare_results(results_a: Path, results_b: Path) -> pd.DataFrame:

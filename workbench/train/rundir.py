@@ -21,6 +21,7 @@ unexpected / misshapen tensor is a `WorkbenchError` naming the file or tensor.
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import json
 import os
@@ -55,7 +56,12 @@ PACKAGES = ("torch", "transformers", "peft", "safetensors", "accelerate", "trans
 def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict | None = None) -> None:
     """Writes a safetensors file atomically (contiguous CPU copies of the tensors)."""
     with atomic_path(path) as tmp:
-        save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+        try:
+            save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+        except SafetensorError as err:  # the machine's failure (a full disk): an OSError, one line and exit 1
+            first = str(err).splitlines()[0] if str(err) else "write failed"
+            code = errno.ENOSPC if "No space" in first or "StorageFull" in first else errno.EIO
+            raise OSError(code, "No space left on device" if code == errno.ENOSPC else first[:160], str(path)) from None
 
 
 # ----------------------------------------------------------------------------- what is saved
@@ -412,8 +418,17 @@ def checkpoints(run_dir: Path) -> list[int]:
 
 
 def read_checkpoint_state(ckpt: Path) -> dict:
-    """The trainer state (state.json) of a checkpoint directory."""
-    return json.loads((Path(ckpt) / "state.json").read_text())
+    """The trainer state (state.json) of a checkpoint directory: an object with an integer step and an optimizer.
+
+    Raises:
+        WorkbenchError: the file is not such an object (edited, or cut short).
+    """
+    path = Path(ckpt) / "state.json"
+    state = read_json(path, "checkpoint state")
+    if not isinstance(state.get("step"), int) or isinstance(state.get("step"), bool) or state["step"] < 1 \
+            or not isinstance(state.get("optimizer"), str):
+        raise WorkbenchError(f"{path}: needs an integer 'step' >= 1 and an 'optimizer' name; the checkpoint was edited")
+    return state
 
 
 def load_checkpoint(ckpt: Path, looped, groups: list[str], optimizer, param_names: list[list[str]],
