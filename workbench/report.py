@@ -250,7 +250,9 @@ def read_claims(results_dir: str | os.PathLike) -> list[dict]:
     if not path.is_file():
         return []
     try:
-        rows = json.loads(path.read_text())
+        rows = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise WorkbenchError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as err:
         raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
@@ -356,8 +358,8 @@ def _block_selection_figure(results_dir: Path):
     if not path.is_file():
         return None
     try:
-        return angular_distance_figure(json.loads(path.read_text()))
-    except (json.JSONDecodeError, TypeError, KeyError) as err:
+        return angular_distance_figure(json.loads(path.read_bytes().decode("utf-8")))
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError, AttributeError, ValueError) as err:
         raise WorkbenchError(f"{path}: not a block selection written by `workbench select-block` ({err})") from None
 
 

@@ -74,9 +74,11 @@ def load_result(results_dir: Path) -> _Result:
     for p in (summary_path, table_path):
         if not p.is_file():
             raise WorkbenchError(f"'{results_dir}' is not a probe results directory with a depth matrix: {p.name} is missing")
-    summary = json.loads(summary_path.read_text())
-    rows = summary.get("probe_runs", {}).get("depth_matrix", {}).get("rows", {})
-    if "rows_sha256" not in rows:
+    summary = read_summary(results_dir)
+    rows = summary.get("probe_runs", {})
+    for key in ("depth_matrix", "rows"):
+        rows = rows.get(key, {}) if isinstance(rows, dict) else {}
+    if not isinstance(rows, dict) or not isinstance(rows.get("rows_sha256"), str):
         raise WorkbenchError(f"{summary_path}: no rows digest recorded for depth_matrix")
     return _Result(rows["rows_sha256"], read_table(table_path))
 

@@ -221,6 +221,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
         raise WorkbenchError(f"--seed {seed!r} is out of range; accepted: an integer in 0..2**32-1")
     reading = [*{o["manifest"] for o in todo.values()}, resolve_run(str(checkpoint).removeprefix(UNTRAINED)),
                spec["path"]]
+    manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}  # checked first
     gate = gate_output(out, "probe", overwrite=overwrite, reading=reading)  # before any work; held to the move
     out = Path(out)
     used, precision_record = resolve_precision(precision, "cuda" if torch.cuda.is_available() else "cpu")
@@ -230,7 +231,6 @@ def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathL
     if used != "fp32":  # the exact probes first, before the frozen weights go to bf16
         todo = {**{n: o for n, o in todo.items() if n in EXACT_PROBES},
                 **{n: o for n, o in todo.items() if n not in EXACT_PROBES}}
-    manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}
     model, tok, info = load_checkpoint(checkpoint)
     if torch.cuda.is_available():
         model.to("cuda")
