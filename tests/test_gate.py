@@ -321,3 +321,27 @@ def test_resume_without_a_checkpoint_keeps_the_metrics(capsys, monkeypatch, tmp_
     code, _, err = invoke(capsys, monkeypatch, "train", run / "recipe.toml", "--out", run, "--resume")
     assert_clean_error(code, err, "no checkpoint to continue from", "metrics.jsonl")
     assert checksums(tmp_path) == before
+
+
+def test_tensors_are_written_with_the_users_umask(tmp_path):
+    import torch
+
+    from workbench.train.rundir import save_tensors
+
+    mask = os.umask(0o022)
+    try:
+        save_tensors(tmp_path / "t.safetensors", {"a": torch.zeros(2)})
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "t.safetensors").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_shard_index_may_not_leave_the_model_directory(tmp_path):
+    from workbench.weights_check import weights_index
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "outside.safetensors").write_bytes(b"")
+    (tmp_path / "m" / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "../outside.safetensors"}}))
+    with pytest.raises(WorkbenchError, match="not a file in"):
+        weights_index(tmp_path / "m")

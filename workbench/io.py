@@ -4,6 +4,9 @@ Nothing is half-written: each file goes to a temporary name in the same director
 and `os.replace`d into place, so a killed process leaves either the old file or the new one.
 `atomic_path` is that one mechanism; the write_*_atomic helpers and every writer that hands a
 path to a library (parquet, safetensors) go through it.
+
+`gate_output` is the one output gate every writing command asks before any work: what it refuses and
+why is in docs/outputs.md.
 """
 
 from __future__ import annotations

@@ -595,7 +595,7 @@ class Trainer:
     def _restore(self) -> int:
         """Loads the newest intact checkpoint; drops metrics lines logged after it. Returns its step.
 
-        A run stopped before its first checkpoint starts again from step 0 (its set-up files are kept);
+        A run without a checkpoint is refused before this (`_check_resumable`: its history would be lost);
         a checkpoint that fails to load (a file cut short or edited) gives way to the one before it.
         """
         done = rundir.checkpoints(self.run_dir)
