@@ -17,6 +17,7 @@ file the user owned is unchanged (checksums before and after).
 import fcntl
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -40,6 +41,9 @@ KIND = {"demo": "dir", "select-block": "dir", "probe": "dir", "train": "run", "r
         "compare": "files", "claims": "files", "figures": "files"}
 ALWAYS_REFUSED = {"user file", "link to user dir", "link to user file", "dangling link", "dotdot", "dot",
                   "input itself", "repository root", "training lock", "gate held"}
+
+
+REAL_INIT = io.Gate.__init__
 
 
 class Accepted(Exception):
@@ -154,7 +158,7 @@ def test_every_command_on_every_path_family(tmp_path_factory, monkeypatch, comma
     inputs = _sandbox(root)
     out = _out(root, family, command, inputs)
     monkeypatch.chdir(root)
-    real = io.Gate.__init__
+    real = REAL_INIT  # not io.Gate.__init__: a previous example's patch is still in place
 
     def stop_at_the_gate(self, *a, **k):
         real(self, *a, **k)
@@ -211,7 +215,7 @@ def _known_keys():
 def test_a_wrong_value_in_any_recipe_key_is_refused_before_any_file(tmp_path_factory, monkeypatch, key, value):
     root = tmp_path_factory.mktemp("set")
     inputs = _sandbox(root)
-    real = io.Gate.__init__
+    real = REAL_INIT  # not io.Gate.__init__: a previous example's patch is still in place
 
     def stop_at_the_gate(self, *a, **k):
         real(self, *a, **k)
@@ -235,7 +239,7 @@ DAMAGE = st.one_of(st.binary(max_size=80), json_values.map(lambda v: json.dumps(
 def test_damaged_files_every_command_reads(tmp_path_factory, monkeypatch, target, data):
     root = tmp_path_factory.mktemp("dmg")
     inputs = _sandbox(root)
-    real = io.Gate.__init__
+    real = REAL_INIT  # not io.Gate.__init__: a previous example's patch is still in place
 
     def stop_expensive(self, *a, **k):
         real(self, *a, **k)
@@ -283,3 +287,56 @@ def test_damaged_files_every_command_reads(tmp_path_factory, monkeypatch, target
         else:  # done (or accepted at the gate): only the intended output is new, nothing else changed
             assert {k: v for k, v in after.items() if not k.startswith("out")} == before, args
         shutil.rmtree(out, ignore_errors=True)
+
+
+FEW = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+PATHLIKE = st.one_of(st.sampled_from(["../x", "/tmp/x", "a/../../x", "~/x", "..", ".", "a/b", "ok", "", " "]),
+                     st.text(alphabet="./~ab", min_size=1, max_size=8))
+
+
+@FEW
+@given(name=PATHLIKE)
+def test_a_path_taken_from_a_recipe_never_leaves_runs(tmp_path_factory, monkeypatch, name):
+    root = tmp_path_factory.mktemp("name")
+    inputs = _sandbox(root)
+    monkeypatch.chdir(root)
+    seen = []
+    real = REAL_INIT  # not io.Gate.__init__: a previous example's patch is still in place
+
+    def stop_at_the_gate(self, *a, **k):
+        real(self, *a, **k)
+        seen.append(self.target)
+        raise Accepted(self.command)
+
+    monkeypatch.setattr(io.Gate, "__init__", stop_at_the_gate)
+    before = checksums(root)
+    outcome, _ = _run(["train", str(inputs["recipe"]), "--set", f"name={json.dumps(name)}"])
+    assert outcome in ("accepted", "refused")
+    if outcome == "accepted":
+        assert (root / "runs").resolve() in seen[0].parents, (name, seen)
+    assert checksums(root) == before
+
+
+@FEW
+@given(stem=PATHLIKE)
+def test_a_figure_file_name_from_a_spec_never_leaves_out(tmp_path_factory, monkeypatch, stem):
+    root = tmp_path_factory.mktemp("spec")
+    inputs = _sandbox(root)
+    (root / "spec.toml").write_text(f'[[figure]]\nname = "depth_matrix"\nfile = {json.dumps(stem)}\n')
+    seen = []
+    real = REAL_INIT  # not io.Gate.__init__: a previous example's patch is still in place
+
+    def stop_at_the_gate(self, *a, **k):
+        real(self, *a, **k)
+        seen.append([self.target / n for n in self.names])
+        raise Accepted(self.command)
+
+    monkeypatch.setattr(io.Gate, "__init__", stop_at_the_gate)
+    before = checksums(root)
+    out = root / "figs"
+    outcome, _ = _run(["figures", "--results", str(inputs["res"]), "--format", "html", "--spec", str(root / "spec.toml"),
+                       "--out", str(out)])
+    assert outcome in ("accepted", "refused")
+    if outcome == "accepted":
+        assert all(out.resolve() in Path(os.path.normpath(p)).parents for p in seen[0]), (stem, seen)
+    assert checksums(root) == before

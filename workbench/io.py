@@ -267,7 +267,8 @@ def safe_child(root: str | os.PathLike, name: str, what: str) -> Path:
     """
     text = str(name)
     parts = Path(text).parts
-    if not text.strip() or Path(text).is_absolute() or ".." in parts or "\x00" in text or text.startswith("~"):
+    if (not text.strip() or Path(text).is_absolute() or ".." in parts or "\x00" in text or text.startswith("~")
+            or os.path.normpath(text) == "."):  # "." or "a/.." would name `root` itself
         raise WorkbenchError(f"{what} {text!r} must be a plain relative name (no '..', no absolute path): it names "
                              "where a file is written")
     return Path(root) / text
