@@ -137,3 +137,17 @@ def test_a_full_disk_during_a_checkpoint_write_is_one_line_exit_1(capsys, monkey
     assert code == 1, err
     assert err.count("error:") == 1 and "No space left on device" in err.strip().splitlines()[-1], err  # after the bar
     assert not list((tmp_path / "run" / "checkpoints").glob("*")) if (tmp_path / "run").exists() else True
+
+
+def test_manifest_rows_without_a_prompt_are_refused_before_the_model(capsys, monkeypatch, tmp_path, tiny_run):  # noqa: F811
+    from workbench.tasks.manifest import sidecar_path, summarize
+
+    rows = tmp_path / "rows.jsonl"
+    row = {"row_id": "r0", "task": "chase", "depth": 1, "start": "A", "chain": ["B"], "answer": "B",
+           "symbols": ["A", "B"]}
+    rows.write_text(json.dumps(row, sort_keys=True) + "\n")
+    sidecar_path(rows).write_text(json.dumps(summarize([row], rows.name, None)))  # digests that match
+    before = checksums(tmp_path)
+    code, _, err = invoke(capsys, monkeypatch, *probe_args(tiny_run, rows, tmp_path / "out"))
+    assert_clean_error(code, err, "prompt")
+    assert checksums(tmp_path) == before
