@@ -1,8 +1,9 @@
-"""A run that cannot go on stops cleanly, and a stopped run can always be resumed.
+"""A run that cannot go on stops cleanly, and a stopped run resumes from a checkpoint or not at all.
 
 The run directory is locked while a process trains into it; a non-finite loss or parameter stops
-the run with no keeper-like output; `--resume` starts over a run stopped before its first
-checkpoint and falls back past a damaged checkpoint to the newest intact one.
+the run with no keeper-like output; `--resume` refuses a run stopped before its first checkpoint
+(starting over would empty its metrics.jsonl) and falls back past a damaged checkpoint to the
+newest intact one.
 """
 
 import json
