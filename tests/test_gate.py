@@ -345,3 +345,19 @@ def test_a_shard_index_may_not_leave_the_model_directory(tmp_path):
         json.dumps({"weight_map": {"a": "../outside.safetensors"}}))
     with pytest.raises(WorkbenchError, match="not a file in"):
         weights_index(tmp_path / "m")
+
+
+def test_export_run_goes_through_the_gate_and_never_into_its_own_run(monkeypatch, tmp_path):
+    from workbench.train.rundir import export_run
+
+    with pytest.raises(WorkbenchError, match="which this command reads"):
+        export_run(KEEPER, KEEPER / "copy")  # inside the run it copies: refused before any copy
+    assert not (KEEPER / "copy").exists()
+
+    def reached(self):
+        raise Reached(self.command)
+
+    monkeypatch.setattr(io.Gate, "_decide", reached)
+    with pytest.raises(Reached, match="export"):
+        export_run(KEEPER, tmp_path / "keeper")
+    assert list(tmp_path.iterdir()) == []
