@@ -98,6 +98,7 @@ def expected_tensors(config) -> dict[str, tuple[int, ...]]:
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    shapes["__prefix__"] = getattr(model, "base_model_prefix", "") or ""  # a base model's file names lack it
     text = config.get_text_config() if hasattr(config, "get_text_config") else config
     if getattr(text, "tie_word_embeddings", False) or getattr(config, "tie_word_embeddings", False):
         shapes.pop("lm_head.weight", None)  # saved once, as the embedding
@@ -114,6 +115,11 @@ def check_hf_weights(folder: str | Path, config) -> None:
     folder = Path(folder)
     found = weights_index(folder)
     expected = expected_tensors(config)
+    prefix = expected.pop("__prefix__") + "."
+    for name in list(expected):  # a file saved from the base model (no "model." prefix) loads the same way
+        bare = name.removeprefix(prefix)
+        if name not in found and bare != name and bare in found:
+            found[name] = found[bare]
     missing = [k for k in expected if k not in found]
     if missing:
         have = len(expected) - len(missing)
