@@ -10,6 +10,7 @@ import hashlib
 import inspect
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -350,9 +351,14 @@ def test_a_shard_index_may_not_leave_the_model_directory(tmp_path):
 def test_export_run_goes_through_the_gate_and_never_into_its_own_run(monkeypatch, tmp_path):
     from workbench.train.rundir import export_run
 
-    with pytest.raises(WorkbenchError, match="which this command reads"):
-        export_run(KEEPER, KEEPER / "copy")  # inside the run it copies: refused before any copy
-    assert not (KEEPER / "copy").exists()
+    run = tmp_path / "run"
+    shutil.copytree(KEEPER, run, ignore=shutil.ignore_patterns("arms", "battery", "final", "loops"))
+    for dest in (run / "copy", tmp_path):  # inside the run it copies, or above it: refused before any copy
+        with pytest.raises(WorkbenchError, match="which this command reads|already exists"):
+            export_run(run, dest)
+    assert not (run / "copy").exists()
+    tmp_path = tmp_path / "elsewhere"
+    tmp_path.mkdir()
 
     def reached(self):
         raise Reached(self.command)
@@ -361,3 +367,14 @@ def test_export_run_goes_through_the_gate_and_never_into_its_own_run(monkeypatch
     with pytest.raises(Reached, match="export"):
         export_run(KEEPER, tmp_path / "keeper")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_results_inside_a_run_it_reads_but_never_its_own_names(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(KEEPER, run, ignore=shutil.ignore_patterns("arms", "battery", "final", "loops"))
+    gate_output(run / "battery", "probe", reading=[run]).release()  # the keepers' layout: RUN/battery
+    for name in ("checkpoints", "metrics.jsonl", "trainable.safetensors"):
+        with pytest.raises(WorkbenchError, match="training run's own"):
+            gate_output(run / name, "probe", reading=[run])
+    with pytest.raises(WorkbenchError, match="which is a file"):
+        gate_output(run / "recipe.toml" / "x.html", "report", kind="file")

@@ -384,14 +384,21 @@ class Gate:
 
     def _decide(self) -> None:
         p, target = self.path, self.target
-        for read in self.reading:
-            for out in self._outputs():
-                if read == out or out in read.parents or read in out.parents:
-                    if self.kind == "dir" and (read == out or out in read.parents):
+        for out in self._outputs():
+            above = next((a for a in out.parents if a.exists() and not a.is_dir()), None)
+            if above is not None:
+                raise WorkbenchError(f"--out '{p}' lies under '{above}', which is a file")
+            if out.parent.is_dir() and _holds_run(out.parent) and out.name in (*RUN_ENTRIES, "metrics.jsonl", LOCK):
+                raise WorkbenchError(f"--out '{p}' names a training run's own file or directory; choose another name")
+            for read in self.reading:
+                # An output inside a run it reads is allowed (keepers hold their battery results, RUN/battery),
+                # but never the input itself nor a directory that holds it.
+                if read == out or out in read.parents:
+                    if self.kind == "dir":
                         raise WorkbenchError(f"output directory '{p}' holds '{read}', which this command reads; "
                                              "choose another output directory")
-                    raise WorkbenchError(f"--out '{p}' would replace or sit inside '{read}', which this command "
-                                         "reads; choose another output")
+                    raise WorkbenchError(f"--out '{p}' would replace '{read}', which this command reads; "
+                                         "choose another output")
         held = training_lock_holder(target)
         if held is not None:
             folder, pid = held

@@ -330,6 +330,8 @@ def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
     run_dir, dest = Path(run_dir), Path(dest)
     if dest.exists() or dest.is_symlink():
         raise WorkbenchError(f"'{dest}' already exists; remove it or choose another destination")
+    if run_dir.resolve() in dest.resolve().parents:
+        raise WorkbenchError(f"'{dest}' lies inside '{run_dir}', which this command reads; export elsewhere")
     gate = gate_output(dest, "export", reading=[run_dir])  # before any work; re-checked at the move
     prov = verify_files(run_dir)
     tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
