@@ -22,6 +22,7 @@ import pandas as pd
 import tomllib
 
 from workbench.errors import WorkbenchError
+from workbench.results import read_table
 from workbench.stats import fisher, frontier, mcnemar
 
 BARS = (0.60, 0.71, 0.80)
@@ -62,9 +63,9 @@ def load_arm(run_dir: str | Path, results: str | Path | None = None, name: str |
         raise WorkbenchError(f"'{run_dir}' is not a run directory (no recipe.toml)")
     dm, fa = results / "depth_matrix.parquet", results / "final.parquet"
     recipe = tomllib.loads(recipe_path.read_text())
-    latency = pd.read_parquet(results / "latency.parquet") if (results / "latency.parquet").is_file() else None
+    latency = read_table(results / "latency.parquet") if (results / "latency.parquet").is_file() else None
     if dm.is_file():
-        frame = pd.read_parquet(dm)
+        frame = read_table(dm)
         final = frame[frame["loop"] == frame["depth"]][["row_id", "depth", "correct"]].astype({"correct": bool})
         if final["row_id"].nunique() != frame["row_id"].nunique():
             raise WorkbenchError(f"'{dm}' lacks loop = depth for some rows")
@@ -73,7 +74,7 @@ def load_arm(run_dir: str | Path, results: str | Path | None = None, name: str |
         manifests = summary.get("manifests", {})
         sha = ",".join(sorted(m.get("rows_sha256", "") for m in manifests.values()))
     elif fa.is_file():   # a dense control (or any arm) read by scripts/final_answers.py
-        final = pd.read_parquet(fa)[["row_id", "depth", "correct"]].astype({"correct": bool})
+        final = read_table(fa)[["row_id", "depth", "correct"]].astype({"correct": bool})
         sha = json.loads((results / "final.json").read_text())["rows_sha256"]
     else:
         raise WorkbenchError(f"'{results}' has neither depth_matrix.parquet nor final.parquet; run "
@@ -82,7 +83,7 @@ def load_arm(run_dir: str | Path, results: str | Path | None = None, name: str |
     guard = None
     gpath = results / "identity__guardrail.parquet"
     if gpath.is_file():
-        g = pd.read_parquet(gpath)
+        g = read_table(gpath)
         guard = {"base": int(g["base_correct"].sum()), "checkpoint": int(g["checkpoint_correct"].sum()),
                  "total": len(g)}
     return Arm(name or recipe.get("name", run_dir.name), run_dir, results, final.reset_index(drop=True),

@@ -38,7 +38,8 @@ from scipy import stats as sps
 from workbench.arms import compare_arms, load_arm
 from workbench.errors import WorkbenchError
 from workbench.headlines import ranges
-from workbench.io import write_bytes_atomic
+from workbench.io import read_json, read_toml, write_bytes_atomic
+from workbench.results import read_table
 from workbench.stats import fisher, mcnemar, paired_difference
 
 CLAIMS_FILE = Path(__file__).resolve().parent / "data" / "claims.toml"
@@ -50,8 +51,10 @@ VERDICTS = ("reproduced", "not reproduced", "not comparable")
 
 def load_claims(path: str | Path = CLAIMS_FILE) -> list[dict]:
     """The claims of the data file, each checked for the keys every claim needs."""
-    data = tomllib.loads(Path(path).read_text())
+    data = read_toml(path, "claims file")
     claims = data.get("claims", [])
+    if not isinstance(claims, list) or not all(isinstance(c, dict) for c in claims):
+        raise WorkbenchError(f"{path}: 'claims' must be an array of tables ([[claims]])")
     for c in claims:
         missing = [k for k in ("id", "paper", "section", "claim", "paper_value", "measure", "specimen", "test",
                                "rule", "setting", "like_for_like") if k not in c]
@@ -84,11 +87,11 @@ def _table(specimen: Path, name: str, results: str = BATTERY) -> pd.DataFrame:
     path = _results(specimen, results) / f"{name}.parquet"
     if not path.is_file():
         raise Missing(f"no {results}/{name}.parquet")
-    return pd.read_parquet(path)
+    return read_table(path)
 
 
 def _summary(specimen: Path, results: str = BATTERY) -> dict:
-    return json.loads((_results(specimen, results) / "summary.json").read_text())
+    return read_json(_results(specimen, results) / "summary.json", "summary")
 
 
 def diagonal(specimen: Path, claim: dict) -> dict:
@@ -1081,7 +1084,7 @@ def ledger_html(rows: list[dict]) -> str:
     e = html.escape
     body = "".join(
         f"<tr><td>{e(r['claim'])}</td><td>{e(r['paper'])} {e(r['section'])}</td><td>{e(r['paper_value'])}</td>"
-        f"<td>{e(r['ours'])}</td><td><code>{e(r['specimen'])}</code> ({r['rows']})</td>"
+        f"<td>{e(r['ours'])}</td><td><code>{e(r['specimen'])}</code> ({e(str(r['rows']))})</td>"
         f"<td class='{e(r['verdict'].replace(' ', '-'))}'>{e(r['verdict'])}</td><td>{e(r['rule'])}</td>"
         f"<td>{e(r['why'])}</td></tr>"
         for r in rows)
@@ -1091,6 +1094,9 @@ def ledger_html(rows: list[dict]) -> str:
             ".not-comparable{background:#f1f3f4}</style></head><body><h1>Claims ledger</h1>"
             "<table><tr><th>claim</th><th>paper</th><th>paper's number</th><th>ours</th><th>specimen (rows)</th>"
             f"<th>verdict</th><th>rule</th><th>why</th></tr>{body}</table></body></html>\n")
+
+
+LEDGER_FILES = ("LEDGER.md", "ledger.html", "ledger.json")  # what `write_ledger` writes
 
 
 def write_ledger(out: str | Path, rows: list[dict]) -> list[Path]:

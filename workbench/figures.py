@@ -21,7 +21,7 @@ from plotly.offline import get_plotlyjs
 
 from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
-from workbench.io import read_toml, write_bytes_atomic
+from workbench.io import dir_inputs, gate_output, mark_output, read_toml, safe_child, write_bytes_atomic
 from workbench.plots.registry import FIGURES, build, figure_key, find_builder
 from workbench.results import load_results
 
@@ -75,9 +75,22 @@ def load_spec(path: str | os.PathLike) -> tuple[list[FigureSpec], int]:
         size = entry.get("size", "double")
         if size not in WIDTHS_IN:
             raise WorkbenchError(f"{path}: size '{size}' is unknown; accepted: {', '.join(WIDTHS_IN)}")
-        specs.append(FigureSpec(entry["name"], float(entry.get("width_in", WIDTHS_IN[size])),
-                                float(entry.get("height_in", HEIGHTS_IN[size])), dict(entry.get("options", {})),
-                                entry.get("step"), entry.get("file")))
+        try:
+            width, height = (float(entry.get(k, d[size])) for k, d in (("width_in", WIDTHS_IN), ("height_in", HEIGHTS_IN)))
+            options, step, dpi = dict(entry.get("options", {})), entry.get("step"), int(raw.get("dpi", DPI))
+        except (TypeError, ValueError):
+            raise WorkbenchError(f"{path}: figure entry {entry['name']!r}: width_in / height_in / dpi must be numbers, "
+                                 "options a table") from None
+        if not (0 < width < 100 and 0 < height < 100 and 0 < dpi <= 2400) or (
+                step is not None and (not isinstance(step, int) or isinstance(step, bool))):
+            raise WorkbenchError(f"{path}: figure entry {entry['name']!r}: sizes must be in (0, 100) inches, dpi in "
+                                 "1..2400, step an integer")
+        stem = entry.get("file")
+        if stem is not None:
+            if not isinstance(stem, str):
+                raise WorkbenchError(f"{path}: figure entry {entry['name']!r}: file must be a string")
+            safe_child(".", stem, f"{path}: figure file")  # a name from the file's content: never ../ or absolute
+        specs.append(FigureSpec(entry["name"], width, height, options, step, stem))
     return specs, int(raw.get("dpi", DPI))
 
 
@@ -201,11 +214,18 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
         raise WorkbenchError("no results directory given; pass --results DIR")
     spec = default_spec() if spec is None else spec
     done = Export()
+    folders = [Path(r).resolve().name for r in results]
+    names = [str(safe_child(f, n, "figure file")) for f in folders for s in spec
+             for n in (f"{s.stem}.{fmt}", f"{s.stem}.csv")]
+    gate = gate_output(out, "figures", kind="file", overwrite=True, names=names, reading=dir_inputs(*results))
     loaded = [(Path(r), load_results(r)) for r in results]
     with _Browser() if fmt != "html" else contextlib.nullcontext():
         for path, tables in loaded:
             folder = Path(out) / path.resolve().name
-            folder.mkdir(parents=True, exist_ok=True)
+            gate.recheck()
+            if not folder.exists():
+                folder.mkdir(parents=True)
+                mark_output(folder, "figures")  # a later export may replace what this one writes here, nothing else
             for s in spec:
                 result, builder = find_builder(s.name)
                 try:
@@ -217,4 +237,5 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
                     done.skipped.append(f"{path.name}/{s.stem}: {result} tables absent")
                     continue
                 done.written += _write_one(fig, s, fmt, folder, dpi)
+            gate.wrote()  # what this export wrote is its own: the next folder's re-check compares against it
     return done

@@ -29,6 +29,7 @@ from transformers.utils import logging as hf_logging
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
 from workbench.gguf_header import read_header
+from workbench.weights_check import check_hf_weights
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,9 @@ def load_base(
                 model, tok = _load_gguf(path, dtype, attn_implementation)
         elif path.is_dir() and (path / "config.json").exists():
             with _user_files(spec_str):
-                _check_architecture(AutoConfig.from_pretrained(path).model_type, spec_str)
+                config = AutoConfig.from_pretrained(path)
+                _check_architecture(config.model_type, spec_str)
+                check_hf_weights(path, config)  # names, shapes, dtypes from the headers: before any allocation
                 model = AutoModelForCausalLM.from_pretrained(
                     path, dtype=dtype, attn_implementation=attn_implementation
                 )

@@ -153,6 +153,18 @@ p.figure-caption { color: #555; font-size: 13px; margin: 2px 0 0; }
 """
 
 
+def _escape(v) -> str:
+    """Any value as HTML text, quotes included: nothing read from a file is ever markup."""
+    return html.escape(v if isinstance(v, str) else str(v), quote=True)
+
+
+def _num(v, spec: str) -> str:
+    try:
+        return format(v, spec)
+    except (TypeError, ValueError):
+        return str(v)
+
+
 def _is_scalar(v) -> bool:
     return not isinstance(v, (dict, list, tuple))
 
@@ -173,7 +185,12 @@ def report_headlines(results_dir: str | os.PathLike, tables: dict[str, pd.DataFr
     per-row values for paired tests), else as summary.json stored them."""
     tables = load_results(results_dir) if tables is None else tables
     summary = read_summary(results_dir) if summary is None else summary
-    return {**headlines_from_summary(summary), **headlines_from_tables(tables)}
+    try:
+        stored = headlines_from_summary(summary)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise WorkbenchError(f"{Path(results_dir) / 'summary.json'}: its stored headlines are malformed "
+                             f"({type(err).__name__}: {str(err)[:80]})") from None
+    return {**stored, **headlines_from_tables(tables)}
 
 
 def headline_table(headlines: dict, control: dict | None = None, skipped: dict | None = None) -> str:
@@ -185,7 +202,7 @@ def headline_table(headlines: dict, control: dict | None = None, skipped: dict |
     """
     if not headlines and not skipped:
         return "<p class='caption'>No headline numbers (summary.json absent or empty).</p>"
-    e = html.escape
+    e = _escape  # every field: a results directory is untrusted, and its numbers may be strings
     if control is None:
         head = "<tr><th>quantity</th><th>value</th><th>95% interval</th><th>n</th><th>expected</th></tr>"
         cols = 5
@@ -204,16 +221,16 @@ def headline_table(headlines: dict, control: dict | None = None, skipped: dict |
             if control is None:
                 low_high = "" if n.low is None else f"[{fmt(n.low, n.kind)}, {fmt(n.high, n.kind)}]"
                 body.append(f"<tr><td>{e(n.label)}</td><td class='num'>{e(fmt(n.value, n.kind))}</td>"
-                            f"<td class='num'>{e(low_high)}</td><td class='num'>{'' if n.n is None else n.n}</td>"
+                            f"<td class='num'>{e(low_high)}</td><td class='num'>{e('' if n.n is None else n.n)}</td>"
                             f"<td class='expect'>{e(n.expect)}</td></tr>")
             else:
                 r = paired.get((probe, n.key), {})
-                p = "" if r.get("p_mcnemar") is None else f"{r['p_mcnemar']:.2g}"
+                p = "" if r.get("p_mcnemar") is None else _num(r["p_mcnemar"], ".2g")
                 body.append(f"<tr><td>{e(n.label)}</td><td class='num'>{e(n.text())}</td>"
-                            f"<td class='num'>{'' if n.n is None else n.n}</td>"
+                            f"<td class='num'>{e('' if n.n is None else n.n)}</td>"
                             f"<td class='num'>{e(r.get('a', '–'))}</td>"
-                            f"<td class='num'>{'' if r.get('n_a') is None else r['n_a']}</td>"
-                            f"<td class='num'>{e(r.get('diff', '–'))}</td><td class='num'>{p}</td>"
+                            f"<td class='num'>{e('' if r.get('n_a') is None else r['n_a'])}</td>"
+                            f"<td class='num'>{e(r.get('diff', '–'))}</td><td class='num'>{e(p)}</td>"
                             f"<td class='expect'>{e(n.expect)}</td></tr>")
     for probe, reason in (skipped or {}).items():
         body.append(f"<tr class='group'><th colspan='{cols}'>{e(probe)}</th></tr>"
@@ -233,7 +250,9 @@ def read_claims(results_dir: str | os.PathLike) -> list[dict]:
     if not path.is_file():
         return []
     try:
-        rows = json.loads(path.read_text())
+        rows = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise WorkbenchError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as err:
         raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
@@ -339,8 +358,8 @@ def _block_selection_figure(results_dir: Path):
     if not path.is_file():
         return None
     try:
-        return angular_distance_figure(json.loads(path.read_text()))
-    except (json.JSONDecodeError, TypeError, KeyError) as err:
+        return angular_distance_figure(json.loads(path.read_bytes().decode("utf-8")))
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError, AttributeError, ValueError) as err:
         raise WorkbenchError(f"{path}: not a block selection written by `workbench select-block` ({err})") from None
 
 
@@ -413,14 +432,15 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
                     + ", ".join(f"<code>{html.escape(n)}</code> ({len(tables[n])} rows)" for n in extra) + "</p>")
     if absent:
         body.append(f"<p class='caption' id='absent'>Not in this directory: {html.escape(', '.join(absent))}.</p>")
-    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>"
+    return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><meta name='generator' content='workbench report'>"
             f"<title>{html.escape(title)}</title><style>{CSS}</style>{ERROR_HOOK}"
             f"<script type='text/javascript'>{get_plotlyjs()}</script></head>"
             f"<body><main>{''.join(body)}</main>{RENDER_CHECK}</body></html>\n")
 
 
 def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None = None,
-                 control: str | os.PathLike | None = None, shown_as: str | os.PathLike | None = None) -> Path:
+                 control: str | os.PathLike | None = None, shown_as: str | os.PathLike | None = None,
+                 before_write=None) -> Path:
     """Writes the offline HTML report of `results_dir` and returns its path.
 
     Args:
@@ -428,9 +448,12 @@ def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None =
         out: the HTML file to write; default `results_dir/report.html`.
         control: a control results directory shown beside it (see `render_report`).
         shown_as: the path the page names (see `render_report`).
+        before_write: called just before the file is written (the output gate's re-check, `Gate.recheck`).
     """
     out = Path(out) if out is not None else Path(results_dir) / REPORT
     text = render_report(results_dir, control=control, shown_as=shown_as)
+    if before_write is not None:
+        before_write()
     out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(out, text.encode("utf-8"))
     return out

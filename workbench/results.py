@@ -25,7 +25,15 @@ def load_results(results_dir: str | os.PathLike) -> dict[str, pd.DataFrame]:
     path = Path(results_dir)
     if not path.is_dir():
         raise WorkbenchError(f"results directory '{path}' does not exist")
-    return {p.stem: pd.read_parquet(p) for p in sorted(path.glob("*.parquet"))}
+    return {p.stem: read_table(p) for p in sorted(path.glob("*.parquet"))}
+
+
+def read_table(path: str | os.PathLike) -> pd.DataFrame:
+    """Reads one parquet table; a file that is not one (a text file named .parquet, cut short) is a WorkbenchError."""
+    try:
+        return pd.read_parquet(path)
+    except (OSError, ValueError) as err:  # pyarrow's ArrowInvalid is a ValueError
+        raise WorkbenchError(f"{path}: not a readable parquet table ({str(err).splitlines()[0][:100]})") from None
 
 
 def read_summary(results_dir: str | os.PathLike) -> dict:
@@ -34,9 +42,15 @@ def read_summary(results_dir: str | os.PathLike) -> dict:
     if not path.is_file():
         return {}
     try:
-        return json.loads(path.read_text())
+        value = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise WorkbenchError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as err:
         raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(value, dict) or not isinstance(value.get("probes", {}), dict):
+        raise WorkbenchError(f"{path}: holds a JSON {type(value).__name__} without a 'probes' object; not a "
+                             "probe summary")
+    return value
 
 
 @dataclass
@@ -60,11 +74,13 @@ def load_result(results_dir: Path) -> _Result:
     for p in (summary_path, table_path):
         if not p.is_file():
             raise WorkbenchError(f"'{results_dir}' is not a probe results directory with a depth matrix: {p.name} is missing")
-    summary = json.loads(summary_path.read_text())
-    rows = summary.get("probe_runs", {}).get("depth_matrix", {}).get("rows", {})
-    if "rows_sha256" not in rows:
+    summary = read_summary(results_dir)
+    rows = summary.get("probe_runs", {})
+    for key in ("depth_matrix", "rows"):
+        rows = rows.get(key, {}) if isinstance(rows, dict) else {}
+    if not isinstance(rows, dict) or not isinstance(rows.get("rows_sha256"), str):
         raise WorkbenchError(f"{summary_path}: no rows digest recorded for depth_matrix")
-    return _Result(rows["rows_sha256"], pd.read_parquet(table_path))
+    return _Result(rows["rows_sha256"], read_table(table_path))
 
 
 def compare_results(results_a: Path, results_b: Path) -> pd.DataFrame:

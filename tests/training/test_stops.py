@@ -1,8 +1,9 @@
-"""A run that cannot go on stops cleanly, and a stopped run can always be resumed.
+"""A run that cannot go on stops cleanly, and a stopped run resumes from a checkpoint or not at all.
 
 The run directory is locked while a process trains into it; a non-finite loss or parameter stops
-the run with no keeper-like output; `--resume` starts over a run stopped before its first
-checkpoint and falls back past a damaged checkpoint to the newest intact one.
+the run with no keeper-like output; `--resume` refuses a run stopped before its first checkpoint
+(starting over would empty its metrics.jsonl) and falls back past a damaged checkpoint to the
+newest intact one.
 """
 
 import json
@@ -39,14 +40,17 @@ def test_a_non_finite_loss_stops_the_run_without_output(tmp_path, write_recipe):
     assert not any((run / name).exists() for name in RUN_FILES)  # nothing a keeper or a probe would load
 
 
-def test_resume_starts_over_a_run_stopped_before_its_first_checkpoint(tmp_path, write_recipe):
+def test_resume_keeps_the_history_of_a_run_stopped_before_its_first_checkpoint(tmp_path, write_recipe):
+    """Nothing to continue from: resuming would restart at step 0 and empty metrics.jsonl, so it is refused."""
     recipe, run = write_recipe(), tmp_path / "run"
     first = train(recipe, out=run, stop_after=1, progress=False)  # checkpoints come every 2 steps
     assert not first["finished"] and not (run / "checkpoints").exists()
     with pytest.raises(WorkbenchError, match="already holds a run; pass --resume"):
         train(recipe, out=run, progress=False)
-    done = train(recipe, out=run, resume=True, progress=False)
-    assert done["finished"] and train_steps(run) == list(range(1, 7))
+    metrics = (run / "metrics.jsonl").read_bytes()
+    with pytest.raises(WorkbenchError, match="no checkpoint to continue from"):
+        train(recipe, out=run, resume=True, progress=False)
+    assert (run / "metrics.jsonl").read_bytes() == metrics and metrics
 
 
 def test_resume_falls_back_past_a_damaged_checkpoint(tmp_path, write_recipe):

@@ -17,8 +17,11 @@ def claims(
                                         "(default: the package data, workbench/data/, which mirrors the repository)."),
 ) -> None:
     """Print the claims ledger: each paper claim, the paper's number, ours, the comparison and a verdict."""
-    from workbench.claims import CLAIMS_FILE, ROOT, build_ledger, write_ledger
+    from workbench.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, build_ledger, write_ledger
+    from workbench.io import gate_output
 
+    gate = None if out is None else gate_output(out, "claims", kind="file", names=LEDGER_FILES, overwrite=True,
+                                                reading=[claims_file or CLAIMS_FILE])  # before any work
     rows = build_ledger(claims_file or CLAIMS_FILE, root or ROOT)
     for r in rows:
         typer.echo(f"{r['verdict'].upper():<15} {r['id']}  [{r['paper']} {r['section']}]")
@@ -27,6 +30,7 @@ def claims(
         typer.echo(f"{'':<15} {r['why']}")
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("reproduced", "not reproduced", "not comparable")}
     typer.echo(", ".join(f"{n} {v}" for v, n in counts.items()))
-    if out is not None:
+    if gate is not None:
+        gate.recheck()
         for path in write_ledger(out, rows):
             typer.echo(f"wrote {path}")

@@ -21,15 +21,19 @@ def compare(
     import pandas as pd
 
     from workbench.headlines import compare_headlines, console, print_comparison, read_headlines
-    from workbench.io import atomic_path, write_json_atomic
+    from workbench.io import atomic_path, dir_inputs, gate_output, write_json_atomic
     from workbench.results import compare_results
 
-    table = compare_results(results_a, results_b)
     target = Path(out) if out is not None else Path(results_b)
-    target.mkdir(parents=True, exist_ok=True)
+    written = ("compare.json", "compare.parquet")
+    gate = gate_output(target, "compare", kind="file", names=written, overwrite=True,  # before any work
+                       reading=dir_inputs(results_a, results_b, exclude=written))
+    table = compare_results(results_a, results_b)
     records = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in table.to_dict("records")]
     headlines = compare_headlines(read_headlines(results_a), read_headlines(results_b))
     report = {"a": str(results_a), "b": str(results_b), "depths": records, "headlines": headlines}
+    gate.recheck()
+    target.mkdir(parents=True, exist_ok=True)
     write_json_atomic(target / "compare.json", report)
     with atomic_path(target / "compare.parquet") as tmp:
         table.to_parquet(tmp, index=False)

@@ -37,10 +37,10 @@ def demo(
                                  "instead of the headline table."),
 ) -> None:
     """The main job on the embedded default: select, retrofit, identity, probe, report."""
-    from workbench.io import check_out_dir, mark_output, replace_dir, write_json_atomic
+    from workbench.io import gate_output, mark_output, write_json_atomic
 
     say = partial(typer.echo, err=as_json)  # with --json only the JSON goes to stdout
-    check_out_dir(out, overwrite, reading=[resolve_run(DEFAULT_KEEPER)])
+    gate = gate_output(out, "demo", overwrite=overwrite, reading=[resolve_run(DEFAULT_KEEPER)])  # before any work
     # All or nothing: every part is written into a hidden sibling and moved into place at the end, so an
     # interrupt or a failure leaves `out` as it was (absent, or the previous complete demo) and no staging.
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
@@ -49,7 +49,7 @@ def demo(
         headline, summary = _run(say, staging, out, train_steps, eval_per_depth, skip_selection)
         write_json_atomic(staging / "demo.json", headline)
         mark_output(staging, "demo")
-        replace_dir(staging, out)
+        gate.commit_dir(staging)
     except BaseException:  # Ctrl-C and SIGTERM (workbench.cli) included
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -16,9 +16,12 @@ def report(
 ) -> None:
     """Write the HTML report of a results directory: headlines with intervals (beside a control), the claims
     ledger when present, captioned figures, provenance; works offline."""
-    from workbench.report import write_report
+    from workbench.io import dir_inputs, gate_output
+    from workbench.report import REPORT, write_report
     from workbench.results import load_results
 
-    path = write_report(results_dir, out, control=control)
+    gate = gate_output(out or results_dir / REPORT, "report", kind="file", overwrite=True,  # before any work
+                       reading=dir_inputs(results_dir, control, exclude=(REPORT,)))
+    path = write_report(results_dir, out, control=control, before_write=gate.recheck)
     n = len(load_results(results_dir))
     typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, {n} tables)")

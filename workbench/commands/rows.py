@@ -55,10 +55,10 @@ def rows(
 
     if Path(out).suffix != ".jsonl":
         raise WorkbenchError(f"--out '{out}' must end in .jsonl")
-    for path in (Path(out), sidecar_path(out)):  # a frozen manifest is replaced only when asked
-        if path.is_dir() or (path.exists() and not overwrite):
-            raise WorkbenchError(f"--out: '{path}' already exists; choose another file"
-                                 + ("" if path.is_dir() else ", or pass --overwrite to replace the manifest"))
+    from workbench.io import gate_output
+
+    # a frozen manifest is replaced only when asked, and only one the workbench wrote: both files, before any work
+    gates = [gate_output(path, "rows", kind="file", overwrite=overwrite) for path in (Path(out), sidecar_path(out))]
     tokenizer = _tokenizer(model) if task in ("chase", "phop") else None
     generated = build_rows(task, parse_depths(depths), per_depth, seed, alphabet=alphabet, tokenizer=tokenizer,
                            surface=surface, symbol_set=symbols, permutation=permutation, split=split)
@@ -67,6 +67,8 @@ def rows(
         "surface": surface, "symbols": symbols, "permutation": permutation, "split": split,
         "tokenizer": model if tokenizer is not None else None,
     }
+    for gate in gates:
+        gate.recheck()
     sidecar = write_manifest(generated, out, meta=meta)
     typer.echo(f"{sidecar['rows']} rows -> {out} (rows_sha256 {sidecar['rows_sha256'][:16]})")
 

@@ -16,7 +16,7 @@ from pathlib import Path
 import typer
 
 from workbench.defaults import EMBEDDED_DEFAULT
-from workbench.io import check_out_dir, mark_output, replace_dir, write_text_atomic
+from workbench.io import gate_output, mark_output, write_text_atomic
 
 SELECTION_JSON = "block_selection.json"
 SELECTION_HTML = "block_selection.html"
@@ -37,7 +37,7 @@ def select_block(
     from workbench.selection import load_corpus
     from workbench.selection import select_block as run_selection
 
-    check_out_dir(out, overwrite)
+    gate = gate_output(out, "select-block", overwrite=overwrite, reading=[corpus, model])  # before any work
     texts = load_corpus(corpus)  # read before the model loads: a bad path fails fast
     start = time.perf_counter()
     base, tok = load_base(model)
@@ -57,7 +57,7 @@ def select_block(
         write_text_atomic(staging / SELECTION_JSON, json.dumps(record, indent=2))
         write_text_atomic(staging / SELECTION_HTML, html)
         mark_output(staging, "select-block")
-        replace_dir(staging, out)
+        gate.commit_dir(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

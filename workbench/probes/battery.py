@@ -41,10 +41,9 @@ from workbench.defaults import EMBEDDED_DEFAULT, resolve, resolve_run
 from workbench.errors import WorkbenchError
 from workbench.io import (
     atomic_path,
-    check_out_dir,
+    gate_output,
     mark_output,
     read_toml,
-    replace_dir,
     sha256_bytes,
     sha256_file,
     write_json_atomic,
@@ -239,8 +238,13 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
                              "it was saved in (load it with workbench.models.load_looped(dir, dtype=...))")
     spec = load_battery(battery if battery is not None else "native" if native else "default")
     todo = plan(spec, only, rows)
-    reading = [*{o["manifest"] for o in todo.values()}, resolve_run(str(checkpoint).removeprefix(UNTRAINED))]
-    out = check_out_dir(Path(out), overwrite, reading=reading)
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+        raise WorkbenchError(f"--seed {seed!r} is out of range; accepted: an integer in 0..2**32-1")
+    reading = [*{o["manifest"] for o in todo.values()}, resolve_run(str(checkpoint).removeprefix(UNTRAINED)),
+               spec["path"]]
+    manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}  # checked first
+    gate = gate_output(out, "probe", overwrite=overwrite, reading=reading)  # before any work; held to the move
+    out = Path(out)
     used, precision_record = resolve_precision(precision, "cuda" if torch.cuda.is_available() else "cpu")
     if progress and precision != "fp32":
         tqdm.write(f"precision: {used} ({precision_record['hardware']['name']}; bf16 units: "
@@ -248,7 +252,6 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     if used != "fp32":  # the exact probes first, before the frozen weights go to bf16
         todo = {**{n: o for n, o in todo.items() if n in EXACT_PROBES},
                 **{n: o for n, o in todo.items() if n not in EXACT_PROBES}}
-    manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}
     model, tok, info = load_checkpoint(checkpoint)
     if torch.cuda.is_available():
         model.to("cuda")
@@ -272,7 +275,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
         if finish is not None:
             finish(staging)  # e.g. the report: written before the move, so `out` is never without it
         mark_output(staging, "probe")
-        replace_dir(staging, out)  # only now does `out` change: complete, or as it was
+        gate.commit_dir(staging)  # only now does `out` change, re-checked under the lock: complete, or as it was
     except BaseException:  # Ctrl-C and SIGTERM (workbench.cli) included
         shutil.rmtree(staging, ignore_errors=True)
         raise

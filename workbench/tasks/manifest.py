@@ -140,6 +140,9 @@ def _check_rows(rows: list[dict], path: Path) -> None:
                or not isinstance(r.get("depth"), int) or isinstance(r.get("depth"), bool)]
     if missing:
         raise WorkbenchError(f"rows for '{path}' lack a string row_id or an integer depth (first at index {missing[0]})")
+    no_prompt = next((i for i, r in enumerate(rows) if not isinstance(r.get("prompt"), str) or not r["prompt"]), None)
+    if no_prompt is not None:  # every reader tokenizes it: found here, not as a KeyError after the model loaded
+        raise WorkbenchError(f"rows for '{path}' lack a non-empty string prompt (first at index {no_prompt})")
     dupes = [rid for rid, n in Counter(r["row_id"] for r in rows).items() if n > 1]
     if dupes:
         raise WorkbenchError(f"rows for '{path}' repeat row ids, e.g. '{dupes[0]}'")

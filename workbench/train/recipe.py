@@ -150,6 +150,9 @@ def _unknown(key: str) -> WorkbenchError:
     return WorkbenchError(f"unknown recipe key {key!r}{hint} (known keys: see workbench.train.recipe.SCHEMA)")
 
 
+NUMBER_LISTS = ("depths", "depth_weights", "betas", "probe_depths")  # list keys whose items are numbers
+
+
 def _check_type(key: str, value, default):
     if default is None:
         if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
@@ -164,6 +167,12 @@ def _check_type(key: str, value, default):
         ok = isinstance(value, int) and not isinstance(value, bool)
     elif isinstance(default, list):
         ok = isinstance(value, list)
+        numbers = key.rsplit(".", 1)[-1] in NUMBER_LISTS
+        kind = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)) if numbers else \
+            (lambda v: isinstance(v, type(default[0]))) if default else (lambda v: True)
+        if ok and not all(kind(v) for v in value):
+            raise WorkbenchError(f"recipe key '{key}' = {value!r} must be a list of "
+                                 f"{'numbers' if numbers else type(default[0]).__name__ + 's'}")
     else:
         ok = isinstance(value, str)
     if not ok:
@@ -281,7 +290,7 @@ def _validate(r: dict) -> None:
     alphabet, max_loops = r["task"]["alphabet"], r["model"]["max_loops"]
     if r["task"]["name"] in ANSWER_TASKS + ("state_query",):
         alphabet = None  # no alphabet bounds a state-tracking or arithmetic depth
-    for key in ("optim.batch_size", "eval.per_depth", "checkpoint.every", "checkpoint.keep", "log.every"):
+    for key in ("optim.batch_size", "eval.per_depth", "eval.every", "checkpoint.every", "checkpoint.keep", "log.every"):
         section, name = key.split(".")
         if r[section][name] < 1:
             raise WorkbenchError(f"recipe key '{key}' = {r[section][name]} must be >= 1")
@@ -306,6 +315,11 @@ def _validate(r: dict) -> None:
             raise WorkbenchError(f"recipe key 'sampler.max' = {r['sampler']['max']} must lie in "
                                  f"{max(s['depths'])}..model.max_loops = {max_loops} (stage {i} parks on the answer "
                                  "from its deepest row's depth up to sampler.max loops)")
+    probe = r["halting"]["probe_depths"]
+    if "halting" in kinds and not (probe and all(isinstance(t, int) and 1 <= t <= r["halting"]["oracle_max"]
+                                                  for t in probe)):
+        raise WorkbenchError(f"recipe key 'halting.probe_depths' = {probe} must be loop counts in "
+                             f"1..halting.oracle_max = {r['halting']['oracle_max']}")
     for key, kind in (("sampler.max", "sampled"), ("halting.oracle_max", "halting")):
         section, name = key.split(".")
         if kind in kinds and not 1 <= r[section][name] <= max_loops:
@@ -369,6 +383,9 @@ def apply_overrides(raw: dict, overrides: list[str] | dict | None) -> dict:
                 if part != "stages" and part not in SCHEMA and node is raw:
                     raise _unknown(key)
                 node = node.setdefault(part, [] if part == "stages" else {})
+                if not isinstance(node, (dict, list)):
+                    raise WorkbenchError(f"--set {key!r}: '{'.'.join(parts[:j + 1])}' is a value, not a table; "
+                                         "set it directly (e.g. --set stages.0.steps=50)")
         if isinstance(node, list):
             raise WorkbenchError(f"--set {key!r} must name a key inside a stage, e.g. stages.0.steps")
         node[parts[-1]] = value

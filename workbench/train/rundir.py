@@ -21,6 +21,7 @@ unexpected / misshapen tensor is a `WorkbenchError` naming the file or tensor.
 
 from __future__ import annotations
 
+import errno
 import importlib.metadata
 import json
 import os
@@ -30,10 +31,11 @@ from pathlib import Path
 
 import tomllib
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from workbench.errors import WorkbenchError
-from workbench.io import atomic_path, read_json, sha256_file, write_json_atomic
+from workbench.io import atomic_path, gate_output, read_json, sha256_file, write_json_atomic
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import load_base, weights_sha256
@@ -54,7 +56,12 @@ PACKAGES = ("torch", "transformers", "peft", "safetensors", "accelerate", "trans
 def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict | None = None) -> None:
     """Writes a safetensors file atomically (contiguous CPU copies of the tensors)."""
     with atomic_path(path) as tmp:
-        save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+        try:
+            save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
+        except SafetensorError as err:  # the machine's failure (a full disk): an OSError, one line and exit 1
+            first = str(err).splitlines()[0] if str(err) else "write failed"
+            code = errno.ENOSPC if "No space" in first or "StorageFull" in first else errno.EIO
+            raise OSError(code, "No space left on device" if code == errno.ENOSPC else first[:160], str(path)) from None
 
 
 # ----------------------------------------------------------------------------- what is saved
@@ -112,7 +119,10 @@ def load_trained(looped, path: Path, groups: list[str]) -> None:
             expect, or a shape / dtype differs; the message names the file and the tensor.
     """
     expected = trained_state(looped, groups)
-    loaded = load_file(str(path))
+    try:
+        loaded = load_file(str(path))
+    except (SafetensorError, OSError) as err:  # a pickle renamed, a file cut short
+        raise WorkbenchError(f"{path}: not a readable safetensors file ({str(err).splitlines()[0][:120]})") from None
     missing = sorted(set(expected) - set(loaded))
     unexpected = sorted(set(loaded) - set(expected))
     if missing:
@@ -126,6 +136,9 @@ def load_trained(looped, path: Path, groups: list[str]) -> None:
             if value.shape != param.shape or value.dtype != param.dtype:
                 raise WorkbenchError(f"{path}: tensor '{name}' is {tuple(value.shape)} {value.dtype}, "
                                      f"the model has {tuple(param.shape)} {param.dtype}")
+            if value.is_floating_point() and not torch.isfinite(value).all():
+                raise WorkbenchError(f"{path}: tensor '{name}' holds NaN or inf; a run's trained tensors must be "
+                                     "finite (the run diverged, or the file was edited)")
             param.copy_(value)
 
 
@@ -315,15 +328,23 @@ def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
         WorkbenchError: the run fails its provenance check, or `dest` already exists.
     """
     run_dir, dest = Path(run_dir), Path(dest)
-    prov = verify_files(run_dir)
-    if dest.exists():
+    if dest.exists() or dest.is_symlink():
         raise WorkbenchError(f"'{dest}' already exists; remove it or choose another destination")
+    if run_dir.resolve() in dest.resolve().parents:
+        raise WorkbenchError(f"'{dest}' lies inside '{run_dir}', which this command reads; export elsewhere")
+    gate = gate_output(dest, "export", reading=[run_dir])  # before any work; re-checked at the move
+    prov = verify_files(run_dir)
     tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for name in [*prov["files"], PROVENANCE]:
-        shutil.copy2(run_dir / name, tmp / name)
-    os.replace(tmp, dest)
+    try:
+        for name in [*prov["files"], PROVENANCE]:
+            shutil.copy2(run_dir / name, tmp / name)
+        if dest.exists():
+            raise WorkbenchError(f"'{dest}' appeared while the run was copied; nothing replaced")
+        gate.commit_dir(tmp)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     return dest
 
 
@@ -399,8 +420,17 @@ def checkpoints(run_dir: Path) -> list[int]:
 
 
 def read_checkpoint_state(ckpt: Path) -> dict:
-    """The trainer state (state.json) of a checkpoint directory."""
-    return json.loads((Path(ckpt) / "state.json").read_text())
+    """The trainer state (state.json) of a checkpoint directory: an object with an integer step and an optimizer.
+
+    Raises:
+        WorkbenchError: the file is not such an object (edited, or cut short).
+    """
+    path = Path(ckpt) / "state.json"
+    state = read_json(path, "checkpoint state")
+    if not isinstance(state.get("step"), int) or isinstance(state.get("step"), bool) or state["step"] < 1 \
+            or not isinstance(state.get("optimizer"), str):
+        raise WorkbenchError(f"{path}: needs an integer 'step' >= 1 and an 'optimizer' name; the checkpoint was edited")
+    return state
 
 
 def load_checkpoint(ckpt: Path, looped, groups: list[str], optimizer, param_names: list[list[str]],

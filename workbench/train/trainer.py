@@ -31,7 +31,7 @@ from tqdm.auto import tqdm
 from workbench.defaults import resolve
 from workbench.dense import direct_loss, scratchpad_batch, scratchpad_loss
 from workbench.errors import WorkbenchError
-from workbench.io import locked_dir, sha256_file, write_bytes_atomic, write_json_atomic
+from workbench.io import gate_output, locked_dir, safe_child, sha256_file, write_bytes_atomic, write_json_atomic
 from workbench.loop.config import LoraSettings, RetrofitConfig
 from workbench.loop.halting import oracle_labels
 from workbench.loop.surgery import retrofit
@@ -104,8 +104,9 @@ class Trainer:
     """One run of one resolved recipe into `run_dir`: setup, train (stages), save."""
 
     def __init__(self, recipe: dict, run_dir: Path, resume: bool = False, progress: bool = True,
-                 recipe_dir: Path | None = None):
+                 recipe_dir: Path | None = None, inputs=()):
         self.recipe, self.run_dir, self.resume, self.progress = recipe, Path(run_dir), resume, progress
+        self.inputs = list(inputs)  # files the run reads (the recipe): the output gate never writes over them
         self.recipe_dir = Path(recipe_dir) if recipe_dir is not None else Path.cwd()  # init_from resolves here
         self.acc = Accelerator(cpu=not torch.cuda.is_available())
         self.stages = recipe["stages"]
@@ -232,6 +233,7 @@ class Trainer:
                 stored = dumps(resolve_recipe(tomllib.loads(recipe_file.read_text())))
             except (tomllib.TOMLDecodeError, WorkbenchError) as e:
                 raise WorkbenchError(f"--resume: {recipe_file} is not a valid recipe ({e})") from None
+            self._check_resumable()
             if stored != recipe_text:
                 changed = [a[1:].strip() for a in difflib.unified_diff(stored.splitlines(), recipe_text.splitlines(),
                                                                        lineterm="", n=0)
@@ -240,6 +242,27 @@ class Trainer:
                                      f"({'; '.join(changed[:6])}); resume with the same recipe and --set overrides")
         elif recipe_file.exists() or (self.run_dir / rundir.CHECKPOINTS).exists():
             raise WorkbenchError(f"run directory '{self.run_dir}' already holds a run; pass --resume or another --out")
+
+    def _check_resumable(self) -> None:
+        """Refuses a resume that would lose history: a finished run (an exported run, a shipped keeper), or a run
+        with metrics or provenance but no checkpoint to continue from (it would restart at step 0)."""
+        prov_path, metrics = self.run_dir / rundir.PROVENANCE, self.run_dir / rundir.METRICS
+        status = None
+        if prov_path.is_file():
+            try:
+                status = json.loads(prov_path.read_text()).get("status", "finished")
+            except (ValueError, AttributeError, UnicodeDecodeError):
+                status = "unreadable"
+        if status == "finished":
+            raise WorkbenchError(f"--resume: '{self.run_dir}' is a finished run ({rundir.PROVENANCE}); nothing is "
+                                 "left to train and its history is kept: train into another --out (init_from "
+                                 "continues from it)")
+        if not rundir.checkpoints(self.run_dir):
+            lines = len(metrics.read_bytes().splitlines()) if metrics.is_file() else 0
+            if lines or status is not None:
+                raise WorkbenchError(f"--resume: '{self.run_dir}' has no checkpoint to continue from; resuming would "
+                                     f"restart at step 0 and discard its {rundir.METRICS} ({lines} lines): train "
+                                     "into another --out")
 
     def build_optimizer(self, kind: str) -> None:
         """The main optimizer (every trained group but the halting head) or Stage 2's (head only)."""
@@ -445,8 +468,15 @@ class Trainer:
         """Sets up (unless done), trains every remaining step, saves; returns the summary (`training.train`).
 
         The run directory is locked meanwhile: a second process training into it is refused."""
-        lock = locked_dir(self.run_dir, "run directory") if self.acc.is_main_process else contextlib.nullcontext()
-        with lock:
+        main = self.acc.is_main_process
+        parent = self.recipe.get("init_from") or None
+        reading = [*self.inputs, *([self.recipe_dir / parent, Path(parent)] if parent else [])]
+        if self.resume:  # a run resumed from its own recipe.toml reads it: that is not writing over an input
+            reading = [r for r in reading if Path(r).resolve() != (self.run_dir / rundir.RECIPE).resolve()]
+        gate = (gate_output(self.run_dir, "train", kind="run", resume=self.resume, reading=reading) if main
+                else contextlib.nullcontext())  # before any work: what --out is, and who else writes it
+        lock = locked_dir(self.run_dir, "run directory") if main else contextlib.nullcontext()
+        with gate, lock:
             return self._run(stop_after)
 
     def _run(self, stop_after: int | None) -> dict:
@@ -578,7 +608,7 @@ class Trainer:
     def _restore(self) -> int:
         """Loads the newest intact checkpoint; drops metrics lines logged after it. Returns its step.
 
-        A run stopped before its first checkpoint starts again from step 0 (its set-up files are kept);
+        A run without a checkpoint is refused before this (`_check_resumable`: its history would be lost);
         a checkpoint that fails to load (a file cut short or edited) gives way to the one before it.
         """
         done = rundir.checkpoints(self.run_dir)
@@ -676,6 +706,6 @@ def train(recipe_path, out=None, overrides=None, resume: bool = False, stop_afte
     """
     recipe_path = resolve("recipe", recipe_path)
     recipe = load_recipe(recipe_path, overrides)
-    run_dir = Path(out) if out is not None else Path("runs") / recipe["name"]
-    return Trainer(recipe, run_dir, resume=resume, progress=progress,
-                   recipe_dir=Path(recipe_path).resolve().parent).run(stop_after=stop_after)
+    run_dir = Path(out) if out is not None else safe_child("runs", recipe["name"], "recipe name")
+    return Trainer(recipe, run_dir, resume=resume, progress=progress, recipe_dir=Path(recipe_path).resolve().parent,
+                   inputs=[recipe_path]).run(stop_after=stop_after)

@@ -1,0 +1,380 @@
+"""One output gate (workbench.io.gate_output): every writer asks it before any work, and it never lets a
+command replace what a user owns, what the command reads, a repository root, or a run being trained.
+
+The first test enumerates the commands from the Typer app itself: a new command with --out that does
+not reach the gate fails it. The others are the cases an adversarial pass found (issue 29), run
+through the CLI in process, each asserting one line, exit 2 and every file unchanged (checksums).
+"""
+
+import hashlib
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args, tiny_manifest, tiny_run  # noqa: F401
+from workbench import cli, io
+from workbench.errors import WorkbenchError
+from workbench.io import OUTPUT_MARKER, gate_output
+
+ROOT = Path(__file__).resolve().parents[1]
+KEEPER = ROOT / "training" / "keepers" / "smollm2-chase"
+
+
+def checksums(path: Path) -> dict:
+    """{relative path: sha256} of every file and link under `path` (links by their target)."""
+    out = {}
+    for p in sorted(Path(path).rglob("*")):
+        rel = str(p.relative_to(path))
+        if p.is_symlink():
+            out[rel] = "link:" + os.readlink(p)
+        elif p.is_file():
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+        elif p.is_dir():
+            out[rel] = "dir"
+    return out
+
+
+class Reached(Exception):
+    """Raised by the patched gate: the command got there."""
+
+
+def _writer_args(tmp: Path) -> dict[str, list]:
+    """Minimal arguments with which each writing command gets as far as its output gate."""
+    out = tmp / "out"
+    return {
+        "demo": ["demo", "--out", out],
+        "select-block": ["select-block", "--model", "tiny-llama", "--out", out],
+        "train": ["train", "smollm2_lora_chase", "--out", out],
+        "probe": ["probe", "--checkpoint", KEEPER, "--battery", "demo", "--out", out],
+        "compare": ["compare", tmp / "a", tmp / "b", "--out", out],
+        "report": ["report", tmp / "a", "--out", tmp / "r.html"],
+        "figures": ["figures", "--results", tmp / "a", "--format", "html", "--out", out],
+        "claims": ["claims", "--out", out],
+        "rows": ["rows", "--task", "state", "--depths", "1-2", "--per-depth", "2", "--seed", "1",
+                 "--out", tmp / "r.jsonl"],
+    }
+
+
+def _writers() -> list[str]:
+    """Every registered command that takes --out: a writer."""
+    names = []
+    for command in cli.app.registered_commands:
+        params = inspect.signature(command.callback).parameters
+        if "out" in params:
+            names.append(command.name or command.callback.__name__)
+    return names
+
+
+def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
+    writers = _writers()
+    args = _writer_args(tmp_path)
+    assert sorted(writers) == sorted(args), "a command with --out has no case here: add one (it must use the gate)"
+
+    def reached(self):
+        raise Reached(self.command)
+
+    def no_work(*a, **k):
+        raise AssertionError("a model was loaded before the output gate")
+
+    import importlib
+
+    for module in ("workbench.train.trainer", "workbench.probes.battery", "workbench.figures", "workbench.claims",
+                   "workbench.report", "workbench.selection", "workbench.identity", "workbench.tasks.manifest",
+                   "workbench.train.rundir"):
+        importlib.import_module(module)  # imported before the patch: none binds the patched load_base for good
+    monkeypatch.setattr(io.Gate, "_decide", reached)
+    for module in ("workbench.models", "workbench.train.trainer", "workbench.train.rundir"):
+        monkeypatch.setattr(f"{module}.load_base", no_work)
+    before = checksums(tmp_path)
+    for name in writers:
+        with pytest.raises(Reached) as exc:
+            cli.app([str(a) for a in args[name]], standalone_mode=False)
+        assert exc.value.args[0] == name  # its own gate, first
+        assert checksums(tmp_path) == before, f"{name} wrote before its gate"
+
+
+# ----------------------------------------------------------------------------- writers that replaced user files
+@pytest.fixture
+def results(tmp_path, tiny_run, tiny_manifest):  # noqa: F811
+    """A probe results directory of the tiny run (depth_matrix only)."""
+    out = tmp_path / "res"
+    code = subprocess_free_probe(tiny_run, tiny_manifest, out)
+    assert code == 0
+    return out
+
+
+def subprocess_free_probe(run, manifest, out):
+    from workbench.probes.battery import run_battery
+    from workbench.report import write_report
+
+    run_battery(str(run), "default", out, rows=str(manifest), only=["depth_matrix"], progress=False,
+                finish=lambda staging: write_report(staging, shown_as=out))
+    return 0
+
+
+def _refused(capsys, monkeypatch, root, *args, fragment=""):
+    before = checksums(root)
+    code, _, err = invoke(capsys, monkeypatch, *args)
+    assert_clean_error(code, err, fragment)
+    assert checksums(root) == before
+    return err
+
+
+def test_report_never_replaces_its_input_or_a_user_file(capsys, monkeypatch, tmp_path, results):
+    _refused(capsys, monkeypatch, tmp_path, "report", results, "--out", results / "summary.json",
+             fragment="which this command reads")
+    notes = tmp_path / "home" / "notes.md"
+    notes.parent.mkdir()
+    notes.write_text("my notes")
+    _refused(capsys, monkeypatch, tmp_path, "report", results, "--out", notes, fragment="did not write it")
+    _refused(capsys, monkeypatch, tmp_path, "report", results, "--out", notes.parent, fragment="is a directory")
+    code, _, err = invoke(capsys, monkeypatch, "report", results)  # its own report.html: replaced, as always
+    assert code == 0, err
+
+
+def test_claims_never_replaces_a_user_ledger(capsys, monkeypatch, tmp_path):
+    out = tmp_path / "ledger"
+    out.mkdir()
+    (out / "LEDGER.md").write_text("my own ledger\n")
+    _refused(capsys, monkeypatch, tmp_path, "claims", "--out", out, fragment="did not write it")
+    (out / "LEDGER.md").unlink()
+    code, _, err = invoke(capsys, monkeypatch, "claims", "--out", out)
+    assert code == 0, err
+    code, _, err = invoke(capsys, monkeypatch, "claims", "--out", out)  # its own ledger: rewritten
+    assert code == 0, err
+    bad = tmp_path / "bad.toml"
+    bad.write_bytes(b"\xff\xfe not toml")
+    _refused(capsys, monkeypatch, tmp_path, "claims", "--claims", bad, fragment="UTF-8")
+
+
+@pytest.mark.parametrize("case", ["user dir", "repository root", "probe results", "recipe name", "file"])
+def test_train_writes_only_a_new_dir_or_its_own_run(capsys, monkeypatch, tmp_path, results, case):
+    recipe = ROOT / "training" / "smollm2_lora_chase.toml"
+    if case == "user dir":
+        out = tmp_path / "mine"
+        out.mkdir()
+        (out / "metrics.jsonl").write_text("my data\n")
+        args, fragment = ("train", recipe, "--out", out), "holds no run"
+    elif case == "repository root":
+        out = tmp_path / "repo"
+        (out / ".git").mkdir(parents=True)
+        args, fragment = ("train", recipe, "--out", out), "repository root"
+    elif case == "probe results":
+        args, fragment = ("train", recipe, "--out", results), "holds no run"
+    elif case == "file":
+        (tmp_path / "f").write_text("x")
+        args, fragment = ("train", recipe, "--out", tmp_path / "f"), "not a directory"
+    else:
+        text = recipe.read_text().replace('name = "smollm2-chase"', 'name = "../../escaped"')
+        assert "../../escaped" in text
+        (tmp_path / "r.toml").write_text(text)
+        monkeypatch.chdir(tmp_path)
+        args, fragment = ("train", tmp_path / "r.toml"), "recipe name"
+    _refused(capsys, monkeypatch, tmp_path, *args, fragment=fragment)
+
+
+def test_probe_overwrite_never_deletes_a_run_or_a_battery_inside_out(capsys, monkeypatch, tmp_path, results,
+                                                                    tiny_run, tiny_manifest):  # noqa: F811
+    run = copy_run(tiny_run, tmp_path)
+    (run / OUTPUT_MARKER).write_text("{}")  # a marker does not make a run replaceable
+    _refused(capsys, monkeypatch, tmp_path, *probe_args(tiny_run, tiny_manifest, run, "--overwrite"),
+             fragment="training run")
+    battery = results / "mine.toml"
+    battery.write_text((ROOT / "workbench" / "data" / "probes" / "demo.toml").read_text())
+    _refused(capsys, monkeypatch, tmp_path, "probe", "--checkpoint", tiny_run, "--battery", battery, "--rows",
+             tiny_manifest, "--only", "depth_matrix", "--out", results, "--overwrite", fragment="this command reads")
+
+
+def test_the_older_results_rule_takes_only_a_probes_own_files(tmp_path):
+    old = tmp_path / "old"
+    old.mkdir()
+    (old / "summary.json").write_text(json.dumps({"created_by": "workbench 0.1", "probes": {}}))
+    (old / "depth_matrix.parquet").write_bytes(b"x")
+    assert io.is_workbench_output(old)
+    (old / "thesis.tex").write_text("mine")
+    assert not io.is_workbench_output(old)
+    with pytest.raises(WorkbenchError, match="--overwrite replaces only"):
+        gate_output(old, "probe", overwrite=True)
+
+
+@pytest.mark.parametrize("kind", ["link to a dir", "dangling link", "link loop", "dot", "dotdot"])
+def test_out_paths_that_name_no_new_place(tmp_path, kind):
+    target = tmp_path / "real"
+    target.mkdir()
+    out = tmp_path / "out"
+    if kind == "link to a dir":
+        out.symlink_to(target)
+    elif kind == "dangling link":
+        out.symlink_to(tmp_path / "nowhere")
+    elif kind == "link loop":
+        out.symlink_to(tmp_path / "loop2")
+        (tmp_path / "loop2").symlink_to(out)
+        out = out / "sub"
+    elif kind == "dot":
+        out = Path(".")
+    else:
+        out = tmp_path / "real" / ".."
+    before = checksums(tmp_path)
+    with pytest.raises(WorkbenchError) as exc:
+        gate_output(out, "probe", overwrite=True)
+    assert "\n" not in str(exc.value)
+    assert checksums(tmp_path) == before
+
+
+def test_figure_spec_file_names_stay_inside_out(capsys, monkeypatch, tmp_path, results):
+    for name in ("../escaped", "/tmp/escaped", "a/../../b"):
+        spec = tmp_path / "spec.toml"
+        spec.write_text(f'[[figure]]\nname = "depth_matrix"\nfile = "{name}"\n')
+        _refused(capsys, monkeypatch, tmp_path, "figures", "--results", results, "--format", "html", "--spec", spec,
+                 "--out", tmp_path / "figs", fragment="plain relative name")
+    spec.write_text('[[figure]]\nname = "depth_matrix"\nwidth_in = "wide"\n')
+    _refused(capsys, monkeypatch, tmp_path, "figures", "--results", results, "--format", "html", "--spec", spec,
+             "--out", tmp_path / "figs", fragment="must be numbers")
+
+
+# ----------------------------------------------------------------------------- races and locks
+HOLD = textwrap.dedent("""
+    import sys, time
+    from workbench.io import gate_output, locked_dir
+    if sys.argv[1] == "gate":
+        g = gate_output(sys.argv[2], "probe")
+        print("held", flush=True); time.sleep(60)
+    else:
+        with locked_dir(sys.argv[2], "run directory"):
+            print("held", flush=True); time.sleep(60)
+""")
+
+
+@pytest.mark.parametrize("holder", ["gate", "training lock"])
+def test_a_second_writer_is_refused_while_the_first_holds_out(tmp_path, holder):
+    out = tmp_path / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, "gate" if holder == "gate" else "lock", str(out)],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        for kind in ("dir", "run"):
+            with pytest.raises(WorkbenchError, match="another workbench process|in use by another process"):
+                gate_output(out, "probe", kind=kind, overwrite=True)
+    finally:
+        proc.kill()
+        proc.wait()
+    gate_output(out, "probe").release()  # free once the holder is gone (flock: never stale)
+
+
+def test_the_move_is_rechecked_under_the_lock(tmp_path):
+    out = tmp_path / "out"
+    gate = gate_output(out, "probe")
+    staging = tmp_path / ".out.tmp1"
+    staging.mkdir()
+    (staging / "summary.json").write_text("{}")
+    out.mkdir()  # another writer (not a workbench process) got there first
+    (out / "theirs.txt").write_text("theirs")
+    with pytest.raises(WorkbenchError, match="changed while this command ran"):
+        gate.commit_dir(staging)
+    assert (out / "theirs.txt").read_text() == "theirs"
+
+
+def test_stale_staging_of_a_killed_writer_is_cleaned(tmp_path):
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = int(proc.stdout)
+    stale = tmp_path / f".out.tmp{dead}"
+    stale.mkdir()
+    (stale / "half.parquet").write_bytes(b"x")
+    alive = tmp_path / f".out.tmp{os.getpid()}"
+    alive.mkdir()
+    other = tmp_path / f".other.tmp{dead}"
+    other.mkdir()
+    gate_output(tmp_path / "out", "probe").release()
+    assert not stale.exists() and alive.exists() and other.exists()
+
+
+# ----------------------------------------------------------------------------- resume never loses history
+def test_resume_on_a_finished_run_or_a_keeper_is_refused(capsys, monkeypatch, tmp_path, tiny_run):  # noqa: F811
+    run = copy_run(tiny_run, tmp_path)
+    before = checksums(tmp_path)
+    code, _, err = invoke(capsys, monkeypatch, "train", run / "recipe.toml", "--out", run, "--resume")
+    assert_clean_error(code, err, "finished run")
+    keeper = tmp_path / "keeper"
+    import shutil
+
+    shutil.copytree(KEEPER, keeper)
+    before = checksums(tmp_path)
+    code, _, err = invoke(capsys, monkeypatch, "train", keeper / "recipe.toml", "--out", keeper, "--resume")
+    assert_clean_error(code, err, "finished run")
+    assert checksums(tmp_path) == before
+
+
+def test_resume_without_a_checkpoint_keeps_the_metrics(capsys, monkeypatch, tmp_path, tiny_run):  # noqa: F811
+    run = copy_run(tiny_run, tmp_path)
+    (run / "provenance.json").unlink()  # an unfinished run killed before its first checkpoint
+    shutil_rm = __import__("shutil").rmtree
+    shutil_rm(run / "checkpoints", ignore_errors=True)
+    assert (run / "metrics.jsonl").read_text().strip()
+    before = checksums(tmp_path)
+    code, _, err = invoke(capsys, monkeypatch, "train", run / "recipe.toml", "--out", run, "--resume")
+    assert_clean_error(code, err, "no checkpoint to continue from", "metrics.jsonl")
+    assert checksums(tmp_path) == before
+
+
+def test_tensors_are_written_with_the_users_umask(tmp_path):
+    import torch
+
+    from workbench.train.rundir import save_tensors
+
+    mask = os.umask(0o022)
+    try:
+        save_tensors(tmp_path / "t.safetensors", {"a": torch.zeros(2)})
+    finally:
+        os.umask(mask)
+    assert (tmp_path / "t.safetensors").stat().st_mode & 0o777 == 0o644
+
+
+def test_a_shard_index_may_not_leave_the_model_directory(tmp_path):
+    from workbench.weights_check import weights_index
+
+    (tmp_path / "m").mkdir()
+    (tmp_path / "outside.safetensors").write_bytes(b"")
+    (tmp_path / "m" / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"a": "../outside.safetensors"}}))
+    with pytest.raises(WorkbenchError, match="not a file in"):
+        weights_index(tmp_path / "m")
+
+
+def test_export_run_goes_through_the_gate_and_never_into_its_own_run(monkeypatch, tmp_path):
+    from workbench.train.rundir import export_run
+
+    run = tmp_path / "run"
+    shutil.copytree(KEEPER, run, ignore=shutil.ignore_patterns("arms", "battery", "final", "loops"))
+    for dest in (run / "copy", tmp_path):  # inside the run it copies, or above it: refused before any copy
+        with pytest.raises(WorkbenchError, match="which this command reads|already exists"):
+            export_run(run, dest)
+    assert not (run / "copy").exists()
+    tmp_path = tmp_path / "elsewhere"
+    tmp_path.mkdir()
+
+    def reached(self):
+        raise Reached(self.command)
+
+    monkeypatch.setattr(io.Gate, "_decide", reached)
+    with pytest.raises(Reached, match="export"):
+        export_run(KEEPER, tmp_path / "keeper")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_results_inside_a_run_it_reads_but_never_its_own_names(tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(KEEPER, run, ignore=shutil.ignore_patterns("arms", "battery", "final", "loops"))
+    gate_output(run / "battery", "probe", reading=[run]).release()  # the keepers' layout: RUN/battery
+    for name in ("checkpoints", "metrics.jsonl", "trainable.safetensors"):
+        with pytest.raises(WorkbenchError, match="training run's own"):
+            gate_output(run / name, "probe", reading=[run])
+    with pytest.raises(WorkbenchError, match="which is a file"):
+        gate_output(run / "recipe.toml" / "x.html", "report", kind="file")
