@@ -146,3 +146,40 @@ def test_stop_depth_and_unknown_rules():
     assert exit_rules.stop_depth(v, 0.6, True, 3).tolist() == [4, 3]
     with pytest.raises(WorkbenchError, match="exit rule 'nope' is unknown"):
         exit_rules.run(None, None, [{"depth": 1, "symbols": ["A"], "answer": "A", "task": "chase"}], rules=("nope",))
+
+
+# ----------------------------------------------------------------------------- the battery, end to end
+def test_the_three_probes_run_through_the_battery_and_the_cli(tmp_path):
+    import json
+    from pathlib import Path
+
+    import pandas as pd
+    import tomli_w
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    manifest = Path(__file__).parents[2] / "probes" / "chase_n8_d1-7.jsonl"
+    battery = tmp_path / "loops.toml"
+    battery.write_text(tomli_w.dumps({
+        "battery": {"manifest": str(manifest), "batch_size": 8},
+        "probes": {"lens_agreement": {"depths": [1, 2], "per_depth": 4, "loops": 3, "max_causal": 4},
+                   "dynamics": {"depths": [1, 2], "per_depth": 2, "loops": 4},
+                   "exit_rules": {"depths": [1, 2], "per_depth": 4, "loops": 3}}}))
+    result = CliRunner().invoke(app, ["probe", "--checkpoint", "untrained:tiny-llama:2:4", "--battery", str(battery),
+                                      "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    for name in ("lens_agreement", "dynamics", "exit_rules"):
+        assert summary["probes"][name]["headline"]["sentence"], name
+    assert summary["probes"]["lens_agreement"]["identity_max_abs_diff"] < 1e-3
+    rows = pd.read_parquet(tmp_path / "out" / "dynamics__rows.parquet")
+    assert len(rows) == 4 * 2 and set(rows["cls"]) <= set(dynamics.CLASSES)    # 4 rows x 2 block layers
+    heads = pd.read_parquet(tmp_path / "out" / "dynamics__heads.parquet")
+    assert set(heads["loop"]) == {1, 2, 3} and set(heads["layer"]) == {2, 3}
+    bad = battery.read_text().replace("max_causal", "max_casual")
+    battery.write_text(bad)
+    result = CliRunner().invoke(app, ["probe", "--checkpoint", "untrained:tiny-llama:2:4", "--battery", str(battery),
+                                      "--out", str(tmp_path / "bad")])
+    assert isinstance(result.exception, WorkbenchError) and "no option 'max_casual'" in str(result.exception)
+    assert not (tmp_path / "bad").exists()
