@@ -223,7 +223,8 @@ def loop_dynamics(rng, loops: int = 6, per_depth: int = 4) -> dict[str, pd.DataF
                 logits["logit"][e, t - 1, x] += 6
     main, pairs = la.agreement_tables(rows, logits)
     causal = pd.DataFrame([dict(row_a=r["row_id"], row_b=rows[(e + 1) % E]["row_id"], depth=r["depth"], loop=1, j=j,
-                                logit="A", coda="B", tuned="B", predicted="C" if e % 4 else "D", expect_logit="D",
+                                disagree="logit-coda" if e % 2 else "tuned", logit="A", coda="B", tuned="B",
+                                predicted="C" if e % 4 else "D", expect_logit="D",
                                 expect_coda="C", expect_tuned="C", carried_logit=e % 4 == 0, carried_coda=e % 4 != 0,
                                 carried_tuned=e % 4 != 0, coincide=e == 0) for e, r in enumerate(rows) for j in (0, 1)],
                           columns=la.CAUSAL_COLUMNS)

@@ -90,9 +90,11 @@ def test_lenses_that_disagree_by_construction(tok, rows):
     kept = causal[~causal["coincide"]]
     assert len(kept) > 20 and set(kept["j"]) == {0, 1}
     assert kept["carried_coda"].all() and not kept["carried_logit"].any()
+    assert (causal["disagree"] == "logit-coda").all()             # logit and coda differ in every cell here
     assert tables["lens_agreement__identity"]["max_abs_diff"].iloc[0] == 0.0
     h = lens_agreement.headline(tables)
     assert h["carried_coda"].value == 1.0 and h["carried_logit"].value == 0.0
+    assert h["carried_coda_logit_coda"].value == 1.0 and h["carried_logit_logit_coda"].n == h["carried_logit"].n
     assert h["label_coda"].value == 1.0 and h["label_logit"].value == 0.0
 
 

@@ -67,21 +67,25 @@ def lens_passes_figure(df: pd.DataFrame, summary: pd.DataFrame) -> go.Figure:
 
 def lens_causal_figure(df: pd.DataFrame, causal: pd.DataFrame) -> go.Figure:
     """Where the lenses disagree: the share of spliced cells whose reading each lens predicts B's read from,
-    per splice offset j (coincidences left out), with 95% Wilson intervals."""
+    per kind of disagreement (logit ≠ coda, or only the tuned lens differs) and splice offset j (coincidences
+    left out), with 95% Wilson intervals."""
     from workbench.plots.base import wilson
 
     require(causal, ["j", "coincide", *[f"carried_{x}" for x in LENSES]], "lens_agreement__causal")
     kept = causal[~causal["coincide"].astype(bool)]
     fig = go.Figure()
+    kinds = {"logit-coda": "logit ≠ coda", "tuned": "only tuned differs"}
     for i, lens in enumerate(LENSES):
         xs, ys, lo, hi, ns = [], [], [], [], []
-        for j, g in kept.groupby("j"):
+        by = ["disagree", "j"] if "disagree" in kept else ["j"]
+        for key, g in kept.groupby(by):
+            kind, j = key if len(by) == 2 else (None, key[0] if isinstance(key, tuple) else key)
             g = g[g[lens].notna()]
             if g.empty:
                 continue
             k, n = int(g[f"carried_{lens}"].sum()), len(g)
             low, high = wilson(k, n)
-            xs.append(f"j = {int(j)}")
+            xs.append((f"{kinds.get(kind, kind)}, " if kind else "") + f"j = {int(j)}")
             ys.append(k / n)
             lo.append(k / n - float(low))
             hi.append(float(high) - k / n)
@@ -90,7 +94,7 @@ def lens_causal_figure(df: pd.DataFrame, causal: pd.DataFrame) -> go.Figure:
                              error_y=dict(type="data", array=hi, arrayminus=lo, visible=True), customdata=ns,
                              hovertemplate=f"{lens} lens carries %{{y:.2f}} of %{{customdata}} cells, %{{x}}"
                                            "<extra></extra>"))
-    fig.update_xaxes(title="passes after the splice into row B")
+    fig.update_xaxes(title="which lenses disagree; passes j after the splice into row B")
     fig.update_yaxes(title="share of disagreeing cells carried", range=[0, 1.05])
     fig.update_layout(title="Which lens is causal where they disagree", barmode="group", height=400)
     return apply_theme(fig)

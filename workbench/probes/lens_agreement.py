@@ -24,15 +24,17 @@ same symbols at pass t (`loop.{t}.hook_state`, the splice probe's read-position 
 runs on. At pass t + j (j = 0..horizon) B's read is compared with what each lens's reading
 predicts there: f_B^j(reading) for function-table rows (B's rule applied to the spliced symbol,
 the splice probe's lawful class), the reading itself at j = 0 for other rows. A lens "carries"
-the cell when its prediction is B's read; cells where two lenses predict the same symbol are
-marked `coincide` and left out of the shares.
+the cell when its prediction is B's read; cells where two lenses with different readings predict
+the same symbol are marked `coincide` and left out of the shares. Cells where the logit and coda
+lenses disagree (`disagree` "logit-coda") are spliced first, then cells where only the tuned
+lens differs ("tuned"), each in an order drawn by `seed`.
 
 Tables:
     lens_agreement: row_id, depth, loop, lens, top1, label, final, agree_final, agree_label, kl_final, past_depth
     lens_agreement__pairs: row_id, depth, loop, pair, agree
     lens_agreement__summary: loop, lens, measure, value, low, high, n, method — means over rows with 95%
         intervals (Wilson for agreements, row bootstrap for KL); `lens` is a pair name for agree_pair
-    lens_agreement__causal: row_a, row_b, depth, loop, j, logit, coda, tuned, predicted, expect_logit,
+    lens_agreement__causal: row_a, row_b, depth, loop, j, disagree, logit, coda, tuned, predicted, expect_logit,
         expect_coda, expect_tuned, carried_logit, carried_coda, carried_tuned, coincide
     lens_agreement__identity: rows, max_abs_diff, max_abs_logit, tolerance, holds
 """
@@ -223,7 +225,7 @@ def summary_table(main: pd.DataFrame, pairs: pd.DataFrame, seed: int = 0) -> pd.
     return pd.DataFrame.from_records(records, columns=["loop", "lens", "measure", "value", "low", "high", "n", "method"])
 
 
-CAUSAL_COLUMNS = ["row_a", "row_b", "depth", "loop", "j", *LENSES, "predicted", *[f"expect_{x}" for x in LENSES],
+CAUSAL_COLUMNS = ["row_a", "row_b", "depth", "loop", "j", "disagree", *LENSES, "predicted", *[f"expect_{x}" for x in LENSES],
                   *[f"carried_{x}" for x in LENSES], "coincide"]
 
 
@@ -240,8 +242,11 @@ def causal_table(model, tokenizer, rows: list[dict], states: np.ndarray, main: p
     if disagree.empty:
         return pd.DataFrame(columns=CAUSAL_COLUMNS)
     rng = np.random.default_rng(seed)
-    pick = np.sort(rng.permutation(len(disagree))[:max_causal])
-    cells = disagree.iloc[pick]
+    split = (disagree["logit"] != disagree["coda"]).to_numpy() if {"logit", "coda"} <= set(disagree.columns) \
+        else np.zeros(len(disagree), dtype=bool)
+    first = [int(i) for i in rng.permutation(np.flatnonzero(split))]        # logit vs coda first: the question
+    rest = [int(i) for i in rng.permutation(np.flatnonzero(~split))]        # then cells where only tuned differs
+    cells = disagree.iloc[sorted((first + rest)[:max_causal])]
     where = {r["row_id"]: i for i, r in enumerate(rows)}
     groups: dict[tuple, list[int]] = {}
     for i, r in enumerate(rows):
@@ -285,18 +290,23 @@ def causal_table(model, tokenizer, rows: list[dict], states: np.ndarray, main: p
                 expect = {x: (None if readings[x] is None or pd.isna(readings[x])
                               else iterate_from(row_b, readings[x], j)) for x in LENSES}
                 predicted = row_b["symbols"][int(pred[p, t + j - 1])]
-                known = [v for v in expect.values() if v is not None]
-                records.append((rows[a]["row_id"], row_b["row_id"], rows[a]["depth"], t, j,
+                # the splice cannot tell two lenses apart when their different readings predict the same symbol
+                by_reading = {readings[x]: expect[x] for x in LENSES if expect[x] is not None}
+                coincide = len(set(by_reading.values())) < len(by_reading)
+                kind = "logit-coda" if expect["logit"] is not None and readings["logit"] != readings["coda"] else "tuned"
+                records.append((rows[a]["row_id"], row_b["row_id"], rows[a]["depth"], t, j, kind,
                                 *[readings[x] if readings[x] is not None and not pd.isna(readings[x]) else None
                                   for x in LENSES], predicted, *[expect[x] for x in LENSES],
-                                *[expect[x] is not None and expect[x] == predicted for x in LENSES],
-                                len(set(known)) < len(known)))
+                                *[expect[x] is not None and expect[x] == predicted for x in LENSES], coincide))
     return pd.DataFrame.from_records(records, columns=CAUSAL_COLUMNS)
 
 
-def carried_shares(causal: pd.DataFrame, j: int) -> dict[str, tuple[int, int]]:
-    """{lens: (cells it carries, cells)} at splice offset j, coincidences left out."""
+def carried_shares(causal: pd.DataFrame, j: int, disagree: str | None = None) -> dict[str, tuple[int, int]]:
+    """{lens: (cells it carries, cells)} at splice offset j (only cells of kind `disagree` if given),
+    coincidences left out."""
     kept = causal[(causal["j"] == j) & ~causal["coincide"].astype(bool)]
+    if disagree is not None:
+        kept = kept[kept["disagree"] == disagree]
     return {x: (int(kept[f"carried_{x}"].sum()), int(kept[x].notna().sum())) for x in LENSES}
 
 
@@ -311,6 +321,9 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     if causal is not None and len(causal):
         out["carried"] = {f"j={j}": {x: {"carried": k, "cells": n} for x, (k, n) in carried_shares(causal, j).items()}
                           for j in sorted(causal["j"].unique())}
+        out["carried_logit_coda"] = {f"j={j}": {x: {"carried": k, "cells": n} for x, (k, n)
+                                                in carried_shares(causal, j, "logit-coda").items()}
+                                     for j in sorted(causal["j"].unique())}
     ident = tables.get("lens_agreement__identity")
     if ident is not None and len(ident):
         out["identity_max_abs_diff"] = float(ident["max_abs_diff"].iloc[0])
@@ -345,17 +358,23 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
         j = 1 if (causal["j"] == 1).any() else 0
         kept = causal[(causal["j"] == j) & ~causal["coincide"].astype(bool)]
         kept = kept.set_index(kept["row_a"] + "@" + kept["loop"].astype(str) + ">" + kept["row_b"])
-        parts = []
-        for lens in LENSES:
-            g = kept[kept[lens].notna()]
-            if len(g):
-                numbers.append(clustered_mean(f"carried_{lens}", f"disagreeing cells whose {lens} reading a splice "
-                                              f"carries (j = {j})", g[f"carried_{lens}"].astype(float), g["row_a"],
-                                              expect="high for the causal lens"))
-                parts.append(f"{lens} {numbers[-1].text()}")
-        if parts:
-            sentence += (f"; where the lenses disagree ({len(kept)} spliced cells without coincidences), B's read "
-                         f"{j} pass{'es' if j != 1 else ''} after the splice follows the reading of " + ", ".join(parts))
+        for kind, lenses, words_of in (("logit-coda", ("logit", "coda"), "the logit and coda lenses disagree"),
+                                       ("all", LENSES, "any two lenses disagree")):
+            cells = kept if kind == "all" else kept[kept["disagree"] == kind]
+            parts = []
+            for lens in lenses:
+                g = cells[cells[lens].notna()]
+                if len(g):
+                    key = f"carried_{lens}" + ("" if kind == "all" else "_logit_coda")
+                    numbers.append(clustered_mean(key, f"cells where {words_of} whose {lens} reading a splice "
+                                                  f"carries (j = {j})", g[f"carried_{lens}"].astype(float), g["row_a"],
+                                                  expect="high for the causal lens"))
+                    parts.append(f"{lens} {numbers[-1].text()}")
+            if parts:
+                sentence += (f"; where {words_of} ({len(cells)} spliced cells without coincidences) B's read {j} "
+                             f"pass{'es' if j != 1 else ''} after the splice follows the reading of " + ", ".join(parts))
+            else:
+                sentence += f"; no spliced cell where {words_of}"
     ident = tables.get("lens_agreement__identity")
     if ident is not None and len(ident):
         diff = float(ident["max_abs_diff"].iloc[0])
