@@ -26,7 +26,7 @@ def lens_passes_figure(df: pd.DataFrame, summary: pd.DataFrame) -> go.Figure:
     from the final distribution; dotted, the pairwise agreement of the lenses.
 
     Args:
-        df: the lens_agreement table (for the passes' depths).
+        df: the lens_agreement table (the figure reads its summary part).
         summary: lens_agreement__summary (loop, lens, measure, value, low, high, n).
     """
     require(summary, ["loop", "lens", "measure", "value", "low", "high", "n"], "lens_agreement__summary")
@@ -54,9 +54,6 @@ def lens_passes_figure(df: pd.DataFrame, summary: pd.DataFrame) -> go.Figure:
                                  line=dict(color=COLORWAY[(3 + j) % len(COLORWAY)], dash="dot", **line),
                                  hovertemplate=f"{pair}: lenses agree in %{{y:.3f}} at pass %{{x}}<extra></extra>"),
                       row=1, col=2)
-    if "depth" in df and len(df):
-        for col in (1, 2):
-            fig.add_vline(x=float(df["depth"].max()) + 0.5, line=dict(color="#999", dash="dash", width=1), row=1, col=col)
     for col in (1, 2, 3):
         fig.update_xaxes(title="pass t", dtick=1, row=1, col=col)
     fig.update_yaxes(range=[0, 1.02], row=1, col=1)
@@ -114,17 +111,13 @@ def dynamics_figure(df: pd.DataFrame, rows: pd.DataFrame | None = None) -> go.Fi
         g = df[df["layer"] == layer].groupby("loop")[["rel_step", "angle_deg", "dist_last"]].mean().reset_index()
         state = layer == last
         color = "#222222" if state else COLORWAY[i % len(COLORWAY)]
-        line, marker = nested(i, len(layers))   # layers can step alike: each a stripe inside the one before
+        line, marker = nested(i, len(layers), thinnest=1.5, widest=7.0)   # layers can step alike: nested stripes
         for col, y in enumerate(("rel_step", "angle_deg", "dist_last"), 1):
             h = g.dropna(subset=[y])
             fig.add_trace(go.Scatter(x=h["loop"], y=h[y], mode="lines+markers", name=f"layer {layer}"
                                      + (" (state)" if state else ""), legendgroup=str(layer), showlegend=col == 1,
                                      line=dict(color=color, **line), marker=marker,
                                      hovertemplate=f"layer {layer}, pass %{{x}}: %{{y:.4g}}<extra></extra>"),
-                          row=1, col=col)
-    if "depth" in df:
-        for col in (1, 2, 3):
-            fig.add_vline(x=float(df["depth"].max()) + 0.5, line=dict(color="#999", dash="dash", width=1),
                           row=1, col=col)
     if "beyond_support" in df and df["beyond_support"].any():
         first = float(df.loc[df["beyond_support"].astype(bool), "loop"].min())
@@ -139,8 +132,11 @@ def dynamics_figure(df: pd.DataFrame, rows: pd.DataFrame | None = None) -> go.Fi
         s = rows[rows["layer"] == rows["layer"].max()]
         counts = ", ".join(f"{int((s['cls'] == c).sum())} {c}" for c in ("settling", "marginal", "drifting"))
         title += f"<br><sup>state past each row's depth: {counts} of {len(s)} rows (shaded: beyond the support)</sup>"
-    fig.update_layout(title=title, height=460)
-    return apply_theme(fig)
+    fig.update_layout(title=title, height=500)
+    fig = apply_theme(fig)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.22, x=0, xanchor="left", font=dict(size=10)),
+                      margin=dict(b=120))
+    return fig
 
 
 def dynamics_heads_figure(df: pd.DataFrame, heads: pd.DataFrame) -> go.Figure:
@@ -177,6 +173,9 @@ def exit_rules_figure(df: pd.DataFrame, matched: pd.DataFrame | None = None) -> 
         best = matched[matched["best"].astype(bool)]
         for r in best.itertuples():
             fig.add_annotation(x=r.mean_loops, y=r.accuracy, text=f"best rule vs {r.reference}: {r.method}",
-                               showarrow=True, arrowhead=2, ax=-40, ay=30)
-    fig.update_layout(title="Post-hoc exit rules against fixed depths, the oracle and the learned heads")
-    return apply_theme(fig)
+                               showarrow=True, arrowhead=2, ax=40, ay=45)
+    fig.update_layout(title="Post-hoc exit rules against fixed depths, the oracle and the learned heads", height=560)
+    fig = apply_theme(fig)
+    fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, xanchor="left", font=dict(size=10)),
+                      margin=dict(b=150))
+    return fig
