@@ -142,6 +142,18 @@ def test_a_max_prob_rule_has_its_planted_best_threshold(tok, rows):
     assert test["rule_only"] == 0 and test["ref_only"] == 0
 
 
+def test_a_rule_far_from_the_heads_loops_is_not_matched(tok, rows):
+    model = ScriptedMachine(tok, rows, max_loops=8)
+    tables = exit_rules.run(model, tok, rows, loops=8, grids={"max_prob": [0.6]}, rules=("max_prob",))
+    m = tables["exit_rules__matched"].iloc[0]
+    assert m["method"] == "max_prob" and not m["within"] and not m["best"]   # 2 loops earlier than the head
+    assert tables["exit_rules__test"].empty
+    assert "No rule's calibration mean loops get within the match window of head's" in exit_rules.headline(tables).sentence
+    within = exit_rules.run(model, tok, rows, loops=8, grids={"max_prob": [0.6]}, rules=("max_prob",),
+                            match_within=2.0)["exit_rules__test"]
+    assert within.iloc[0]["rule"] == "max_prob" and within.iloc[0]["rule_only"] == 0
+
+
 def test_stop_depth_and_unknown_rules():
     v = np.array([[np.nan, 0.5, 0.1, 0.0], [np.nan, 0.9, 0.8, 0.7]])
     assert exit_rules.stop_depth(v, 0.2, False, 1).tolist() == [3, 4]

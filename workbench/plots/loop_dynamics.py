@@ -161,9 +161,12 @@ def dynamics_heads_figure(df: pd.DataFrame, heads: pd.DataFrame) -> go.Figure:
 
 def exit_rules_figure(df: pd.DataFrame, matched: pd.DataFrame | None = None) -> go.Figure:
     """The post-hoc rules on the halting probe's compute-accuracy axes beside fixed depths, the oracle and the
-    learned heads; the rules matched to a reference's mean loops are marked with diamonds."""
+    learned heads; the rules matched to (within the match window of) a reference's mean loops are marked with
+    diamonds."""
     require(df, ["method", "threshold", "mean_loops", "accuracy"], "exit_rules")
     fig = halting_figure(df)
+    if matched is not None and "within" in matched:
+        matched = matched[matched["within"].astype(bool)]
     if matched is not None and len(matched):
         fig.add_trace(go.Scatter(x=matched["mean_loops"], y=matched["accuracy"], mode="markers",
                                  name="matched to the reference's loops", customdata=matched[["method", "reference"]],

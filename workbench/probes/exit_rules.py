@@ -20,13 +20,15 @@ right pass) and the learned heads (the model's own, "head", and `heads`, as the 
 reads them) are on the same axes. Per method the threshold with the best calibration accuracy
 (then fewer loops) is `chosen`. Against each learned head at its chosen threshold (the best
 fixed depth when there is none), every rule's threshold whose calibration mean loops is the
-closest to the reference's is `matched`; the matched rule with the best calibration accuracy is
-compared with the reference on the reported rows by an exact McNemar test.
+closest to the reference's is `matched` (and `within` when it lies within `match_within` loops of
+it); the rule within with the best calibration accuracy is compared with the reference on the
+reported rows by an exact McNemar test (no test when no rule gets within).
 
 Tables:
     exit_rules: method, threshold, t_min, mean_loops, accuracy, n, chosen, cal_mean_loops, cal_accuracy —
         reported-row numbers (the halting probe's compute-accuracy axes)
-    exit_rules__matched: reference, method, threshold, cal_mean_loops, cal_accuracy, mean_loops, accuracy, best
+    exit_rules__matched: reference, method, threshold, cal_mean_loops, cal_accuracy, mean_loops, accuracy, within,
+        best
     exit_rules__test: reference, rule, rule_threshold, ref_threshold, n, rule_mean_loops, ref_mean_loops,
         rule_accuracy, ref_accuracy, rule_only, ref_only, p_mcnemar
     exit_rules__rows: row_id, depth, split, loop, predicted, correct, max_prob, entropy, kl_prev, step,
@@ -53,8 +55,8 @@ ABOVE = ("stable", "max_prob")   # rules that stop when the statistic is at leas
 
 
 def run(model, tokenizer, rows: list[dict], loops: int | None = None, rules=RULES, grids: dict | None = None,
-        t_min: int = 1, heads: dict | None = None, calibration: float = 0.5, seed: int = 0, batch_size: int = 16,
-        progress: bool = False) -> dict[str, pd.DataFrame]:
+        t_min: int = 1, heads: dict | None = None, calibration: float = 0.5, match_within: float = 0.5,
+        seed: int = 0, batch_size: int = 16, progress: bool = False) -> dict[str, pd.DataFrame]:
     """Returns the four tables of the module docstring.
 
     Args:
@@ -63,6 +65,8 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, rules=RULE
         grids: {rule: thresholds} replacing a rule's default grid.
         heads: {name: Stage 2 run directory} of more halting heads on the same frozen model.
         calibration: share of each depth's rows that choose thresholds (never reported).
+        match_within: a rule is matched to a reference only when its closest calibration mean loops lie within
+            this many loops of the reference's.
     """
     require_symbols(rows, "exit_rules")
     unknown = [r for r in [*rules, *(grids or {})] if r not in RULES]
@@ -90,7 +94,9 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, rules=RULE
     depths["oracle"] = {np.nan: np.where(correct.any(1), correct.argmax(1) + 1, 1)}
     table = curve_table(depths, correct, cal, t_min)
     references = list(learned) or ["fixed_k"]
-    matched, tests = match_and_test(table, depths, correct, cal, list(rules), references)
+    if match_within < 0:
+        raise WorkbenchError(f"exit_rules match_within must be >= 0, got {match_within}")
+    matched, tests = match_and_test(table, depths, correct, cal, list(rules), references, match_within)
     return {"exit_rules": table, "exit_rules__matched": matched, "exit_rules__test": tests,
             "exit_rules__rows": rows_table(rows, stats, cal, T)}
 
@@ -182,8 +188,9 @@ def _depth_of(depths: dict, method: str, threshold) -> np.ndarray:
 
 
 def match_and_test(table: pd.DataFrame, depths: dict, correct: np.ndarray, cal: np.ndarray, rules: list[str],
-                   references: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Each rule at the calibration mean loops of each reference; the best matched rule against it (McNemar)."""
+                   references: list[str], within: float = 0.5) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Each rule at the calibration mean loops of each reference (`within`: whether it gets within that many
+    loops of it); the best rule among those within, against the reference (exact McNemar)."""
     rep = ~cal
     matched, tests = [], []
     for ref in references:
@@ -196,13 +203,16 @@ def match_and_test(table: pd.DataFrame, depths: dict, correct: np.ndarray, cal: 
                 continue
             i = min(g.index, key=lambda k: (abs(g.at[k, "cal_mean_loops"] - target), -g.at[k, "cal_accuracy"]))
             picks.append(g.loc[i])
-        if not picks:
-            continue
-        best = max(range(len(picks)), key=lambda k: (picks[k]["cal_accuracy"], -abs(picks[k]["cal_mean_loops"] - target)))
+        close = [k for k, p in enumerate(picks) if abs(p["cal_mean_loops"] - target) <= within + 1e-9]
+        best = max(close, key=lambda k: (picks[k]["cal_accuracy"], -abs(picks[k]["cal_mean_loops"] - target))) \
+            if close else None
         for k, p in enumerate(picks):
             matched.append({"reference": ref, "method": p["method"], "threshold": float(p["threshold"]),
                             "cal_mean_loops": float(p["cal_mean_loops"]), "cal_accuracy": float(p["cal_accuracy"]),
-                            "mean_loops": float(p["mean_loops"]), "accuracy": float(p["accuracy"]), "best": k == best})
+                            "mean_loops": float(p["mean_loops"]), "accuracy": float(p["accuracy"]),
+                            "within": k in close, "best": k == best})
+        if best is None:
+            continue
         p = picks[best]
         d_rule, d_ref = _depth_of(depths, p["method"], p["threshold"]), _depth_of(depths, ref, r["threshold"])
         ok_rule = correct[np.arange(len(d_rule)), d_rule - 1][rep]
@@ -260,6 +270,13 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
                      f"{t.rule_accuracy:.2f} after {t.rule_mean_loops:.2f} loops against {t.reference}'s "
                      f"{t.ref_accuracy:.2f} after {t.ref_mean_loops:.2f} ({t.rule_only} rows only the rule gets right, "
                      f"{t.ref_only} only {t.reference}; exact McNemar p = {t.p_mcnemar:.2g}, n = {t.n})")
+    m = tables.get("exit_rules__matched")
+    if m is not None and len(m) and "within" in m:
+        tested = set() if tests is None or tests.empty else set(tests["reference"])
+        for ref in [r for r in dict.fromkeys(m["reference"]) if r not in tested]:
+            words.append(f"no rule's calibration mean loops get within the match window of {ref}'s (closest: "
+                         + ", ".join(f"{r.method} {r.cal_mean_loops:.2f}" for r in m[m["reference"] == ref].itertuples())
+                         + ")")
     oracle = f[f["method"] == "oracle"]
     if rows is not None and len(oracle):
         o = oracle.iloc[0]
