@@ -174,9 +174,10 @@ def exit_rules_figure(df: pd.DataFrame, matched: pd.DataFrame | None = None) -> 
                                  hovertemplate="%{customdata[0]} matched to %{customdata[1]}<br>mean loops %{x:.2f}, "
                                                "accuracy %{y:.3f}<extra></extra>"))
         best = matched[matched["best"].astype(bool)]
-        for r in best.itertuples():
-            fig.add_annotation(x=r.mean_loops, y=r.accuracy, text=f"best rule vs {r.reference}: {r.method}",
-                               showarrow=True, arrowhead=2, ax=40, ay=45)
+        for k, ((method, _), g) in enumerate(best.groupby(["method", "threshold"], sort=False)):  # one label a point
+            fig.add_annotation(x=float(g["mean_loops"].iloc[0]), y=float(g["accuracy"].iloc[0]),
+                               text=f"best rule vs {', '.join(g['reference'])}: {method}", showarrow=True,
+                               arrowhead=2, ax=30, ay=-70 - 30 * k)
     fig.update_layout(title="Post-hoc exit rules against fixed depths, the oracle and the learned heads", height=560)
     fig = apply_theme(fig)
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, xanchor="left", font=dict(size=10)),
