@@ -71,7 +71,7 @@ def lens_causal_figure(df: pd.DataFrame, causal: pd.DataFrame) -> go.Figure:
     require(causal, ["j", "coincide", *[f"carried_{x}" for x in LENSES]], "lens_agreement__causal")
     kept = causal[~causal["coincide"].astype(bool)]
     fig = go.Figure()
-    kinds = {"logit-coda": "logit ≠ coda", "tuned": "only tuned differs"}
+    kinds = {"logit-coda": "logit ≠ coda", "tuned": "tuned only"}
     for i, lens in enumerate(LENSES):
         xs, ys, lo, hi, ns = [], [], [], [], []
         by = ["disagree", "j"] if "disagree" in kept else ["j"]
@@ -82,7 +82,7 @@ def lens_causal_figure(df: pd.DataFrame, causal: pd.DataFrame) -> go.Figure:
                 continue
             k, n = int(g[f"carried_{lens}"].sum()), len(g)
             low, high = wilson(k, n)
-            xs.append((f"{kinds.get(kind, kind)}, " if kind else "") + f"j = {int(j)}")
+            xs.append((f"{kinds.get(kind, kind)}<br>" if kind else "") + f"j = {int(j)}")
             ys.append(k / n)
             lo.append(k / n - float(low))
             hi.append(float(high) - k / n)
@@ -91,10 +91,12 @@ def lens_causal_figure(df: pd.DataFrame, causal: pd.DataFrame) -> go.Figure:
                              error_y=dict(type="data", array=hi, arrayminus=lo, visible=True), customdata=ns,
                              hovertemplate=f"{lens} lens carries %{{y:.2f}} of %{{customdata}} cells, %{{x}}"
                                            "<extra></extra>"))
-    fig.update_xaxes(title="which lenses disagree; passes j after the splice into row B")
-    fig.update_yaxes(title="share of disagreeing cells carried", range=[0, 1.05])
-    fig.update_layout(title="Which lens is causal where they disagree", barmode="group", height=400)
-    return apply_theme(fig)
+    fig.update_xaxes(title="disagreement, passes j after the splice", tickangle=0)
+    fig.update_yaxes(title="share of cells carried", range=[0, 1.05])
+    fig.update_layout(title="Which lens is causal where they disagree", barmode="group", height=420)
+    fig = apply_theme(fig)
+    fig.update_layout(legend=dict(orientation="h", yanchor="bottom", y=1.0, x=0, xanchor="left"))
+    return fig
 
 
 def dynamics_figure(df: pd.DataFrame, rows: pd.DataFrame | None = None) -> go.Figure:
