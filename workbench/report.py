@@ -51,6 +51,15 @@ SECTIONS = {
     "halting": ("Halting", "The compute-accuracy curve: accuracy against mean loops for every fixed depth, the "
                            "oracle, the halting heads over their thresholds and a confidence exit, chosen on "
                            "calibration rows and read on the others; hard and easy rows' mean depth."),
+    "lens_agreement": ("Lens agreement per pass", "Logit, coda and tuned lens at every pass against the row's "
+                                                  "x_t, the final output and each other; where they disagree, "
+                                                  "which lens's reading a splice into another row carries."),
+    "dynamics": ("Loop dynamics", "Step size, step angle and distance to the last state per pass and block layer, "
+                                  "each head's attention divergence between passes, and each row classed settling, "
+                                  "marginal or drifting past its depth."),
+    "exit_rules": ("Post-hoc exit rules", "Exit rules read off the passes (argmax stability, KL, entropy, step size "
+                                          "and its second difference, max probability) swept on calibration rows, "
+                                          "against fixed depths, the oracle and the learned halting heads."),
     "gradient_audit": ("Gradient audit", "Gradient reaching each parameter group per loop, checked against "
                                          "finite differences."),
     "latency": ("Latency", "Measured cost ratios against the ratios the layer count predicts."),
@@ -92,6 +101,22 @@ FIGURE_CAPTIONS = {
                "right: mean loops of rows wrong (hard) and right (easy) at loop 1. Predicted: the distilled head "
                "above the best fixed depth at about its compute, spending more loops on hard rows; ACT and "
                "PonderNet collapsing to one loop (RecurTrace Fig. 1).",
+    "lens_passes": "Per lens and pass: top-1 = x_t, top-1 = the final output (95% Wilson bands) and KL from the "
+                   "final distribution; dotted: pairwise agreement. Predicted: the coda lens reads x_t at every pass "
+                   "and equals the output at t = T; a lens that skips the Coda agrees less where the Coda does work.",
+    "lens_causal": "Where the lenses disagree, the share of cells whose reading (under B's rule) B's read follows after "
+                   "A's state is spliced in. Predicted: the coda lens's reading, if the Coda reads what the next pass "
+                   "uses; a coordinate artefact of the logit lens carries nothing.",
+    "dynamics": "Mean relative step, step angle and distance to the last state per pass and block layer (state "
+                "in black; shaded: beyond the trained support). Predicted: a settling loop's steps shrink "
+                "geometrically past the depth; the chase keeper, which keeps iterating, keeps steps of about constant "
+                "size (marginal).",
+    "dynamics_heads": "Each head's Jensen-Shannon divergence between consecutive passes' read-position attention. "
+                      "Predicted: falling towards 0 where the heads stabilise (arXiv 2604.11791); staying up where each "
+                      "pass looks up a new table line.",
+    "exit_rules": "Accuracy against mean loops for every post-hoc rule swept over its threshold, beside fixed depths, "
+                  "the oracle and the learned heads; diamonds: each rule at the reference's mean loops. Predicted: "
+                  "a confidence readout at least as good as the learned gate at matched compute (arXiv 2607.20519).",
     "gradient_audit": "Gradient RMS reaching each parameter group from each loop's loss. Predicted: the re-entry "
                       "reached only from loop 2 on; block and Coda from every loop.",
     "loop_accuracy": "Final-answer accuracy after t loops, per depth and over all rows. Predicted: rising with "

@@ -203,6 +203,63 @@ def loop_accuracy(dm: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(predicted=np.where(right, "A", "B"), correct=right.to_numpy()).reset_index(drop=True)
 
 
+def loop_dynamics(rng, loops: int = 6, per_depth: int = 4) -> dict[str, pd.DataFrame]:
+    """lens_agreement, dynamics and exit_rules tables made by the probes' own table functions from planted arrays:
+    the coda lens reads x_t, the logit lens does half the time; states contract at rate 0.6 per pass."""
+    from workbench.probes import dynamics as dyn
+    from workbench.probes import exit_rules as ex
+    from workbench.probes import lens_agreement as la
+
+    symbols = SYMBOLS[:8]
+    rows = [dict(row_id=f"r{d}-{i}", depth=d, symbols=symbols, chain=[symbols[(i + t) % 8] for t in range(1, d + 1)],
+                 answer=symbols[(i + d) % 8]) for d in (1, 2, 3) for i in range(per_depth)]
+    E, C = len(rows), 8
+    logits = {lens: rng.normal(size=(E, loops, C)) for lens in la.LENSES}
+    for e, r in enumerate(rows):
+        for t in range(1, loops + 1):
+            x = symbols.index(r["chain"][t - 1]) if t <= r["depth"] else int(rng.integers(C))
+            logits["coda"][e, t - 1, x] += 6
+            if rng.random() < 0.5:
+                logits["logit"][e, t - 1, x] += 6
+    main, pairs = la.agreement_tables(rows, logits)
+    causal = pd.DataFrame([dict(row_a=r["row_id"], row_b=rows[(e + 1) % E]["row_id"], depth=r["depth"], loop=1, j=j,
+                                disagree="logit-coda" if e % 2 else "tuned", logit="A", coda="B", tuned="B",
+                                predicted="C" if e % 4 else "D", expect_logit="D",
+                                expect_coda="C", expect_tuned="C", carried_logit=e % 4 == 0, carried_coda=e % 4 != 0,
+                                carried_tuned=e % 4 != 0, coincide=e == 0) for e, r in enumerate(rows) for j in (0, 1)],
+                          columns=la.CAUSAL_COLUMNS)
+    out = {"lens_agreement": main, "lens_agreement__pairs": pairs,
+           "lens_agreement__summary": la.summary_table(main, pairs), "lens_agreement__causal": causal,
+           "lens_agreement__identity": pd.DataFrame([dict(rows=4, max_abs_diff=1e-6, max_abs_logit=20.0,
+                                                          tolerance=1e-4, holds=True)])}
+    v = rng.normal(size=(E, 1, 5))
+    steps, per_row = [], []
+    for layer, rate in ((10, 0.8), (11, 0.6)):
+        h = 3.0 + rate ** np.arange(1, loops + 1)[None, :, None] * v
+        a, b = dyn.layer_tables(rows, h, layer, 0.1, 2)
+        steps.append(a)
+        per_row.append(b)
+    js = {10: np.abs(rng.normal(size=(E, loops - 1, 3))) * 0.1, 11: np.abs(rng.normal(size=(E, loops - 1, 3))) * 0.05}
+    out.update({"dynamics": pd.concat(steps, ignore_index=True), "dynamics__rows": pd.concat(per_row, ignore_index=True),
+                "dynamics__heads": dyn.heads_table(js)})
+    p = np.full((E, loops, C), 0.05)
+    for e, r in enumerate(rows):
+        ans = symbols.index(r["answer"])
+        for t in range(1, loops + 1):
+            p[e, t - 1, ans if t >= r["depth"] else (ans + t) % C] = 0.6 if t == r["depth"] else 0.9 if t > r["depth"] else 0.5
+    stats = ex.statistics(np.log(p), rng.normal(size=(E, loops, 4)).cumsum(1), np.array([symbols.index(r["answer"])
+                                                                                          for r in rows]))
+    cal = np.arange(E) % 2 == 0
+    depths = ex.sweep_depths(stats, loops, 1, ["max_prob", "stable"], {}, cal)
+    depths["fixed_k"] = {float(k): np.full(E, k) for k in range(1, loops + 1)}
+    depths["oracle"] = {np.nan: np.where(stats["correct"].any(1), stats["correct"].argmax(1) + 1, 1)}
+    table = ex.curve_table(depths, stats["correct"], cal, 1)
+    matched, tests = ex.match_and_test(table, depths, stats["correct"], cal, ["max_prob", "stable"], ["fixed_k"])
+    out.update({"exit_rules": table, "exit_rules__matched": matched, "exit_rules__test": tests,
+                "exit_rules__rows": ex.rows_table(rows, stats, cal, loops)})
+    return out
+
+
 def all_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
     """Every probe result and part, keyed by file stem."""
     rng = np.random.default_rng(seed)
@@ -219,7 +276,7 @@ def all_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
             "splice__verdict": verdict, "heads": hd, "heads__summary": hsum, "linear_probe": linear_probe(rng),
             "drift": dr, "drift__concentration": conc, "drift__heads": drift_heads, "halting": halting(),
             "halting__difficulty": halting_difficulty(), "gradient_audit": ga, "gradient_audit__fd": fd,
-            "latency": latency()}
+            "latency": latency(), **loop_dynamics(rng)}
 
 
 def summary(tables: dict[str, pd.DataFrame]) -> dict:

@@ -28,6 +28,13 @@ from workbench.plots.heads import head_concentration_figure, heads_figure
 from workbench.plots.lens import lens_agreement_figure, logit_lens_figure
 from workbench.plots.linear_probe import linear_probe_figure
 from workbench.plots.loop_accuracy import loop_accuracy_figure
+from workbench.plots.loop_dynamics import (
+    dynamics_figure,
+    dynamics_heads_figure,
+    exit_rules_figure,
+    lens_causal_figure,
+    lens_passes_figure,
+)
 
 Builder = Callable[..., go.Figure]
 
@@ -41,6 +48,9 @@ FIGURES: dict[str, list[Builder]] = {
     "linear_probe": [linear_probe_figure],
     "drift": [drift_figure, drift_heads_figure],
     "halting": [halting_figure],
+    "lens_agreement": [lens_passes_figure, lens_causal_figure],
+    "dynamics": [dynamics_figure, dynamics_heads_figure],
+    "exit_rules": [exit_rules_figure],
     "gradient_audit": [gradient_audit_figure],
     "latency": [latency_figure],
 }

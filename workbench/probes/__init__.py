@@ -25,7 +25,8 @@ from workbench.errors import WorkbenchError
 PROBES: dict[str, str] = {
     name: f"workbench.probes.{name}"
     for name in ("identity", "depth_matrix", "loop_accuracy", "overshoot", "logit_lens", "splice", "heads",
-                 "linear_probe", "drift", "halting", "gradient_audit", "latency")
+                 "linear_probe", "drift", "halting", "lens_agreement", "dynamics", "exit_rules", "gradient_audit",
+                 "latency")
 }
 
 
