@@ -150,7 +150,7 @@ def halting_objective(losses: torch.Tensor, probs: torch.Tensor, cfg: dict,
     survive = torch.cumprod(torch.cat([torch.ones_like(p[:, :1]), p[:, :-1]], 1), 1)
     q = survive * (1 - p)
     q = torch.cat([q[:, :-1], survive[:, -1:]], 1)                           # the budget absorbs the rest
-    depths = torch.arange(1, T + 1, dtype=q.dtype)
+    depths = torch.arange(1, T + 1, dtype=q.dtype, device=q.device)
     target = (labels < 0.5).float().argmax(1) + 1                          # first depth with no gain ahead
     quality = (q * (depths - target.unsqueeze(1)).abs()).sum(1)
     if cfg["objective"] == "act":
