@@ -7,6 +7,7 @@ import json
 import typer
 
 from workbench.defaults import EMBEDDED_DEFAULT
+from workbench.devices import DEVICE_HELP
 
 
 def identity(
@@ -15,21 +16,25 @@ def identity(
     loops: int = typer.Option(3, "--loops", help="Loops to run; loop 1 is compared with the base model."),
     attn: str = typer.Option("eager", "--attn", help="Attention implementation: eager or sdpa."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of the table."),
+    device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
 ) -> None:
     """Print max |Δlogit| between the base model and fresh retrofits at loop 1 (must be 0.0)."""
     from rich import box
     from rich.table import Table
 
+    from workbench.devices import device_record, resolve_device
     from workbench.headlines import console
     from workbench.identity import IDENTITY_PROMPTS, identity_report
     from workbench.models import load_base
 
+    run_on = resolve_device(device)   # before the model loads
     base, tok = load_base(model, attn_implementation=attn)
-    rows = identity_report(base, tok, block, loops=loops)
+    rows = identity_report(base.to(run_on), tok, block, loops=loops)   # base and retrofit on the same kernels
     worst = max(r["max_abs_diff"] for r in rows)
     if as_json:
         typer.echo(json.dumps({"model": model, "block": block, "loops": loops, "prompts": len(IDENTITY_PROMPTS),
-                               "kind": "fresh retrofit", "rows": rows, "max_abs_diff": worst}, indent=1))
+                               "kind": "fresh retrofit", "rows": rows, "max_abs_diff": worst,
+                               "device": device_record(device, run_on)}, indent=1))
     else:
         con = console()
         con.print(f"fresh retrofits of {model} at block {block}, loop 1 vs the base (must be 0.0):")
@@ -40,7 +45,7 @@ def identity(
         for r in rows:
             table.add_row(r["reentry"], str(r["memory"]), str(r["lora"]), str(r["max_abs_diff"]))
         con.print(table)
-        typer.echo(f"{model} block {block}, fresh retrofit, loop 1 vs base: max |Δlogit| over "
+        typer.echo(f"{model} block {block}, fresh retrofit, loop 1 vs base on {run_on}: max |Δlogit| over "
                    f"{len(IDENTITY_PROMPTS)} prompts = {worst}")
     if worst != 0.0:
         raise typer.Exit(1)
