@@ -28,12 +28,14 @@ def _upcast(x: torch.Tensor) -> torch.Tensor:
     return x if x.dtype == torch.float64 else x.float()
 
 
-def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="cpu") -> dict:
+def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="cpu", loops: int | None = None) -> dict:
     """Returns the tensors a training step needs for chase or p-hop rows (single-token symbols).
 
     Keys: input_ids, attention_mask [B, S] (left padded); candidates [B, N] token ids of the
     row's symbols; targets [B, T] index of x_t among the symbols (T = max depth; -1 past d);
     weights [B, T] (chain_weight for t < d, 1 at t = d, 0 past d); answer_ids [B]; depths [B].
+    `loops` widens T past the deepest row (masked loops: the loss is unchanged), so every rank's
+    shard of a global batch runs the same number of loops (an FSDP2-sharded Coda's collectives).
 
     Rows with multi-token answers (state tracking, arithmetic) get the reader's teacher-forced
     answer batch instead (`workbench.tasks.reader.answer_batch`: input_ids, attention_mask,
@@ -43,7 +45,7 @@ def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="c
         out = {**answer_batch(tokenizer, rows), "depths": torch.tensor([r["depth"] for r in rows])}
         return {**{k: v.to(device) for k, v in out.items()}, "answer_tokens": True}
     enc = encode_prompts(tokenizer, [r["prompt"] for r in rows])
-    T = max(r["depth"] for r in rows)
+    T = max([r["depth"] for r in rows] + [loops or 0])
     targets = torch.full((len(rows), T), -1, dtype=torch.long)
     weights = torch.zeros(len(rows), T)
     for i, r in enumerate(rows):

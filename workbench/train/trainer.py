@@ -60,6 +60,7 @@ from workbench.train.losses import (
 from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer
 from workbench.train.recipe import DENSE_KINDS, dumps, load_recipe
 from workbench.train.recipe import resolve as resolve_recipe
+from workbench.train.sharding import requested_engine, shard_frozen_base
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
 
@@ -107,6 +108,7 @@ class Trainer:
         self.recipe_dir = Path(recipe_dir) if recipe_dir is not None else Path.cwd()  # init_from resolves here
         self.acc, self.device = training_accelerator(device)   # --device; each rank's own under accelerate launch
         self.device_record = device_record(device, self.device)
+        self.engine, self.sharding = requested_engine(self.acc.num_processes), None   # ddp / fsdp2 (sharding.py)
         self.stages = recipe["stages"]
         self.total = sum(s["steps"] for s in self.stages)
         self.main_total = sum(s["steps"] for s in self.stages if s["kind"] != "halting")
@@ -154,6 +156,8 @@ class Trainer:
                 layer.compile()
         if self.parent is not None:
             rundir.load_trained(self.looped, self.parent / rundir.TRAINABLE, self.parent_groups)
+        if self.engine == "fsdp2":   # last: the frozen layers outside the block sharded, the block kept whole
+            self.sharding = shard_frozen_base(self.looped)
 
     def _set_precision(self) -> None:
         """Frozen weights to bf16 once (trained groups stay fp32) when the recipe asks and the hardware has it."""
@@ -325,7 +329,8 @@ class Trainer:
         shard = rows[self.acc.process_index::self.acc.num_processes]
         end = stage["chain_weight"] if stage["chain_weight_end"] is None else stage["chain_weight_end"]
         cw = stage["chain_weight"] + (end - stage["chain_weight"]) * local / max(stage["steps"] - 1, 1)
-        batch = make_batch(shard, self.tok, chain_weight=cw, device=self.device)
+        batch = make_batch(shard, self.tok, chain_weight=cw, device=self.device,
+                           loops=max(r["depth"] for r in rows))   # the global batch's loops on every rank
         info: dict = {"chain_weight": cw}
         self.opt.zero_grad(set_to_none=True)
         if stage["kind"] == "direct":
@@ -493,7 +498,7 @@ class Trainer:
 
     def _evaluate(self, step: int) -> None:
         """Depth × loop active-label accuracy on the held-out rows, into metrics.jsonl (main process)."""
-        if self.acc.is_main_process:
+        if self.acc.is_main_process or self.sharding:   # a sharded base reads on every rank (all-gathers)
             kinds = {s["kind"] for s in self.recipe["stages"]}
             dense = next((k for k in DENSE_KINDS if k in kinds), None)
             matrix, _ = (evaluate_dense(self.looped, self.tok, self.heldout, dense, self.recipe["eval"]["batch_size"])
@@ -508,7 +513,7 @@ class Trainer:
     def _check_guardrail(self, step: int) -> bool:
         """Scores the guardrail at loop 1 against the base; logs it; returns whether the run may go on."""
         passed = True
-        if self.acc.is_main_process:
+        if self.acc.is_main_process or self.sharding:
             now = self._guardrail()
             cmp = guardrail_compare(self.guardrail_base, now)
             passed = cmp.drop_points <= self.recipe["guardrail"]["max_drop"]
@@ -637,7 +642,7 @@ class Trainer:
                                                   "gate_step": self.state["live_gate"]},
                                      "stage2_frozen": None if frozen is None else True,
                                      "status": "finished", "precision": self.precision_record,
-                                     "device": self.device_record,
+                                     "device": self.device_record, "engine": self.sharding or {"engine": self.engine},
                                      "guardrail": self._guardrail_record(), "lineage": self.lineage})
         self.acc.wait_for_everyone()
 
