@@ -71,10 +71,14 @@ def check_training(device, args) -> str:
     if len(steps) != args.steps:
         raise AssertionError(f"logged {len(steps)} of {args.steps} steps")
     diffs = [abs(mine[s] - cpu[s]) for s in steps]
-    pairs = ", ".join(f"{s}: {mine[s]:.4f} / {cpu[s]:.4f}" for s in steps[:3] + steps[-2:])
+    shown = sorted(set(steps[:3] + steps[-2:]))
+    pairs = ", ".join(f"{s}: {mine[s]:.4f} / {cpu[s]:.4f}" for s in shown)
+    from workbench.precision import resolve_precision
+
+    used = resolve_precision("bf16", device, warn=lambda m: None)[0]   # fp32 on a CPU without bf16 units
     (args.out / "train_losses.json").write_text(json.dumps({"steps": steps, "device": [mine[s] for s in steps],
                                                             "cpu_keeper": [cpu[s] for s in steps]}, indent=1))
-    return (f"{args.steps} steps in {summary['wall_s']} s; loss (this device / CPU keeper) at step {pairs}; "
+    return (f"{args.steps} steps in {summary['wall_s']} s ({used}); loss (this device / CPU keeper, bf16) at step {pairs}; "
             f"max |Δloss| {max(diffs):.4f}, mean {sum(diffs) / len(diffs):.4f}")
 
 

@@ -9,15 +9,19 @@ provenance and summaries says what was asked, what was used and the device's nam
 from __future__ import annotations
 
 import re
-
-import torch
+from typing import TYPE_CHECKING
 
 from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:   # torch loads when a device is resolved, not when the CLI starts
+    import torch
 
 DEVICE_HELP = "auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda or cuda:N."
 
 
 def _gpus() -> int:
+    import torch
+
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
@@ -30,6 +34,8 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     Raises:
         WorkbenchError: a malformed name, CUDA without a visible GPU, or an index past the last GPU.
     """
+    import torch
+
     if isinstance(spec, torch.device):
         return spec
     spec = "auto" if spec is None else str(spec).strip().lower()
@@ -54,6 +60,8 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
 
 def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU's model name."""
+    import torch
+
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     from workbench.precision import detect_hardware
@@ -78,6 +86,7 @@ def training_accelerator(spec=None):
     rank takes the device accelerate gives it (`cuda:<local rank>`, or the CPU over gloo), so a
     single GPU's index is refused there.
     """
+    import torch
     from accelerate import Accelerator
 
     device = resolve_device(spec)
