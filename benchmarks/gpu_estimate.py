@@ -87,7 +87,30 @@ def static_bytes(s: Split, precision: str) -> dict:
             "grads_and_adam": trained * 12}
 
 
-def measure(name: str, cfg: dict, block, precision: str, T: int, seq_tokens: list[int], timed: bool) -> dict:
+def layer_saved_bytes(s: Split, seq: int, precision: str) -> float:
+    """Bytes one decoder-layer execution saves for backward, per token (frozen weights, LoRA on its projections).
+
+    Saved: both norms' inputs (fp32 residual stream), the projections' inputs (the normed stream once in fp32;
+    under bf16 autocast each of the q/k/v, LoRA-A and gate/up calls saves its own bf16 cast), Q and the
+    repeated K and V (H x hd each), the attention probabilities (fp32 softmax output; plus a bf16 cast under
+    autocast), o_proj's input, and the MLP's gate, SiLU, up and down inputs (d_ff each).
+    """
+    d, h, hd, ff = s.d, s.heads, s.head_dim, s.d_ff
+    if precision == "fp32":
+        return 4.0 * (5 * d + 4 * h * hd + h * seq + 4 * ff)
+    return 4.0 * 2 * d + 2.0 * (4 * d + 2 * d + 4 * h * hd + 4 * ff) + 4.0 * h * seq + 2.0 * h * seq
+
+
+def saved_bytes(s: Split, rows: int, seq: int, T: int, precision: str, kl_seq: int = 64) -> float:
+    """Saved-for-backward bytes of one step: block and Coda layers at every loop (the Prelude saves nothing:
+    no tensor upstream of it trains), and the KL's student pass at loop 1."""
+    main = T * (s.k + s.coda) * rows * seq * layer_saved_bytes(s, seq, precision)
+    kl = (s.k + s.coda) * KL_ROWS * kl_seq * layer_saved_bytes(s, kl_seq, precision)
+    return main + kl
+
+
+def measure(name: str, cfg: dict, block, precision: str, T: int, seq_tokens: list[int], timed: bool,
+            count_ops: bool = False) -> dict:
     """Saved-for-backward bytes (and the wall time) of one real step on this CPU."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
@@ -126,7 +149,7 @@ def measure(name: str, cfg: dict, block, precision: str, T: int, seq_tokens: lis
             pass
         return t
 
-    def step():
+    def step(backward: bool = True):
         storages.clear()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
             r = looped.read(ids, attention_mask=mask, loops=T, candidates=cands)
@@ -138,16 +161,33 @@ def measure(name: str, cfg: dict, block, precision: str, T: int, seq_tokens: lis
             lt, ls = t_scores[:, 0].float().log_softmax(-1), s_scores[:, 0].float().log_softmax(-1)
             loss = loss + 20.0 * (lt.exp() * (lt - ls)).sum(-1).mean()
         saved = sum(storages.values())
+        if not backward:
+            return saved
         loss.backward()
         for p in trained:
             p.grad = None
         return saved
 
+    if count_ops:   # aten operations of one whole step (forward, KL, backward): each is a kernel launch on a GPU
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Count(TorchDispatchMode):
+            n = 0
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                Count.n += 1
+                return func(*args, **(kwargs or {}))
+
+        with Count():
+            saved = step()
+        return {"saved_bytes": saved, "aten_ops": Count.n, "cpu_step_s": None}
+    if not timed:
+        return {"saved_bytes": step(backward=False), "cpu_step_s": None}
     step()   # warm
     t0 = time.perf_counter()
     saved = step()
     wall = time.perf_counter() - t0
-    return {"saved_bytes": saved, "cpu_step_s": round(wall, 2) if timed else None}
+    return {"saved_bytes": saved, "cpu_step_s": round(wall, 2)}
 
 
 class _adapter_off:
@@ -180,7 +220,11 @@ def main(argv=None) -> int:
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--models", default=",".join(MODELS))
-    p.add_argument("--no-time", action="store_true", help="measure saved bytes only (no timed step)")
+    p.add_argument("--no-time", action="store_true", help="measure saved bytes only (one forward, no timed step)")
+    p.add_argument("--measure", default="SmolLM2-135M", help="models whose saved bytes are measured (comma list)")
+    p.add_argument("--count-ops", action="store_true", help="count the aten operations of a step (T = 1, 2)")
+    p.add_argument("--measure-loops", type=int, default=None, help="loops of the measured step (default the support; "
+                   "the model is linear in the loops, so a shorter one calibrates it)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     seqs = prompt_tokens()
@@ -188,18 +232,32 @@ def main(argv=None) -> int:
     out = {"setting": {"batch": BATCH, "N": N, "support_loops": SUPPORT, "prompt_tokens_max": seq,
                        "prompt_tokens_min": min(seqs), "lora_r": LORA_R, "kl": [KL_ROWS, KL_POSITIONS, 64]},
            "machine": {"threads": torch.get_num_threads(), "torch": torch.__version__}, "models": {}}
+    calibration = None
     for name in args.models.split(","):
         cfg, block = MODELS[name]
         s = split(cfg, block)
         flops = step_flops(s, BATCH, seq, SUPPORT, N, 64)
         rec = {"block": list(block), "flops_per_step": flops}
+        if name in args.measure.split(","):   # the model's real saved bytes at this exact shape, fp32, forward only
+            T = args.measure_loops or SUPPORT
+            m = measure(name, cfg, block, "fp32", T, seqs, timed=not args.no_time)
+            rec["measured_fp32"] = {**m, "loops": T}
+            calibration = m["saved_bytes"] / saved_bytes(s, BATCH, seq, T, "fp32")
+            rec["measured_over_model"] = round(calibration, 3)
         for precision in ("bf16", "fp32"):
-            m = measure(name, cfg, block, precision, SUPPORT, seqs, timed=not args.no_time)
             st = static_bytes(s, precision)
-            rec[precision] = {**st, **m, "total_bytes": st["weights"] + st["grads_and_adam"] + m["saved_bytes"],
-                              "cpu_gflops": round(flops / m["cpu_step_s"] / 1e9, 1) if m["cpu_step_s"] else None}
-            print(name, precision, json.dumps(rec[precision]), flush=True)
+            act = saved_bytes(s, BATCH, seq, SUPPORT, precision)
+            rec[precision] = {**st, "saved_model": act, "saved_calibrated": act * (calibration or 1.0),
+                              "total_bytes": st["weights"] + st["grads_and_adam"] + act * (calibration or 1.0)}
+        print(name, json.dumps(rec), flush=True)
         out["models"][name] = rec
+    out["calibration"] = calibration
+    if args.count_ops:   # ops(T) = c0 + c1 T from T = 1 and 2 (SmolLM2's shapes; the op count does not depend on them)
+        cfg, block = MODELS["SmolLM2-135M"]
+        ops = {T: measure("SmolLM2-135M", cfg, block, "fp32", T, [32], timed=False, count_ops=True)["aten_ops"]
+               for T in (1, 2)}
+        out["aten_ops"] = {"T1": ops[1], "T2": ops[2], "per_loop": ops[2] - ops[1],
+                           f"T{SUPPORT}": ops[1] + (SUPPORT - 1) * (ops[2] - ops[1])}
     text = json.dumps(out, indent=1)
     if args.out:
         args.out.write_text(text + "\n")
