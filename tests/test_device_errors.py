@@ -87,3 +87,12 @@ def test_a_shipped_preset_needs_its_gpus_unless_told_cpu(capsys, monkeypatch, tm
     code, _, err = invoke(capsys, monkeypatch, "launch", "smollm2_lora_chase", "--preset", "zero3")
     assert_clean_error(code, err, "'zero3' is not a shipped preset (ddp, fsdp2)")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_recipe_is_refused_before_any_process_starts(capsys, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = invoke(capsys, monkeypatch, "launch", "smollm2_lora_chase", "--cpu", "--set", "optim.lrr=1")
+    assert_clean_error(code, err, "optim.lrr")
+    code, _, err = invoke(capsys, monkeypatch, "launch", "no_such_recipe", "--cpu")
+    assert_clean_error(code, err, "no_such_recipe")
+    assert list(tmp_path.iterdir()) == []

@@ -91,8 +91,12 @@ def launch(
     resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's latest checkpoint."),
 ) -> None:
     """Train a recipe on several processes: accelerate launch with a preset, each rank on its own device."""
+    from workbench.defaults import resolve
+    from workbench.train.recipe import load_recipe
+
     path = preset_path(preset)
     check_preset(path, processes, cpu)
+    load_recipe(resolve("recipe", recipe), overrides)   # a bad recipe or --set: one line here, not one per rank
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
     if accelerate is None:
         raise WorkbenchError("accelerate's launcher is not installed next to this Python")
