@@ -145,10 +145,12 @@ def check_ddp(device, args) -> str:
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     if gpus < 2 and not args.cpu_ddp:
         return f"skipped: {gpus} GPU(s) (needs 2)"
-    steps = 2 if args.quick else 5
+    per_stage = 1 if args.quick else 2          # each of the recipe's three stages
+    steps = 3 * per_stage
     cmd = [sys.executable, "-m", "workbench", "launch", DEFAULT_RECIPE, "--preset", "ddp", "--processes", "2",
-           "--out", str(args.out / "ddp"), "--set", f"stages.0.steps={steps}", "--set", "stages.1.steps=0",
-           "--set", "stages.2.steps=0", "--set", "eval.per_depth=4", "--set", "guardrail.enabled=false"]
+           "--out", str(args.out / "ddp"), "--set", "eval.per_depth=4", "--set", "guardrail.enabled=false"]
+    for i in range(3):
+        cmd += ["--set", f"stages.{i}.steps={per_stage}"]
     if args.cpu_ddp:
         cmd.append("--cpu")
     done = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -195,7 +197,8 @@ def main(argv=None) -> int:
     head = (f"GPU smoke on {device} ({name}); torch {torch.__version__}, CUDA {torch.version.cuda}; "
             f"{'quick (dry) counts' if args.quick else 'full counts'}; total {total} s")
     table = ["| check | ok | result | s |", "|---|---|---|---|"]
-    table += [f"| {r['check']} | {'yes' if r['ok'] else 'NO'} | {r['result']} | {r['seconds']} |" for r in rows]
+    table += [f"| {r['check']} | {'yes' if r['ok'] else 'NO'} | {r['result'].replace('|', chr(92) + '|')} | "
+              f"{r['seconds']} |" for r in rows]
     text = head + "\n\n" + "\n".join(table) + "\n"
     (args.out / "gpu_smoke.md").write_text(text)
     (args.out / "gpu_smoke.json").write_text(json.dumps({"device": str(device), "name": name, "total_s": total,
