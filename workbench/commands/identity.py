@@ -37,7 +37,7 @@ def identity(
                                "device": device_record(device, run_on)}, indent=1))
     else:
         con = console()
-        con.print(f"fresh retrofits of {model} at block {block}, loop 1 vs the base (must be 0.0):")
+        con.print(f"fresh retrofits of {model} at block {block} on {run_on}, loop 1 vs the base (must be 0.0):")
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
         for name in ("re-entry", "memory", "LoRA (B = 0)"):
             table.add_column(name)
@@ -45,7 +45,7 @@ def identity(
         for r in rows:
             table.add_row(r["reentry"], str(r["memory"]), str(r["lora"]), str(r["max_abs_diff"]))
         con.print(table)
-        typer.echo(f"{model} block {block}, fresh retrofit, loop 1 vs base on {run_on}: max |Δlogit| over "
+        typer.echo(f"{model} block {block}, fresh retrofit, loop 1 vs base: max |Δlogit| over "
                    f"{len(IDENTITY_PROMPTS)} prompts = {worst}")
     if worst != 0.0:
         raise typer.Exit(1)
