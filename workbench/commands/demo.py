@@ -85,7 +85,7 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
     run_on = resolve_device(device)
     base, tok = load_base(EMBEDDED_DEFAULT)
     base.to(run_on)
-    say(f"loaded {EMBEDDED_DEFAULT}: {base.config.num_hidden_layers} layers, width {base.config.hidden_size}, on {run_on}")
+    say(f"loaded {EMBEDDED_DEFAULT}: {base.config.num_hidden_layers} layers, width {base.config.hidden_size}")
     headline: dict = {"model": EMBEDDED_DEFAULT, "device": device_record(device, run_on)}
 
     if not skip_selection:
