@@ -21,6 +21,7 @@ from workbench.commands.compare import compare
 from workbench.commands.demo import demo
 from workbench.commands.figures import figures
 from workbench.commands.identity import identity
+from workbench.commands.launch import launch
 from workbench.commands.probe import probe
 from workbench.commands.report import report
 from workbench.commands.rows import rows
@@ -48,6 +49,7 @@ app.command("demo")(demo)
 app.command("rows")(rows)
 app.command("select-block")(select_block)
 app.command("train")(train)
+app.command("launch")(launch)
 app.command("probe")(probe)
 app.command("compare")(compare)
 app.command("report")(report)

@@ -27,7 +27,7 @@ import torch
 from workbench.errors import WorkbenchError
 from workbench.loop.positions import position_ids
 from workbench.precision import autocast
-from workbench.tasks.reader import candidate_ids, encode_prompts
+from workbench.tasks.reader import _device, candidate_ids, encode_prompts
 
 KINDS = ("direct", "scratchpad")
 
@@ -109,8 +109,9 @@ def read_direct(looped, tokenizer, rows: list[dict], batch_size: int = 16) -> pd
     preds = []
     for i in range(0, len(rows), batch_size):
         chunk = rows[i:i + batch_size]
-        enc = encode_prompts(tokenizer, [r["prompt"] for r in chunk])
-        cands = torch.stack([candidate_ids(tokenizer, r["symbols"]) for r in chunk])
+        device = _device(looped)
+        enc = {k: v.to(device) for k, v in encode_prompts(tokenizer, [r["prompt"] for r in chunk]).items()}
+        cands = torch.stack([candidate_ids(tokenizer, r["symbols"]) for r in chunk]).to(device)
         r = looped.read(enc["input_ids"], attention_mask=enc["attention_mask"], loops=1, candidates=cands)
         best = r.scores[:, 0, -1, :].argmax(-1).tolist()
         preds += [row["symbols"][j] for row, j in zip(chunk, best)]
@@ -121,11 +122,12 @@ def read_direct(looped, tokenizer, rows: list[dict], batch_size: int = 16) -> pd
 def _decode(looped, tokenizer, chunk: list[dict], steps: int) -> list[list[int]]:
     """Greedy decoding of `steps` symbols for each row (restricted to its symbols), KV-cached; symbol indices."""
     base = looped.base
+    device = _device(looped)
     enc = encode_prompts(tokenizer, [r["prompt"] for r in chunk])
-    cands = torch.stack([candidate_ids(tokenizer, r["symbols"]) for r in chunk])
-    ids, mask = enc["input_ids"], enc["attention_mask"]
+    cands = torch.stack([candidate_ids(tokenizer, r["symbols"]) for r in chunk]).to(device)
+    ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)
     written: list[list[int]] = [[] for _ in chunk]
-    rows = torch.arange(len(chunk))
+    rows = torch.arange(len(chunk), device=device)
     with autocast(looped.precision, ids.device.type):
         out = base(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=True,
                    logits_to_keep=1)  # only the last position is read

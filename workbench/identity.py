@@ -39,7 +39,7 @@ def max_abs_diff(looped, input_ids, attention_mask, reference: torch.Tensor, loo
         out = looped(input_ids, attention_mask, loops=1).logits
         diff = (out - reference).abs()[real].max().item()
         if loops > 1:
-            positions = torch.arange(input_ids.shape[1]).expand(input_ids.shape[0], -1)
+            positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
             first = looped.read(input_ids, attention_mask, loops=loops, positions=positions).scores[:, 0]
             diff = max(diff, (first - reference).abs()[real].max().item())
     return diff
@@ -88,7 +88,7 @@ def identity_report(base, tokenizer, block, loops: int = 3, prompts=IDENTITY_PRO
     """
     if not isinstance(loops, int) or not 1 <= loops <= 64:
         raise WorkbenchError(f"loops={loops!r} is outside 1..64 for the identity check")
-    enc = tokenizer(list(prompts), return_tensors="pt", padding=True)
+    enc = tokenizer(list(prompts), return_tensors="pt", padding=True).to(next(base.parameters()).device)
     ref = base_logits(base, enc.input_ids, enc.attention_mask)
     rows = []
     variants = [(d, m, False) for d in designs for m in (False, True)]

@@ -36,7 +36,7 @@ from workbench.loop.surgery import check_block, retrofit
 from workbench.models import decoder_layers
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.guardrail import guardrail_rows
-from workbench.tasks.reader import read_rows
+from workbench.tasks.reader import _device, read_rows
 
 MAX_TOKENS = 128          # texts are truncated to this many tokens (their final token is then the read one)
 HELDOUT_EVERY = 4         # every 4th text is held out for the loss; the rest feed the angular curve
@@ -62,7 +62,7 @@ def final_token_states(model, input_ids: torch.Tensor, attention_mask: torch.Ten
     final norm into its last element (checked on 5.24); the curve must not see that norm.
     """
     layers = decoder_layers(model)
-    rows = torch.arange(input_ids.shape[0])
+    rows = torch.arange(input_ids.shape[0], device=input_ids.device)
     last = last_real_token(attention_mask)
     x_in, x_out = [None] * len(layers), [None] * len(layers)
 
@@ -84,10 +84,10 @@ def final_token_states(model, input_ids: torch.Tensor, attention_mask: torch.Ten
     return torch.stack(x_in, dim=1), torch.stack(x_out, dim=1)
 
 
-def _batches(tokenizer, texts: list[str], batch_size: int, max_tokens: int):
+def _batches(tokenizer, texts: list[str], batch_size: int, max_tokens: int, device="cpu"):
     for i in range(0, len(texts), batch_size):
         yield tokenizer(texts[i:i + batch_size], return_tensors="pt", padding=True,
-                        truncation=True, max_length=max_tokens)
+                        truncation=True, max_length=max_tokens).to(device)
 
 
 def angular_distances(model, tokenizer, texts: list[str], batch_size: int = 8,
@@ -101,9 +101,9 @@ def angular_distances(model, tokenizer, texts: list[str], batch_size: int = 8,
         raise WorkbenchError("angular_distances needs at least one text; got none")
     total = torch.zeros(len(decoder_layers(model)), dtype=torch.float64)
     bar = tqdm(total=len(texts), desc="angular distance", unit="text", disable=not progress)
-    for enc in _batches(tokenizer, texts, batch_size, max_tokens):
+    for enc in _batches(tokenizer, texts, batch_size, max_tokens, _device(model)):
         x_in, x_out = final_token_states(model, enc.input_ids, enc.attention_mask)
-        total += angular_distance_between(x_in, x_out).sum(dim=0)
+        total += angular_distance_between(x_in, x_out).sum(dim=0).cpu()
         bar.update(enc.input_ids.shape[0])
     bar.close()
     return (total / len(texts)).tolist()
@@ -230,7 +230,7 @@ def window_ablation(model, tokenizer, windows: list[tuple[int, int]], heldout: l
     """
     if not windows:
         raise WorkbenchError("window_ablation needs at least one window; got none")
-    encodings = list(_batches(tokenizer, heldout, batch_size, max_tokens))
+    encodings = list(_batches(tokenizer, heldout, batch_size, max_tokens, _device(model)))
     results = []
     base_loss = None
     for a, b in tqdm(windows, desc="window ablation", unit="window", disable=not progress):

@@ -16,6 +16,7 @@ from pathlib import Path
 import typer
 
 from workbench.defaults import DEFAULT_KEEPER, DEFAULT_RECIPE, DEMO_BATTERY, resolve, resolve_run
+from workbench.devices import DEVICE_HELP
 
 
 def _step(say, title: str) -> float:
@@ -35,10 +36,13 @@ def demo(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out that the workbench wrote."),
     as_json: bool = typer.Option(False, "--json", help="End with the machine-readable summary (demo.json) "
                                  "instead of the headline table."),
+    device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
 ) -> None:
     """The main job on the embedded default: select, retrofit, identity, probe, report."""
+    from workbench.devices import resolve_device
     from workbench.io import gate_output, mark_output, write_json_atomic
 
+    resolve_device(device)   # a device the machine lacks: one line, nothing written
     say = partial(typer.echo, err=as_json)  # with --json only the JSON goes to stdout
     gate = gate_output(out, "demo", overwrite=overwrite, reading=[resolve_run(DEFAULT_KEEPER)])  # before any work
     # All or nothing: every part is written into a hidden sibling and moved into place at the end, so an
@@ -46,7 +50,7 @@ def demo(
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
     staging.mkdir(parents=True, exist_ok=False)
     try:
-        headline, summary = _run(say, staging, out, train_steps, eval_per_depth, skip_selection)
+        headline, summary = _run(say, staging, out, train_steps, eval_per_depth, skip_selection, device)
         write_json_atomic(staging / "demo.json", headline)
         mark_output(staging, "demo")
         gate.commit_dir(staging)
@@ -65,8 +69,10 @@ def demo(
         raise typer.Exit(1)
 
 
-def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, skip_selection: bool):
+def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, skip_selection: bool,
+         device: str = "auto"):
     """The demo's steps, written into `staging` (which becomes `out`); returns (headline, battery summary)."""
+    from workbench.devices import device_record, resolve_device
     from workbench.identity import identity_report
     from workbench.io import write_json_atomic
     from workbench.models import EMBEDDED_DEFAULT, load_base
@@ -76,9 +82,11 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
     from workbench.train.rundir import read_retrofit
 
     start = time.perf_counter()
+    run_on = resolve_device(device)
     base, tok = load_base(EMBEDDED_DEFAULT)
+    base.to(run_on)
     say(f"loaded {EMBEDDED_DEFAULT}: {base.config.num_hidden_layers} layers, width {base.config.hidden_size}")
-    headline: dict = {"model": EMBEDDED_DEFAULT}
+    headline: dict = {"model": EMBEDDED_DEFAULT, "device": device_record(device, run_on)}
 
     if not skip_selection:
         t0 = _step(say, "1. block selection (angular distance, Kneedle, window ablation)")
@@ -97,7 +105,7 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
         t0 = _step(say, f"2. training the default recipe for {train_steps} steps")
         overrides = [f"stages.{i}.steps={max(1, train_steps // 3)}" for i in range(3)]
         overrides.append(f"eval.per_depth={eval_per_depth}")
-        summary = train(DEFAULT_RECIPE, out=staging / "run", overrides=overrides)
+        summary = train(DEFAULT_RECIPE, out=staging / "run", overrides=overrides, device=device)
         checkpoint, shown = Path(summary["run_dir"]), str(out / "run")  # where the run will be once moved
         say(f"trained {summary['steps']} steps in {time.perf_counter() - t0:.0f} s")
     block = read_retrofit(checkpoint)[1].block
@@ -116,7 +124,8 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
         write_report(probe_staging, shown_as=out / "probe")
 
     t0 = _step(say, f"4. probing {shown} with the {DEMO_BATTERY} battery")
-    summary = run_battery(str(checkpoint), resolve("battery", DEMO_BATTERY), staging / "probe", finish=finish)
+    summary = run_battery(str(checkpoint), resolve("battery", DEMO_BATTERY), staging / "probe", finish=finish,
+                          device=device)
     summary["checkpoint"]["path"] = shown
     headline["probes"] = summary["probes"]
     say(f"probes done in {time.perf_counter() - t0:.0f} s")

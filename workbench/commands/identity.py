@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from workbench.defaults import EMBEDDED_DEFAULT
+from workbench.devices import DEVICE_HELP
 
 
 def identity(
@@ -17,16 +18,19 @@ def identity(
     loops: int = typer.Option(3, "--loops", help="Loops to run; loop 1 is compared with the base model."),
     attn: str = typer.Option("eager", "--attn", help="Attention implementation: eager or sdpa."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of the table."),
+    device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
 ) -> None:
     """Print max |Δlogit| between the base model and fresh retrofits at loop 1 (must be 0.0)."""
     from rich import box
     from rich.table import Table
 
+    from workbench.devices import device_record, resolve_device
     from workbench.headlines import console
     from workbench.identity import IDENTITY_PROMPTS, identity_report
     from workbench.models import load_base
     from workbench.native import native_family
 
+    run_on = resolve_device(device)   # before the model loads
     if native_family(model) is not None:  # a native looped model: its adapter against transformers' own forward
         from workbench.native.check import exactness
 
@@ -42,14 +46,15 @@ def identity(
 
         raise WorkbenchError("identity needs --block A:B for a retrofit (the layers to loop)")
     base, tok = load_base(model, attn_implementation=attn)
-    rows = identity_report(base, tok, block, loops=loops)
+    rows = identity_report(base.to(run_on), tok, block, loops=loops)   # base and retrofit on the same kernels
     worst = max(r["max_abs_diff"] for r in rows)
     if as_json:
         typer.echo(json.dumps({"model": model, "block": block, "loops": loops, "prompts": len(IDENTITY_PROMPTS),
-                               "kind": "fresh retrofit", "rows": rows, "max_abs_diff": worst}, indent=1))
+                               "kind": "fresh retrofit", "rows": rows, "max_abs_diff": worst,
+                               "device": device_record(device, run_on)}, indent=1))
     else:
         con = console()
-        con.print(f"fresh retrofits of {model} at block {block}, loop 1 vs the base (must be 0.0):")
+        con.print(f"fresh retrofits of {model} at block {block} on {run_on}, loop 1 vs the base (must be 0.0):")
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
         for name in ("re-entry", "memory", "LoRA (B = 0)"):
             table.add_column(name)

@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 
 from workbench.defaults import EMBEDDED_DEFAULT
+from workbench.devices import DEVICE_HELP
 
 
 def probe(
@@ -30,6 +31,7 @@ def probe(
                                   "autocast; about 1.75x faster reads on a CPU with bf16 units). identity and "
                                   "gradient_audit always run in fp32."),
     as_json: bool = typer.Option(False, "--json", help="Print the machine-readable summary instead of the table."),
+    device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
 ) -> None:
     """Run the probe battery on a checkpoint: one parquet per probe table, summary.json, report.html."""
     from workbench.probes import parse_only
@@ -37,7 +39,7 @@ def probe(
     from workbench.report import write_report
 
     summary = run_battery(checkpoint, battery, out, rows=rows, only=parse_only(only), overwrite=overwrite, seed=seed,
-                          precision=precision, finish=lambda staging: write_report(staging, shown_as=out))
+                          precision=precision, finish=lambda staging: write_report(staging, shown_as=out), device=device)
     print_summary(summary, as_json)
     if not as_json:
         typer.echo(f"results: {out} ({summary['wall_s']:.0f} s)")

@@ -16,6 +16,7 @@ from pathlib import Path
 import typer
 
 from workbench.defaults import EMBEDDED_DEFAULT
+from workbench.devices import DEVICE_HELP
 from workbench.io import gate_output, mark_output, write_text_atomic
 
 SELECTION_JSON = "block_selection.json"
@@ -30,18 +31,21 @@ def select_block(
     out: Path = typer.Option(Path("results/select_block"), "--out", help="Output directory (must be new or empty)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty --out directory that "
                                    "the workbench wrote."),
+    device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
 ) -> None:
     """Find the loopable span (angular distance + Kneedle) and rank windows in it by loop-2 damage."""
+    from workbench.devices import device_record, resolve_device
     from workbench.models import load_base, weights_sha256
     from workbench.plots.selection import angular_distance_figure
     from workbench.selection import load_corpus
     from workbench.selection import select_block as run_selection
 
+    run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written
     gate = gate_output(out, "select-block", overwrite=overwrite, reading=[corpus, model])  # before any work
     texts = load_corpus(corpus)  # read before the model loads: a bad path fails fast
     start = time.perf_counter()
     base, tok = load_base(model)
-    selection = run_selection(base, tok, texts=texts, window=window)
+    selection = run_selection(base.to(run_on), tok, texts=texts, window=window)
     record = {
         **selection.to_dict(),
         "model": model,
@@ -49,6 +53,7 @@ def select_block(
         "corpus": str(corpus) if corpus else "built-in (workbench/data/corpus.txt)",
         "corpus_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest(),
         "seconds": round(time.perf_counter() - start, 1),
+        "device": device_record(device, run_on),
     }
     html = angular_distance_figure(record).to_html(include_plotlyjs=True, full_html=True)
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")  # both files or neither, old ones kept until then

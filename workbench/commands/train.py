@@ -7,6 +7,8 @@ from typing import List, Optional
 
 import typer
 
+from workbench.devices import DEVICE_HELP
+
 
 def _matrix_lines(matrix: dict) -> list[str]:
     lines = []
@@ -23,11 +25,12 @@ def train(
     overrides: List[str] = typer.Option([], "--set", help="Override a recipe key: key=value (repeatable), "
                                         "e.g. --set optim.lr=3e-4 --set stages.0.steps=50."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's latest checkpoint."),
+    device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
 ) -> None:
     """Train a recipe; print the held-out depth x loop accuracy before and after."""
     from workbench.train.trainer import train as run_training
 
-    summary = run_training(recipe, out=out, overrides=overrides, resume=resume)
+    summary = run_training(recipe, out=out, overrides=overrides, resume=resume, device=device)
     typer.echo(f"run: {summary['run_dir']}  steps: {summary['steps']}  wall: {summary['wall_s']:.0f} s")
     g = summary.get("guardrail")
     if g:

@@ -38,6 +38,7 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.defaults import EMBEDDED_DEFAULT, resolve, resolve_run
+from workbench.devices import device_record, resolve_device
 from workbench.errors import WorkbenchError
 from workbench.io import (
     atomic_path,
@@ -215,7 +216,7 @@ EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is 
 
 def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | os.PathLike, rows: str | None = None,
                 only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
-                progress: bool = True, precision: str = "fp32", finish=None) -> dict:
+                progress: bool = True, precision: str = "fp32", finish=None, device=None) -> dict:
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:
@@ -230,8 +231,10 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
             The identity and gradient-audit probes run first, in fp32, whatever is asked.
         finish: called with the staging directory once tables and summary.json are in it, before it
             replaces `out` (the probe command writes the report there: computation never draws).
+        device: "auto" (None), "cpu", "cuda" or "cuda:N" (`workbench.devices`), recorded in the summary.
     """
     start = time.perf_counter()
+    run_on = resolve_device(device)   # before anything is read or written: a bad name is one line
     native = native_family(str(checkpoint)) is not None
     if native and precision != "fp32":
         raise WorkbenchError(f"--precision {precision} is for retrofits; a native looped model runs in the dtype "
@@ -245,7 +248,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}  # checked first
     gate = gate_output(out, "probe", overwrite=overwrite, reading=reading)  # before any work; held to the move
     out = Path(out)
-    used, precision_record = resolve_precision(precision, "cuda" if torch.cuda.is_available() else "cpu")
+    used, precision_record = resolve_precision(precision, run_on)
     if progress and precision != "fp32":
         tqdm.write(f"precision: {used} ({precision_record['hardware']['name']}; bf16 units: "
                    f"{', '.join(precision_record['hardware']['bf16_units']) or 'none'}); identity and gradient_audit in fp32")
@@ -253,8 +256,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
         todo = {**{n: o for n, o in todo.items() if n in EXACT_PROBES},
                 **{n: o for n, o in todo.items() if n not in EXACT_PROBES}}
     model, tok, info = load_checkpoint(checkpoint)
-    if torch.cuda.is_available():
-        model.to("cuda")
+    model.to(run_on)
     context = {"batch_size": spec["batch_size"], "seed": seed, "progress": progress, "base": info["base"],
                "support": info["support"]}
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
@@ -263,6 +265,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     summary = {"probes": {}, "probe_runs": {}, "checkpoint": checkpoint,
                "manifests": {m: {k: man.sidecar[k] for k in ("rows_sha256", "row_ids_sha256")} for m, man in manifests.items()},
                "model": _model_record(model, info), "battery": spec["path"], "seed": seed, "created_by": _created_by(),
+               "device": device_record(device, run_on),
                "precision": {**precision_record, "fp32_probes": [n for n in todo if n in EXACT_PROBES or used == "fp32"]}}
     try:
         for name in tqdm(todo, desc="probes", disable=not progress):

@@ -41,7 +41,7 @@ def gradient_audit(looped, batch, tokenizer=None, eps: float = 1e-3, seed: int =
         batch: a dict from `make_batch`, or chase rows (then `tokenizer` is needed).
     """
     if isinstance(batch, list):
-        batch = make_batch(batch, tokenizer)
+        batch = make_batch(batch, tokenizer, device=next(looped.parameters()).device)
     groups = _audit_groups(looped)
     flags = {p: p.requires_grad for p in looped.parameters()}
     trainable = [p for p in looped.parameters() if p.requires_grad] or list(looped.reentry.parameters())
@@ -72,7 +72,8 @@ def _finite_difference(looped, batch, ids: list[int], eps: float, seed: int, dty
     model.eval()
     params = [p for i, p in enumerate(model.parameters()) if i in set(ids)]
     gen = torch.Generator().manual_seed(seed)
-    direction = [torch.randn(p.shape, generator=gen, dtype=dtype) for p in params]
+    # drawn on the host (the same direction on every device), then moved to the parameters
+    direction = [torch.randn(p.shape, generator=gen, dtype=dtype).to(p.device) for p in params]
     norm = torch.sqrt(sum(d.pow(2).sum() for d in direction))
     direction = [d / norm for d in direction]
     for p in model.parameters():

@@ -29,12 +29,14 @@ def _upcast(x: torch.Tensor) -> torch.Tensor:
 
 
 def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="cpu",
-               park_loops: int | None = None) -> dict:
+               park_loops: int | None = None, loops: int | None = None) -> dict:
     """Returns the tensors a training step needs for chase or p-hop rows (single-token symbols).
 
     Keys: input_ids, attention_mask [B, S] (left padded); candidates [B, N] token ids of the
     row's symbols; targets [B, T] index of x_t among the symbols (T = max depth; -1 past d);
     weights [B, T] (chain_weight for t < d, 1 at t = d, 0 past d); answer_ids [B]; depths [B].
+    `loops` widens T past the deepest row (masked loops: the loss is unchanged), so every rank's
+    shard of a global batch runs the same number of loops (an FSDP2-sharded Coda's collectives).
 
     `park_loops` = T (at least the deepest row's d) makes it a *park* batch: every loop t in d..T
     targets the answer x_d with weight 1 (the answer loss only at loops T >= d), loops t < d keep
@@ -48,7 +50,7 @@ def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="c
         out = {**answer_batch(tokenizer, rows), "depths": torch.tensor([r["depth"] for r in rows])}
         return {**{k: v.to(device) for k, v in out.items()}, "answer_tokens": True}
     enc = encode_prompts(tokenizer, [r["prompt"] for r in rows])
-    T = max(r["depth"] for r in rows)
+    T = max([r["depth"] for r in rows] + [loops or 0])
     if park_loops is not None:
         if park_loops < T:
             raise WorkbenchError(f"make_batch: park_loops = {park_loops} is below the deepest row's depth {T}")
@@ -169,7 +171,7 @@ def halting_objective(losses: torch.Tensor, probs: torch.Tensor, cfg: dict,
     survive = torch.cumprod(torch.cat([torch.ones_like(p[:, :1]), p[:, :-1]], 1), 1)
     q = survive * (1 - p)
     q = torch.cat([q[:, :-1], survive[:, -1:]], 1)                           # the budget absorbs the rest
-    depths = torch.arange(1, T + 1, dtype=q.dtype)
+    depths = torch.arange(1, T + 1, dtype=q.dtype, device=q.device)
     target = (labels < 0.5).float().argmax(1) + 1                          # first depth with no gain ahead
     quality = (q * (depths - target.unsqueeze(1)).abs()).sum(1)
     if cfg["objective"] == "act":

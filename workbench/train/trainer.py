@@ -24,12 +24,12 @@ from pathlib import Path
 
 import tomllib
 import torch
-from accelerate import Accelerator
 from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
 from workbench.defaults import resolve
 from workbench.dense import direct_loss, scratchpad_batch, scratchpad_loss
+from workbench.devices import device_record, training_accelerator
 from workbench.errors import WorkbenchError
 from workbench.io import gate_output, locked_dir, safe_child, sha256_file, write_bytes_atomic, write_json_atomic
 from workbench.loop.config import LoraSettings, RetrofitConfig
@@ -62,6 +62,7 @@ from workbench.train.losses import (
 from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer
 from workbench.train.recipe import DENSE_KINDS, dumps, load_recipe
 from workbench.train.recipe import resolve as resolve_recipe
+from workbench.train.sharding import requested_engine, shard_frozen_base
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
 
@@ -104,11 +105,13 @@ class Trainer:
     """One run of one resolved recipe into `run_dir`: setup, train (stages), save."""
 
     def __init__(self, recipe: dict, run_dir: Path, resume: bool = False, progress: bool = True,
-                 recipe_dir: Path | None = None, inputs=()):
+                 recipe_dir: Path | None = None, inputs=(), device=None):
         self.recipe, self.run_dir, self.resume, self.progress = recipe, Path(run_dir), resume, progress
         self.inputs = list(inputs)  # files the run reads (the recipe): the output gate never writes over them
         self.recipe_dir = Path(recipe_dir) if recipe_dir is not None else Path.cwd()  # init_from resolves here
-        self.acc = Accelerator(cpu=not torch.cuda.is_available())
+        self.acc, self.device = training_accelerator(device)   # --device; each rank's own under accelerate launch
+        self.device_record = device_record(device, self.device)
+        self.engine, self.sharding = requested_engine(self.acc.num_processes), None   # ddp / fsdp2 (sharding.py)
         self.stages = recipe["stages"]
         self.total = sum(s["steps"] for s in self.stages)
         self.main_total = sum(s["steps"] for s in self.stages if s["kind"] != "halting")
@@ -129,7 +132,7 @@ class Trainer:
             block, self.block_record = resolve_block(base, self.tok, block)
         self.base_hash = rundir.base_sha256(base)
         self.looped = retrofit(base, retrofit_config(r, block))  # LoRA's A matrices are drawn last
-        self.looped.to(self.acc.device).train()
+        self.looped.to(self.device).train()
         for p in self.looped.parameters():
             p.requires_grad_(False)
         self.groups = rundir.trained_groups(self.looped.retrofit_config, r["train"]["block"])
@@ -156,10 +159,12 @@ class Trainer:
                 layer.compile()
         if self.parent is not None:
             rundir.load_trained(self.looped, self.parent / rundir.TRAINABLE, self.parent_groups)
+        if self.engine == "fsdp2":   # last: the frozen layers outside the block sharded, the block kept whole
+            self.sharding = shard_frozen_base(self.looped)
 
     def _set_precision(self) -> None:
         """Frozen weights to bf16 once (trained groups stay fp32) when the recipe asks and the hardware has it."""
-        used, self.precision_record = resolve_precision(self.recipe["train"]["precision"], self.acc.device)
+        used, self.precision_record = resolve_precision(self.recipe["train"]["precision"], self.device)
         self.precision_record["frozen_tensors_cast"] = rundir.set_run_precision(self.looped, self.groups, used)
         if self.progress and self.acc.is_main_process:
             hw = self.precision_record["hardware"]
@@ -323,7 +328,7 @@ class Trainer:
         h, B = self.recipe["halting"], self.recipe["optim"]["batch_size"]
         rows = [r for s in range(start, start + -(-h["sweep"] // B)) for r in self.rows(s, stage)][: h["sweep"]]
         size = self.recipe["eval"]["batch_size"]
-        batches = (make_batch(rows[i:i + size], self.tok, device=self.acc.device) for i in range(0, len(rows), size))
+        batches = (make_batch(rows[i:i + size], self.tok, device=self.device) for i in range(0, len(rows), size))
         t0 = time.perf_counter()
         was_training = self.looped.training
         self.looped.eval()
@@ -349,7 +354,8 @@ class Trainer:
         shard = rows[self.acc.process_index::self.acc.num_processes]
         end = stage["chain_weight"] if stage["chain_weight_end"] is None else stage["chain_weight_end"]
         cw = stage["chain_weight"] + (end - stage["chain_weight"]) * local / max(stage["steps"] - 1, 1)
-        batch = make_batch(shard, self.tok, chain_weight=cw, device=self.acc.device)
+        batch = make_batch(shard, self.tok, chain_weight=cw, device=self.device,
+                           loops=max(r["depth"] for r in rows))   # the global batch's loops on every rank
         info: dict = {"chain_weight": cw}
         self.opt.zero_grad(set_to_none=True)
         if stage["kind"] == "direct":
@@ -357,7 +363,7 @@ class Trainer:
             loss = direct_loss(self.looped, batch, denominator=len(rows))
         elif stage["kind"] == "scratchpad":
             loops = 1
-            pad = scratchpad_batch(shard, self.tok, device=self.acc.device)
+            pad = scratchpad_batch(shard, self.tok, device=self.device)
             loss, per_pos = scratchpad_loss(self.looped, pad, denominator=sum(r["depth"] for r in rows))
             info["position_ce"] = [round(float(v), 5) for v in per_pos]
         elif stage["kind"] == "chain":
@@ -368,7 +374,7 @@ class Trainer:
         elif stage["kind"] == "park":
             loops = park_loop_count(max(r["depth"] for r in rows), self.recipe["sampler"]["max"],
                                     _hashed_seed("park", step, self.recipe["seed"]))
-            batch = make_batch(shard, self.tok, chain_weight=cw, device=self.acc.device, park_loops=loops)
+            batch = make_batch(shard, self.tok, chain_weight=cw, device=self.device, park_loops=loops)
             denom = sum(cw * (r["depth"] - 1) + (loops - r["depth"] + 1) for r in rows)
             loss, per_loop = chain_loss(self.looped, batch, denominator=denom)
             info["loop_ce"] = [round(float(v), 5) for v in per_loop]
@@ -429,14 +435,15 @@ class Trainer:
         p = self.recipe["preserve"]
         texts = rehearsal_texts(step, self.recipe["seed"], p["rows"], p["sources"])
         batch = rehearsal_batch(self.tok, texts, p["positions"])
-        return {k: v.to(self.acc.device) for k, v in batch.items()}
+        return {k: v.to(self.device) for k, v in batch.items()}
 
     def _reduce_grads(self, loss: torch.Tensor) -> torch.Tensor:
         """Sums gradients and the loss over ranks (each shard's loss is divided by the global total)."""
         if self.acc.num_processes == 1:
             return loss
         # A tensor no rank touched (a memory gate on a one-loop step) keeps grad None, as in one process.
-        touched = self.acc.reduce(torch.tensor([float(p.grad is not None) for p in self.params]), reduction="sum")
+        touched = self.acc.reduce(torch.tensor([float(p.grad is not None) for p in self.params], device=self.device),
+                                  reduction="sum")  # NCCL reduces GPU tensors only
         flat = torch.cat([(torch.zeros_like(p) if p.grad is None else p.grad).flatten() for p in self.params])
         flat = self.acc.reduce(flat, reduction="sum")
         offset = 0
@@ -530,7 +537,7 @@ class Trainer:
 
     def _evaluate(self, step: int) -> None:
         """Depth × loop active-label accuracy on the held-out rows, into metrics.jsonl (main process)."""
-        if self.acc.is_main_process:
+        if self.acc.is_main_process or self.sharding:   # a sharded base reads on every rank (all-gathers)
             kinds = {s["kind"] for s in self.recipe["stages"]}
             dense = next((k for k in DENSE_KINDS if k in kinds), None)
             past = self.recipe["sampler"]["max"] if "park" in kinds else None   # a park run: also read past d
@@ -549,7 +556,7 @@ class Trainer:
     def _check_guardrail(self, step: int) -> bool:
         """Scores the guardrail at loop 1 against the base; logs it; returns whether the run may go on."""
         passed = True
-        if self.acc.is_main_process:
+        if self.acc.is_main_process or self.sharding:
             now = self._guardrail()
             cmp = guardrail_compare(self.guardrail_base, now)
             passed = cmp.drop_points <= self.recipe["guardrail"]["max_drop"]
@@ -566,7 +573,7 @@ class Trainer:
     def _broadcast(self, value: bool) -> bool:
         if self.acc.num_processes == 1:
             return value
-        return bool(self.acc.reduce(torch.tensor([float(value)]), reduction="sum").item() > 0)
+        return bool(self.acc.reduce(torch.tensor([float(value)], device=self.device), reduction="sum").item() > 0)
 
     def _stop_by_guardrail(self, step: int) -> dict:
         """Ends a run that lost more than guardrail.max_drop points: no trained tensors at the top level,
@@ -582,7 +589,8 @@ class Trainer:
                                      "last_passing_checkpoint": (None if last is None else "the initial state (step 0)"
                                                                  if last == 0 else f"checkpoints/step_{last}"),
                                      "guardrail": self._guardrail_record(), "precision": self.precision_record,
-                                     "lineage": self.lineage, "wall_s": round(self.state["elapsed_s"], 1)})
+                                     "device": self.device_record, "lineage": self.lineage,
+                                     "wall_s": round(self.state["elapsed_s"], 1)})
         self.acc.wait_for_everyone()
         return self._summary(step, finished=False)
 
@@ -677,6 +685,7 @@ class Trainer:
                                                   "gate_step": self.state["live_gate"]},
                                      "stage2_frozen": None if frozen is None else True,
                                      "status": "finished", "precision": self.precision_record,
+                                     "device": self.device_record, "engine": self.sharding or {"engine": self.engine},
                                      "guardrail": self._guardrail_record(), "lineage": self.lineage})
         self.acc.wait_for_everyone()
 
@@ -686,11 +695,12 @@ class Trainer:
         return {"run_dir": str(self.run_dir), "steps": step, "finished": finished, "status": self.status
                 if not finished else "finished", "guardrail": self._guardrail_record(),
                 "before": evals[0]["acc"] if evals and evals[0]["step"] == 0 else None,
-                "after": evals[-1]["acc"] if evals else None, "wall_s": round(self.state["elapsed_s"], 1)}
+                "after": evals[-1]["acc"] if evals else None, "wall_s": round(self.state["elapsed_s"], 1),
+                "device": self.device_record}
 
 
 def train(recipe_path, out=None, overrides=None, resume: bool = False, stop_after: int | None = None,
-          progress: bool = True) -> dict:
+          progress: bool = True, device=None) -> dict:
     """Trains a recipe into a run directory; returns a summary dict.
 
     Args:
@@ -700,6 +710,7 @@ def train(recipe_path, out=None, overrides=None, resume: bool = False, stop_afte
         resume: continue from the latest checkpoint in `out` (the recipe must match its recipe.toml).
         stop_after: stop after this global step, as if the process were stopped there (tests,
             time-boxed runs); the run directory is then resumable but not finished.
+        device: "auto" (None), "cpu", "cuda" or "cuda:N" (`workbench.devices`), recorded in provenance.
     Returns:
         {"run_dir", "steps", "finished", "before", "after", "wall_s"}: before / after are
         {depth: {loop: accuracy}} on the held-out rows (before is None when step 0 was not evaluated).
@@ -708,4 +719,4 @@ def train(recipe_path, out=None, overrides=None, resume: bool = False, stop_afte
     recipe = load_recipe(recipe_path, overrides)
     run_dir = Path(out) if out is not None else safe_child("runs", recipe["name"], "recipe name")
     return Trainer(recipe, run_dir, resume=resume, progress=progress, recipe_dir=Path(recipe_path).resolve().parent,
-                   inputs=[recipe_path]).run(stop_after=stop_after)
+                   inputs=[recipe_path], device=device).run(stop_after=stop_after)

@@ -1,0 +1,80 @@
+"""Multi-process engines under `accelerate launch`: which one a preset asks for, and the FSDP2 plan.
+
+The trainer sums gradients over ranks itself (`Trainer._reduce_grads`), so DDP needs no wrapper:
+N processes compute what one process computes on the same global batch. FSDP2 here shards the
+*frozen* base: every decoder layer outside the looped block becomes its own `fully_shard` unit,
+all-gathered for its one visit per forward and resharded after it. The looped block, the
+re-entry, memory, halting head, embeddings and LM head stay whole on every rank: the block is
+visited T times per forward (a resharding unit would be all-gathered again at each visit, and its
+gradient would be reduced once per visit), the trained tensors are then plain tensors that the
+trainer reduces and saves exactly as in one process, and the tied embedding / LM head is never
+split (consolidated checkpoints that lose tied parameters cannot happen: none is sharded).
+
+Presets live in `training/accelerate/` (docs/gpu.md). DeepSpeed is not driven by this trainer
+(ZeRO-2 shards optimizer state and gradients inside DeepSpeed's own engine, which would replace
+the trainer's step); a preset asking for it is refused with one line.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+from workbench.errors import WorkbenchError
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "false").lower() in ("1", "true", "yes")
+
+
+def requested_engine(num_processes: int) -> str:
+    """The engine `accelerate launch` set up for this process: none (one process), ddp or fsdp2.
+
+    Raises:
+        WorkbenchError: DeepSpeed, Megatron or FSDP version 1 (not driven by this trainer), or an
+            engine whose package is not installed.
+    """
+    if _flag("ACCELERATE_USE_DEEPSPEED"):
+        if importlib.util.find_spec("deepspeed") is None:
+            raise WorkbenchError("the accelerate preset asks for DeepSpeed, which is not installed here; "
+                                 "use training/accelerate/ddp.yaml or fsdp2.yaml")
+        raise WorkbenchError("the accelerate preset asks for DeepSpeed, which this trainer does not drive "
+                             "(it steps its own optimizer); use training/accelerate/ddp.yaml or fsdp2.yaml")
+    if _flag("ACCELERATE_USE_MEGATRON_LM"):
+        raise WorkbenchError("the accelerate preset asks for Megatron-LM, which this trainer does not drive; "
+                             "use training/accelerate/ddp.yaml or fsdp2.yaml")
+    if _flag("ACCELERATE_USE_FSDP"):
+        if os.environ.get("FSDP_VERSION", "1") != "2":
+            raise WorkbenchError("the accelerate preset asks for FSDP version 1, whose frozen parameters used "
+                                 "several times per forward are resharded twice; use fsdp_version: 2 "
+                                 "(training/accelerate/fsdp2.yaml)")
+        return "fsdp2" if num_processes > 1 else "none"
+    return "ddp" if num_processes > 1 else "none"
+
+
+def shard_frozen_base(looped) -> dict:
+    """Applies the FSDP2 plan above to a retrofit in place; returns its record for provenance.
+
+    Raises:
+        WorkbenchError: a layer outside the block holds a trained tensor (it would be sharded).
+    """
+    from torch.distributed.fsdp import fully_shard
+
+    layers = looped.base.model.layers
+    sharded = [i for i in range(len(layers)) if not looped.a <= i < looped.b]
+    for i in sharded:
+        trained = [n for n, p in layers[i].named_parameters() if p.requires_grad]
+        if trained:
+            raise WorkbenchError(f"fsdp2: layer {i} outside the looped block trains '{trained[0]}'; only frozen "
+                                 "layers are sharded")
+        fully_shard(layers[i], reshard_after_forward=True)
+    return {"engine": "fsdp2", "sharded_layers": sharded, "whole": {"block": [looped.a, looped.b],
+            "also": "embeddings, final norm, LM head, re-entry, memory, halting head, LoRA"},
+            "world_size": torch.distributed.get_world_size()}
+
+
+def full(t: torch.Tensor) -> torch.Tensor:
+    """A sharded tensor's full value (a collective: every rank calls it), any other tensor as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
