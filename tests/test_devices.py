@@ -197,7 +197,10 @@ def test_every_probe_of_the_battery_makes_no_host_tensor(tmp_path):
              "splice": {"depths": [2, 3], "k0s": [1], "horizon": 1, "sites": ["state"], "spans": ["all"]},
              "heads": {"depths": [2, 3], "per_depth": 4}, "linear_probe": {"depths": [1, 2, 3]},
              "logit_lens": {"depths": [1, 2, 3]}, "drift": {"depths": [2, 3]}, "latency": {"repeats": 1},
-             "gradient_audit": {}, "depth_matrix": {}, "loop_accuracy": {}}
+             "gradient_audit": {}, "depth_matrix": {}, "loop_accuracy": {},
+             "lens_agreement": {"depths": [1, 2], "per_depth": 4, "loops": 3, "max_causal": 4},
+             "dynamics": {"depths": [1, 2], "per_depth": 2, "loops": 3},
+             "exit_rules": {"depths": [1, 2], "per_depth": 4, "loops": 3}}
     assert set(PROBES) <= set(small), set(PROBES) - set(small)
     battery = tmp_path / "battery.toml"
     battery.write_text(tomli_w.dumps({"battery": {"manifest": str(tmp_path / "rows.jsonl"), "batch_size": 4},

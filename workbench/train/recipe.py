@@ -316,10 +316,12 @@ def _validate(r: dict) -> None:
                                  f"{max(s['depths'])}..model.max_loops = {max_loops} (stage {i} parks on the answer "
                                  "from its deepest row's depth up to sampler.max loops)")
     probe = r["halting"]["probe_depths"]
-    if "halting" in kinds and not (probe and all(isinstance(t, int) and 1 <= t <= r["halting"]["oracle_max"]
-                                                  for t in probe)):
-        raise WorkbenchError(f"recipe key 'halting.probe_depths' = {probe} must be loop counts in "
-                             f"1..halting.oracle_max = {r['halting']['oracle_max']}")
+    # Loop counts past oracle_max are not read (losses.halting_loss), so the default [1, 2, 4, 6] suits a short
+    # sweep; a list with none inside 1..oracle_max would read nothing and train to a NaN.
+    if "halting" in kinds and not (probe and all(isinstance(t, int) and t >= 1 for t in probe)
+                                   and any(t <= r["halting"]["oracle_max"] for t in probe)):
+        raise WorkbenchError(f"recipe key 'halting.probe_depths' = {probe} must be loop counts >= 1, at least one "
+                             f"in 1..halting.oracle_max = {r['halting']['oracle_max']}")
     for key, kind in (("sampler.max", "sampled"), ("halting.oracle_max", "halting")):
         section, name = key.split(".")
         if kind in kinds and not 1 <= r[section][name] <= max_loops:
