@@ -72,8 +72,8 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
     from workbench.models import EMBEDDED_DEFAULT, load_base
     from workbench.probes.battery import run_battery
     from workbench.report import write_report
+    from workbench.runs import read_retrofit
     from workbench.selection import select_block
-    from workbench.train.rundir import read_retrofit
 
     start = time.perf_counter()
     base, tok = load_base(EMBEDDED_DEFAULT)

@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -55,14 +56,14 @@ from workbench.models import load_base
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
-from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
-from workbench.train.rundir import (
+from workbench.runs import (
     PROVENANCE,
     RETROFIT,
     base_sha256,
     load_run,
     read_retrofit,
 )
+from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
 
 SELECTION_KEYS = ("manifest", "depths", "per_depth")
 BATTERY_KEYS = ("manifest", "batch_size", "name")
@@ -199,7 +200,7 @@ EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is 
 
 def run_battery(checkpoint: str, battery: str | os.PathLike, out: str | os.PathLike, rows: str | None = None,
                 only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
-                progress: bool = True, precision: str = "fp32", finish=None) -> dict:
+                progress: bool = True, precision: str = "fp32", finish: Callable[[Path], None] | None = None) -> dict:
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:

@@ -646,7 +646,8 @@ class Trainer:
                 "after": evals[-1]["acc"] if evals else None, "wall_s": round(self.state["elapsed_s"], 1)}
 
 
-def train(recipe_path, out=None, overrides=None, resume: bool = False, stop_after: int | None = None,
+def train(recipe_path: str | Path, out: str | Path | None = None,
+          overrides: list[str] | dict | None = None, resume: bool = False, stop_after: int | None = None,
           progress: bool = True) -> dict:
     """Trains a recipe into a run directory; returns a summary dict.
 
