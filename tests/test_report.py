@@ -55,7 +55,7 @@ def chromium() -> str:
     path = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
     if path is None:
         pytest.fail("chromium is not installed (looked on PATH and at /usr/bin/chromium); "
-                    "run scripts/install_chromium.sh (the Makefile set-up does)")
+                    "run `make browser` (scripts/install_chromium.sh; `make test` does)")
     return path
 
 

@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from workbench.defaults import EMBEDDED_DEFAULT
+from workbench.defaults import EMBEDDED_DEFAULT, shipped
 
 
 def probe(
@@ -16,7 +16,7 @@ def probe(
                                    "architecture, untrained), or untrained:BASE:A:B (e.g. "
                                    f"untrained:{EMBEDDED_DEFAULT}:10:16) for an untrained retrofit control."),
     battery: str = typer.Option("default", "--battery", help="A battery TOML file, or a shipped battery: "
-                                "default or demo (workbench/data/probes/)."),
+                                f"{', '.join(shipped('battery'))} (workbench/data/probes/)."),
     rows: Optional[str] = typer.Option(None, "--rows", help="A row manifest (.jsonl), or a shipped one by name "
                                        "(chase_n8_d1-7), replacing every probe's rows."),
     only: Optional[str] = typer.Option(None, "--only", help="Comma list of probes to run (e.g. depth_matrix,splice)."),
