@@ -1,6 +1,7 @@
 """Paper figure export: real PDF / SVG through kaleido and the system Chromium, CSV beside each figure."""
 
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -125,3 +126,11 @@ def test_figures_command_defaults_to_the_results_folder(results, tmp_path, monke
     res = CliRunner().invoke(app, ["--format", "html"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "figures" / "out" / "run1" / "frontier.html").is_file()
+    (tmp_path / "results" / "demo").mkdir()  # `make demo` nests its probe results: results/demo/probe
+    shutil.copytree(results, tmp_path / "results" / "demo" / "probe")
+    res = CliRunner().invoke(app, ["--format", "html", "--out", "figs"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "figs" / "probe" / "frontier.html").is_file() and (tmp_path / "figs" / "run1").is_dir()
+    shutil.copytree(results, tmp_path / "results" / "demo" / "run1")
+    res = CliRunner().invoke(app, ["--format", "html", "--out", "figs2"])
+    assert res.exit_code != 0 and "share the name 'run1'" in str(res.exception)
