@@ -88,3 +88,4 @@ def test_the_quick_cli_lines_run_as_written(line, tmp_path):
         assert len(out.read_text().splitlines()) == 7 * 8
     if argv[1] == "claims":
         assert re.search(r"\d+ reproduced, \d+ not reproduced", res.stdout)
+        assert res.stdout.startswith("papers: 000 = the retrofit paper")  # the codes in [000 Sec. 6.2] explained
