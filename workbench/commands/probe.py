@@ -53,5 +53,9 @@ def print_summary(summary: dict, as_json: bool = False) -> None:
 
     skipped = {n: p["reason"] for n, p in summary["probes"].items() if p.get("status") == "not_applicable"}
     print_headlines(headlines_from_summary(summary), skipped)
+    from workbench.readings import battery_notes
+
+    for note in battery_notes(summary):
+        typer.echo(textwrap.fill(f"note: {note}", 100))
     walls = ", ".join(f"{n} {p['wall_s']:.0f}" for n, p in summary["probes"].items() if "wall_s" in p)
     typer.echo(textwrap.fill(f"seconds per probe: {walls}", 100))

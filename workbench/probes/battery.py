@@ -56,6 +56,7 @@ from workbench.models import load_base
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
+from workbench.readings import chance
 from workbench.runs import (
     PROVENANCE,
     RETROFIT,
@@ -265,7 +266,8 @@ def _one(name, options, manifests, model, tok, context, staging) -> tuple[dict, 
     selection = {k: options.pop(k) for k in ("depths", "per_depth") if k in options}
     chosen = select_rows(manifests[manifest].rows, selection.get("depths"), selection.get("per_depth"))
     record = {"rows": {"manifest": manifest, "n": len(chosen), "rows_sha256": rows_sha256(chosen),
-                       "row_ids_sha256": row_ids_sha256(chosen), **selection}, "options": options}
+                       "row_ids_sha256": row_ids_sha256(chosen), "chance": chance(chosen), **selection},
+              "options": options}
     t0 = time.perf_counter()
     try:
         tables = run_probe(name, model, tok, chosen, options, context)
