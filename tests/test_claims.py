@@ -32,15 +32,15 @@ def test_the_committed_ledger_is_regenerated_byte_for_byte():
     assert json.loads((LEDGER_DIR / "ledger.json").read_text()) == json.loads(json.dumps(rows))
 
 
-def test_the_readmes_ledger_table_is_the_committed_ledgers():
-    """README.md shows the ledger's table under "The ledger as committed": the same lines as claims/LEDGER.md's
-    (header, separator and one row per claim), so a regenerated ledger cannot leave the README behind."""
+def test_the_results_pages_ledger_table_is_the_committed_ledgers():
+    """docs/results/README.md shows the ledger's table under "The ledger as committed": the same lines as
+    claims/LEDGER.md's (header, separator and one row per claim), so a regenerated ledger cannot leave it behind."""
     def table(lines: list[str], start: int) -> list[str]:
         first = next(k for k in range(start, len(lines)) if lines[k].startswith("| claim |"))
         end = next(k for k in range(first, len(lines) + 1) if k == len(lines) or not lines[k].startswith("|"))
         return lines[first:end]
 
-    readme = (ROOT / "README.md").read_text().splitlines()
+    readme = (ROOT / "docs" / "results" / "README.md").read_text().splitlines()
     ledger = (LEDGER_DIR / "LEDGER.md").read_text().splitlines()
     mine = table(readme, next(k for k, line in enumerate(readme) if line.startswith("The ledger as committed")))
     theirs = table(ledger, 0)

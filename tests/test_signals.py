@@ -18,6 +18,8 @@ import tomli_w
 from tests.test_cli_errors import invoke, tiny_run  # noqa: F401
 from tests.training.conftest import TINY_RECIPE, merge
 
+pytestmark = pytest.mark.slow  # end-to-end runs: real `workbench` subprocesses started, then interrupted mid-run
+
 
 def start(*args, cwd, ignore_sigint=False):
     """`workbench ARGS` in a subprocess; with `ignore_sigint` it starts as a shell's background job does."""

@@ -50,8 +50,9 @@ def test_the_wheel_holds_every_default(wheel):
                 *(f"{data}probes/{n}" for n in ("default.toml", "demo.toml", "chase_n8_d1-7.jsonl",
                                                  "chase_n8_d1-7.manifest.json")),
                 *(f"{data}training/{p.name}" for p in (ROOT / "training").glob("*.toml")),
+                f"{data}training/keepers/smollm2-chase/trainable.safetensors",  # the default keeper's tensors
                 *(f"{data}training/keepers/{k}/{f}" for k in ("smollm2-chase", "smollm2-chase-anneal")
-                  for f in ("trainable.safetensors", "retrofit.json", "recipe.toml", "provenance.json",
+                  for f in ("retrofit.json", "recipe.toml", "provenance.json",
                             "metrics.jsonl", "battery/summary.json", "battery/depth_matrix.parquet")),
                 *(f"{data}training/keepers/{k}/final/{f}"  # the dense controls' claims read these
                   for k in ("smollm2-chase", "smollm2-chase-direct", "smollm2-chase-scratchpad")
@@ -62,6 +63,9 @@ def test_the_wheel_holds_every_default(wheel):
     assert len(expected) > 25
     assert [n for n in expected if n not in names] == []
     assert not [n for n in names if "attempts/" in n or n.startswith("tests/") or n.endswith("report.html")]
+    # no other specimen's tensors: they stay in the repository (WORKBENCH_DATA or --checkpoint PATH)
+    assert [n for n in names if n.endswith(".safetensors")] == [f"{data}training/keepers/smollm2-chase/trainable.safetensors"]
+    assert wheel.stat().st_size <= 15 * 2**20, f"the wheel is {wheel.stat().st_size / 2**20:.1f} MiB"
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "workbench = workbench.cli:run" in entry
 
@@ -98,3 +102,19 @@ def test_the_installed_workbench_runs_with_its_defaults(installed, tmp_path):
     assert Path(summary["checkpoint"]["path"]).is_relative_to(site)  # the wheel's keeper, not the checkout's
     assert Path(summary["battery"]).is_relative_to(site)
     assert (tmp_path / "res" / "report.html").is_file()
+
+
+def test_another_keeper_installed_says_where_its_tensors_are(installed, tmp_path):
+    """The wheel lists every keeper (its results feed `claims`) but holds one keeper's tensors: asking for another
+    by name is one line naming a checkout or WORKBENCH_DATA; with WORKBENCH_DATA set to the checkout it loads."""
+    script, env, _ = installed
+    args = [script, "probe", "--checkpoint", "smollm2-chase-anneal", "--battery", "demo", "--only", "identity"]
+    res = subprocess.run([*args, "--out", "res"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    assert res.returncode == 2 and not (tmp_path / "res").exists()
+    (line,) = res.stderr.strip().splitlines()
+    assert "smollm2-chase-anneal" in line and "WORKBENCH_DATA" in line and "training/keepers/" in line
+    res = subprocess.run([*args, "--out", "res2"], capture_output=True, text=True, cwd=tmp_path,
+                         env={**env, "WORKBENCH_DATA": str(ROOT)})
+    assert res.returncode == 0, res.stderr[-2000:]
+    summary = json.loads((tmp_path / "res2" / "summary.json").read_text())
+    assert Path(summary["checkpoint"]["path"]).is_relative_to(ROOT)

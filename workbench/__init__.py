@@ -1,1 +1,128 @@
-"""workbench: looped retrofits of pretrained LMs, and the probes that look inside every loop."""
+"""workbench: looped retrofits of pretrained LMs, and the probes that look inside every loop.
+
+The public API (`import workbench as wb`; docs/api.md lists every name with its signature):
+
+    base, tok = wb.load_base("smollm2-135m-instruct")        # an HF directory, a .gguf, a tiny config
+    looped = wb.retrofit(base, block=(10, 16), reentry="bridge")
+    looped, tok, info = wb.load_run("smollm2-chase")         # a trained run or a shipped keeper
+    read = wb.read_rows(looped, tok, rows, loops=4)          # every loop's symbol scores, one forward
+    wb.hook_name("state", 2)                                 # "loop.2.hook_state"
+
+Importing `workbench` is cheap and silent: each name is imported from its module on first use
+(PEP 562), so `import workbench` loads neither torch nor transformers until a name that needs
+them is touched. The modules themselves (`workbench.loop`, `workbench.probes`, ...) stay
+importable for everything the surface leaves out.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+# public name -> the module that defines it ("module:name" where the name differs; tests/test_api.py keeps it)
+_EXPORTS: dict[str, str] = {
+    # base models and the retrofit
+    "load_base": "workbench.models",
+    "RetrofitConfig": "workbench.loop.config",
+    "LoraSettings": "workbench.loop.config",
+    "retrofit": "workbench.loop.surgery",
+    "attach_lora": "workbench.loop.surgery",
+    "parameter_report": "workbench.loop.surgery",
+    "LoopedLM": "workbench.loop.looped",
+    "HaltPolicy": "workbench.loop.halting",
+    # hooks
+    "hook_name": "workbench.loop.hooks",
+    "loop_hook_names": "workbench.loop.hooks",
+    "stack_loops": "workbench.loop.hooks",
+    # rows and reading them
+    "build_rows": "workbench.tasks",
+    "read_manifest": "workbench.tasks.manifest",
+    "write_manifest": "workbench.tasks.manifest",
+    "read_rows": "workbench.tasks.reader",
+    "read_answers": "workbench.tasks.reader",
+    # runs: training one, loading one
+    "train_recipe": "workbench.train.trainer:train",  # `workbench.train` is the training package
+    "load_run": "workbench.runs",
+    "resolve_run": "workbench.runs",
+    # checks and probes
+    "identity_report": "workbench.identity",
+    "select_block": "workbench.selection",
+    "probe": "workbench.api",
+    "probe_names": "workbench.api",
+    "load_battery": "workbench.probes.battery",
+    "run_battery": "workbench.probes.battery",
+    "load_results": "workbench.results",
+    "read_summary": "workbench.results",
+    "build_ledger": "workbench.claims",
+    "WorkbenchError": "workbench.errors",
+}
+
+__all__ = [
+    "HaltPolicy",
+    "LoopedLM",
+    "LoraSettings",
+    "RetrofitConfig",
+    "WorkbenchError",
+    "attach_lora",
+    "build_ledger",
+    "build_rows",
+    "hook_name",
+    "identity_report",
+    "load_base",
+    "load_battery",
+    "load_results",
+    "load_run",
+    "loop_hook_names",
+    "parameter_report",
+    "probe",
+    "probe_names",
+    "read_answers",
+    "read_manifest",
+    "read_rows",
+    "read_summary",
+    "resolve_run",
+    "retrofit",
+    "run_battery",
+    "select_block",
+    "stack_loops",
+    "train_recipe",
+    "write_manifest",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """Imports a public name from its module the first time it is asked for (PEP 562)."""
+    where = _EXPORTS.get(name)
+    if where is None:
+        raise AttributeError(f"module 'workbench' has no attribute '{name}'")
+    module, _, attr = where.partition(":")
+    value = getattr(importlib.import_module(module), attr or name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load lazily
+    from workbench.api import probe, probe_names
+    from workbench.claims import build_ledger
+    from workbench.errors import WorkbenchError
+    from workbench.identity import identity_report
+    from workbench.loop.config import LoraSettings, RetrofitConfig
+    from workbench.loop.halting import HaltPolicy
+    from workbench.loop.hooks import hook_name, loop_hook_names, stack_loops
+    from workbench.loop.looped import LoopedLM
+    from workbench.loop.surgery import attach_lora, parameter_report, retrofit
+    from workbench.models import load_base
+    from workbench.probes.battery import load_battery, run_battery
+    from workbench.results import load_results, read_summary
+    from workbench.runs import load_run, resolve_run
+    from workbench.selection import select_block
+    from workbench.tasks import build_rows
+    from workbench.tasks.manifest import read_manifest, write_manifest
+    from workbench.tasks.reader import read_answers, read_rows
+    from workbench.train.trainer import train as train_recipe

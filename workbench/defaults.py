@@ -75,13 +75,42 @@ def resolve(kind: str, given: str | os.PathLike) -> Path:
     raise WorkbenchError(f"{kind} '{text}' {state}; give {what} or a shipped name: {', '.join(shipped(kind))}")
 
 
+def in_checkout() -> bool:
+    """Whether the package runs from a checkout (its data folders are links to the repository's), not a wheel."""
+    return (DATA / "training").is_symlink()
+
+
+def data_dirs() -> list[Path]:
+    """Where specimens are looked for by name: `$WORKBENCH_DATA` (a checkout's root, or any directory laid
+    out like it: `training/keepers/<name>/`) first when set, then the package's own data."""
+    extra = os.environ.get("WORKBENCH_DATA")
+    return [Path(extra).expanduser(), DATA] if extra else [DATA]
+
+
 def resolve_run(given: str | os.PathLike) -> Path:
     """Returns the run directory `given` names: an existing directory, else the shipped keeper of that name.
 
-    Anything else is returned as given, for the run loader to refuse with its own message.
+    A name is looked up under `training/keepers/` of each of `data_dirs()`; the first copy that holds its
+    tensors (trainable.safetensors) wins. Anything that is not a keeper's name is returned as given, for the
+    run loader to refuse with its own message.
+
+    Raises:
+        WorkbenchError: a shipped keeper whose tensors are not here (an installed wheel carries only the
+            default keeper's); the message says where to get them.
     """
     text = os.fspath(given)
     path = Path(text).expanduser()
-    if not path.exists() and "/" not in text and (KEEPERS / text / "retrofit.json").is_file():
-        return KEEPERS / text
-    return path
+    if path.exists() or "/" in text:
+        return path
+    found = [root / "training" / "keepers" / text for root in data_dirs()]
+    found = [p for p in found if (p / "retrofit.json").is_file()]
+    if not found:
+        return path
+    for candidate in found:
+        if (candidate / "trainable.safetensors").is_file():
+            return candidate
+    if in_checkout() or os.environ.get("WORKBENCH_DATA"):
+        return found[0]  # a specimen committed without its tensors: the loader names the missing file
+    raise WorkbenchError(f"keeper '{text}' is shipped without its tensors (a wheel holds only {DEFAULT_KEEPER}'s); "
+                         f"give --checkpoint CHECKOUT/training/keepers/{text} from a clone of the workbench "
+                         f"repository, or set WORKBENCH_DATA=CHECKOUT")

@@ -187,8 +187,10 @@ class _Browser:
                 warnings.simplefilter("ignore")
                 kaleido.start_sync_server(silence_warnings=True)
         except Exception as err:  # choreographer raises its own types when no browser is found
-            raise WorkbenchError(f"static export needs Chromium (kaleido could not start it: {err}); "
-                                 "install it with scripts/install_chromium.sh") from None
+            first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
+            raise WorkbenchError(f"static export (pdf, svg, png) needs Chromium, which kaleido could not start ({first}); "
+                                 "install it with `make browser` in a checkout (Debian's package, needs root) or put a "
+                                 "chromium on PATH; --format html needs no browser") from None
         return self
 
     def __exit__(self, *exc):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from peft.tuners.lora import LoraLayer
@@ -10,6 +12,9 @@ from peft.tuners.lora import LoraLayer
 from workbench.errors import WorkbenchError
 from workbench.loop.positions import position_ids
 from workbench.loop.surgery import attach_lora, retrofit
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 # A small built-in prompt set: short and long, plain and chat-like, so padding is exercised.
 IDENTITY_PROMPTS = (
@@ -79,8 +84,9 @@ def adapters_disabled(model):
                 p.requires_grad_(flags[id(p)])
 
 
-def identity_report(base, tokenizer, block, loops: int = 3, prompts=IDENTITY_PROMPTS,
-                    designs=("bridge", "inject"), lora: bool = True) -> list[dict]:
+def identity_report(base: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, block: tuple[int, int] | str,
+                    loops: int = 3, prompts: Sequence[str] = IDENTITY_PROMPTS,
+                    designs: Sequence[str] = ("bridge", "inject"), lora: bool = True) -> list[dict]:
     """Returns one dict per (re-entry, memory, lora) with `max_abs_diff` at loop 1.
 
     The LoRA variant (B = 0 at init) is checked last because attaching it edits the base

@@ -26,6 +26,7 @@ from workbench.headlines import compare_headlines, fmt, fmt_number, headlines_fr
 from workbench.io import write_bytes_atomic
 from workbench.plots.registry import build_all, part_names
 from workbench.plots.selection import angular_distance_figure
+from workbench.readings import battery_notes
 from workbench.results import compare_results, load_results, read_summary
 
 REPORT = "report.html"
@@ -431,12 +432,13 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
     extra = [n for n in tables if n not in shown and n.split("__")[0] not in headlines]
     absent = [SECTIONS[n][0] for n in SECTIONS if n not in {s for s, _ in sections}]
     shown_as = Path(shown_as) if shown_as is not None else results_dir
-    title = title or f"Workbench report: {shown_as.resolve().name}"
+    title = title or report_title(summary, shown_as)
     nav = "".join(f"<a href='#{n}'>{html.escape(SECTIONS[n][0])}</a>" for n, _ in sections)
     lead = (f"Results in <code>{html.escape(str(shown_as))}</code>"
             + (f", beside the control <code>{html.escape(str(control))}</code>" if control is not None else "")
             + ". Intervals are 95%: Wilson for proportions over rows, a row bootstrap for entries that come "
-              "several to a row, a paired bootstrap for differences. ")
+              "several to a row, a paired bootstrap for differences. "
+            + "".join(f"Note: {html.escape(n)}. " for n in battery_notes(summary)))
     body = [f"<h1>{html.escape(title)}</h1>",
             f"<p class='lead'>{lead}<span id='render-status'>figures not drawn yet</span></p>",
             "<pre id='js-errors'></pre>", f"<nav>{nav}</nav>",
@@ -447,7 +449,6 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
     if claims:
         body += ["<h2 id='claims-ledger'>Claims ledger</h2><p class='caption'>The papers' claims against this "
                  "specimen's readings, with their verdicts.</p>", claims_table(claims)]
-    body += ["<h2 id='what-was-probed'>What was probed</h2>", provenance_table(summary)]
     for name, fragments in sections:
         head, caption = SECTIONS[name]
         body.append(f"<h2 id='{name}'>{html.escape(head)}</h2><p class='caption'>{html.escape(caption)}</p>")
@@ -457,10 +458,25 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
                     + ", ".join(f"<code>{html.escape(n)}</code> ({len(tables[n])} rows)" for n in extra) + "</p>")
     if absent:
         body.append(f"<p class='caption' id='absent'>Not in this directory: {html.escape(', '.join(absent))}.</p>")
+    # provenance last and folded: what a reader checks after the findings, not before them
+    body += ["<h2 id='what-was-probed'>What was probed</h2><details><summary>checkpoint, model, manifests and "
+             "their digests</summary>", provenance_table(summary), "</details>"]
     return ("<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'><meta name='generator' content='workbench report'>"
             f"<title>{html.escape(title)}</title><style>{CSS}</style>{ERROR_HOOK}"
             f"<script type='text/javascript'>{get_plotlyjs()}</script></head>"
             f"<body><main>{''.join(body)}</main>{RENDER_CHECK}</body></html>\n")
+
+
+def report_title(summary: dict, shown_as: Path) -> str:
+    """"<checkpoint> on the <battery> battery" from summary.json, else the results folder's name."""
+    checkpoint = summary.get("checkpoint") or {}
+    name = Path(str(checkpoint.get("path", ""))).name if checkpoint.get("path") else checkpoint.get("spec")
+    if checkpoint.get("kind") == "untrained" and name:
+        name = f"untrained control of {name}"
+    battery = Path(str(summary.get("battery", ""))).stem if summary.get("battery") else None
+    if not name:
+        return f"Workbench report: {shown_as.resolve().name}"
+    return f"{name} on the {battery} battery" if battery else f"Workbench report: {name}"
 
 
 def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None = None,

@@ -23,6 +23,7 @@ import math
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +38,9 @@ from workbench.models import decoder_layers
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.guardrail import guardrail_rows
 from workbench.tasks.reader import _device, read_rows
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 MAX_TOKENS = 128          # texts are truncated to this many tokens (their final token is then the read one)
 HELDOUT_EVERY = 4         # every 4th text is held out for the loss; the rest feed the angular curve
@@ -312,8 +316,8 @@ def _window_size(window: int | None, span: tuple[int, int], n_layers: int) -> in
     return window
 
 
-def select_block(model, tokenizer, texts: list[str] | None = None, window: int | None = None,
-                 stride: int | None = None, batch_size: int = 8, max_tokens: int = MAX_TOKENS,
+def select_block(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: list[str] | None = None,
+                 window: int | None = None, stride: int | None = None, batch_size: int = 8, max_tokens: int = MAX_TOKENS,
                  task: str = "guardrail", rows: list[dict] | None = None, progress: bool = True) -> BlockSelection:
     """Returns the BlockSelection for `model`: angular curve, Kneedle span, ranked windows.
 

@@ -1,6 +1,7 @@
 """Paper figure export: real PDF / SVG through kaleido and the system Chromium, CSV beside each figure."""
 
 import re
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -45,6 +46,7 @@ def test_figure_data_is_the_numbers_drawn(tables):
     assert list(diag["x"]) == list(diag["y"]) == list(range(1, 9))
 
 
+@pytest.mark.slow  # the browser: static export runs Chromium through kaleido
 def test_export_pdf_and_svg_with_csv(results, tmp_path):
     spec = [FigureSpec("frontier", 3.5, 2.6), FigureSpec("depth_matrix", 7.0, 3.2)]
     pdf = export_figures([results], fmt="pdf", out=tmp_path, spec=spec[:1])
@@ -96,6 +98,7 @@ def test_spec_file_and_errors(tmp_path):
         export_figures([], fmt="pdf")
 
 
+@pytest.mark.slow  # the browser: static export runs Chromium through kaleido
 def test_figures_command_writes_png_from_the_spec(results, tmp_path):
     app = typer.Typer()
     app.command()(figures_command)
@@ -123,3 +126,11 @@ def test_figures_command_defaults_to_the_results_folder(results, tmp_path, monke
     res = CliRunner().invoke(app, ["--format", "html"])
     assert res.exit_code == 0, res.output
     assert (tmp_path / "figures" / "out" / "run1" / "frontier.html").is_file()
+    (tmp_path / "results" / "demo").mkdir()  # `make demo` nests its probe results: results/demo/probe
+    shutil.copytree(results, tmp_path / "results" / "demo" / "probe")
+    res = CliRunner().invoke(app, ["--format", "html", "--out", "figs"])
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "figs" / "probe" / "frontier.html").is_file() and (tmp_path / "figs" / "run1").is_dir()
+    shutil.copytree(results, tmp_path / "results" / "demo" / "run1")
+    res = CliRunner().invoke(app, ["--format", "html", "--out", "figs2"])
+    assert res.exit_code != 0 and "share the name 'run1'" in str(res.exception)

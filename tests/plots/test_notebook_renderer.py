@@ -40,6 +40,7 @@ def kaleido_server():
     kaleido.stop_sync_server(silence_warnings=True)
 
 
+@pytest.mark.slow  # the browser: kaleido renders the PNG in Chromium
 def test_the_bundle_holds_the_mime_type_html_and_png(kaleido_server):
     renderer = notebook.WorkbenchRenderer()
     bundle = renderer.to_mimebundle(_fig("a </script> title"))
@@ -60,6 +61,7 @@ def test_no_browser_means_no_png_and_no_error(monkeypatch):
     assert renderer._state["png_broken"]
 
 
+@pytest.mark.slow  # the browser: headless Chromium
 @pytest.mark.parametrize("order", ["bundle first", "bundle last"])
 def test_the_html_draws_every_figure_in_chromium(order, tmp_path):
     """Figures whose script runs before plotly.js has loaded wait for it (a cell run out of order)."""

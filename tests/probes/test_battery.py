@@ -114,6 +114,18 @@ def test_compare_refuses_different_manifests(results, manifests, tmp_path):
         compare_results(results[0], tmp_path / "other")
 
 
+def test_compare_pairs_two_subsets_of_one_manifest_on_the_rows_both_read(manifests, tmp_path):
+    """A demo battery (fewer rows per depth) against the full battery on the same manifest file: the paired
+    tests run over the rows both read, and the comparison says how many."""
+    run_battery(UNTRAINED, write_battery(tmp_path / "all.toml", manifests[0], depth_matrix={}), tmp_path / "all",
+                progress=False)
+    run_battery(UNTRAINED, write_battery(tmp_path / "few.toml", manifests[0], depth_matrix={"per_depth": 2}),
+                tmp_path / "few", progress=False)
+    table = compare_results(tmp_path / "all", tmp_path / "few")
+    assert table.attrs["rows"] == {"compared": 6, "a": 12, "b": 6, "manifest": "rows7.jsonl"}
+    assert list(table["n"]) == [2, 2, 2, 6] and (table["helped"] + table["hurt"] == 0).all()  # the same model
+
+
 def fake_results(path, tok, rows, model):
     """A results directory holding only a depth matrix and its summary."""
     path.mkdir()

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 from workbench.arms import compare_arms, load_arm
 from workbench.models import load_base
@@ -22,6 +23,7 @@ from workbench.train.trainer import train
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # an end-to-end run: trains two arms, runs scripts/final_answers.py
 def test_final_answers_for_a_looped_and_a_direct_arm(write_recipe, tmp_path):
     lora = {"train": {"block": False}, "lora": {"enabled": True, "r": 4, "alpha": 8}}
     looped = write_recipe("looped.toml", **lora)

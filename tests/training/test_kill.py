@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
@@ -51,6 +52,7 @@ def workbench_train(*args):
                           capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow  # an end-to-end run: a training subprocess killed, then resumed
 def test_sigkill_during_a_checkpoint_save_then_resume(finished_run, tmp_path):
     recipe = finished_run / "recipe.toml"
     run = tmp_path / "run"

@@ -13,6 +13,7 @@ import pytest
 from workbench.train.trainer import train
 
 
+@pytest.mark.slow  # an end-to-end run: real training on SmolLM2
 @pytest.mark.timeout(600)
 def test_depth_one_training_lowers_loss_and_lifts_loop_one_accuracy(write_recipe, tmp_path):
     # All six layers looped and trainable (a tiny random model needs the capacity to learn an

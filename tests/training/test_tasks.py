@@ -31,6 +31,7 @@ def _losses(run, stage: str) -> list[float]:
     return [x["loss"] for x in lines if x["kind"] == "train" and x["stage"] == stage]
 
 
+@pytest.mark.slow  # an end-to-end run: trains, then `workbench probe`
 @pytest.mark.parametrize("task", ["phop", "state", "arith"])
 def test_each_recurtrace_task_trains_and_workbench_probe_reads_it(write_recipe, tmp_path, tok, task):
     recipe = write_recipe(**RECURTRACE, task={"name": task, **({"alphabet": 6} if task == "phop" else {})},
@@ -106,6 +107,7 @@ def test_task_recipe_errors_are_one_line(write_recipe, tables, match):
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow  # an end-to-end run: Stage 1 then Stage 2 training
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("objective", ["oracle", "act", "pondernet"])
 def test_stage2_trains_the_head_on_a_frozen_stage1_model(write_recipe, tmp_path, objective):

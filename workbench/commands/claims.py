@@ -23,6 +23,8 @@ def claims(
     gate = None if out is None else gate_output(out, "claims", kind="file", names=LEDGER_FILES, overwrite=True,
                                                 reading=[claims_file or CLAIMS_FILE])  # before any work
     rows = build_ledger(claims_file or CLAIMS_FILE, root or ROOT)
+    typer.echo("papers: 000 = the retrofit paper (Retrofitting Recurrent Depth into a Pretrained Language Model), "
+               "002 = RecurTrace (Adaptive Latent Reasoning with Loop-Time Memory); [paper section] after each id\n")
     for r in rows:
         typer.echo(f"{r['verdict'].upper():<15} {r['id']}  [{r['paper']} {r['section']}]")
         typer.echo(f"{'':<15} paper: {r['paper_value']}")

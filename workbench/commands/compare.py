@@ -31,7 +31,8 @@ def compare(
     table = compare_results(results_a, results_b)
     records = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in table.to_dict("records")]
     headlines = compare_headlines(read_headlines(results_a), read_headlines(results_b))
-    report = {"a": str(results_a), "b": str(results_b), "depths": records, "headlines": headlines}
+    rows = table.attrs.get("rows", {})
+    report = {"a": str(results_a), "b": str(results_b), "rows": rows, "depths": records, "headlines": headlines}
     gate.recheck()
     target.mkdir(parents=True, exist_ok=True)
     write_json_atomic(target / "compare.json", report)
@@ -41,6 +42,9 @@ def compare(
         typer.echo(json.dumps(report, indent=1, default=str))
         return
     con = console()
+    if rows:
+        con.print(f"rows both read: {rows['compared']} of {rows['manifest'] or 'the manifest'} (A read {rows['a']}, "
+                  f"B read {rows['b']})")
     con.print("final answers (t = d), paired by row: helped = B right and A wrong; exact McNemar p")
     con.print(_depth_table(records))
     print_comparison(headlines, str(results_a), str(results_b), out=con)

@@ -78,8 +78,8 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
     from workbench.models import EMBEDDED_DEFAULT, load_base
     from workbench.probes.battery import run_battery
     from workbench.report import write_report
+    from workbench.runs import read_retrofit
     from workbench.selection import select_block
-    from workbench.train.rundir import read_retrofit
 
     start = time.perf_counter()
     run_on = resolve_device(device)
@@ -92,10 +92,11 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
         t0 = _step(say, "1. block selection (angular distance, Kneedle, window ablation)")
         sel = select_block(base, tok)
         headline["selection"] = {"prelude_end": sel.prelude_end, "coda_start": sel.coda_start,
-                                 "recommended": list(sel.recommended)}
+                                 "recommended": list(sel.recommended), "windows": sel.windows}
         write_json_atomic(staging / "block_selection.json", sel.to_dict())
-        say(f"span {sel.prelude_end}:{sel.coda_start}, recommended window {sel.recommended[0]}:"
-            f"{sel.recommended[1]}  ({time.perf_counter() - t0:.0f} s)")
+        for line in selection_lines(sel.to_dict()):
+            say(line)
+        say(f"  ({time.perf_counter() - t0:.0f} s)")
 
     checkpoint = resolve_run(DEFAULT_KEEPER)
     shown = str(checkpoint)
@@ -109,6 +110,9 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
         checkpoint, shown = Path(summary["run_dir"]), str(out / "run")  # where the run will be once moved
         say(f"trained {summary['steps']} steps in {time.perf_counter() - t0:.0f} s")
     block = read_retrofit(checkpoint)[1].block
+    if train_steps == 0:
+        for line in keeper_lines(block, headline.get("selection", {}).get("windows")):
+            say(line)
 
     t0 = _step(say, f"3. loop-1 identity at the keeper's block {block[0]}:{block[1]}")
     rows = identity_report(base, tok, block, loops=1, lora=False)
@@ -133,3 +137,32 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
     _step(say, "5. headline numbers")
     headline["seconds"] = round(time.perf_counter() - start, 1)
     return headline, summary
+
+
+def selection_lines(selection: dict, top: int = 3) -> list[str]:
+    """The block selection's result as the demo prints it: the span, why, and the best windows with their numbers."""
+    lines = [f"span {selection['prelude_end']}:{selection['coda_start']} of {selection['n_layers']} layers "
+             "(angular distance between layers, Kneedle knees)"]
+    lines += [f"  {key}: {selection['knees'][key]['reason']}" for key in ("prelude_end", "coda_start")
+              if key in selection.get("knees", {})]
+    lines.append(f"windows of {selection['window']} layers ranked by loop-2 damage of an untrained retrofit "
+                 "(relative loss increase + accuracy lost when the window runs twice), lowest first:")
+    for w in selection["windows"][:top]:
+        a, b = w["block"]
+        lines.append(f"  {a:>2}:{b:<2} damage {w['damage']:.4f}  (Δloss {w['loss_increase']:+.4f} nats, "
+                     f"accuracy {w['accuracy_loop1']:.3f} -> {w['accuracy_loop2']:.3f})")
+    a, b = selection["recommended"]
+    lines.append(f"recommended window {a}:{b}")
+    return lines
+
+
+def keeper_lines(block: tuple[int, int], windows: list[dict] | None) -> list[str]:
+    """Says which block the shipped keeper loops and why it is not (necessarily) the recommended window."""
+    a, b = block
+    ranked = next((w for w in windows or [] if tuple(w["block"]) == (a, b)), None)
+    where = (f"; selection ranked it {ranked['rank']} of {len(windows)} (damage {ranked['damage']:.4f})" if ranked
+             else "; it is not among the windows ranked above (another window size)" if windows else "")
+    return [f"the keeper probed below loops block {a}:{b}, its recipe's choice (training/smollm2_lora_chase.toml): "
+            "loop-2 damage of an untrained retrofit ranks windows for a first try, and a 6-layer 10:16 trained "
+            "loop 1 but not loop 2 in 300-700 steps, so the recipe loops 12 layers and keeps an 18-layer "
+            f"block + Coda per loop{where}"]

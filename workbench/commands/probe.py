@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from workbench.defaults import EMBEDDED_DEFAULT
+from workbench.defaults import EMBEDDED_DEFAULT, shipped
 from workbench.devices import DEVICE_HELP
 
 
@@ -19,8 +19,8 @@ def probe(
                                    "architecture, untrained), or untrained:BASE:A:B (e.g. "
                                    f"untrained:{EMBEDDED_DEFAULT}:10:16) for an untrained retrofit control."),
     battery: Optional[str] = typer.Option(None, "--battery", help="A battery TOML file, or a shipped battery: "
-                                          "default, demo or native (workbench/data/probes/); default: native for "
-                                          "a native looped model, else default."),
+                                          f"{', '.join(shipped('battery'))} (workbench/data/probes/); default: "
+                                          "native for a native looped model, else default."),
     rows: Optional[str] = typer.Option(None, "--rows", help="A row manifest (.jsonl), or a shipped one by name "
                                        "(chase_n8_d1-7), replacing every probe's rows."),
     only: Optional[str] = typer.Option(None, "--only", help="Comma list of probes to run (e.g. depth_matrix,splice)."),
@@ -58,5 +58,9 @@ def print_summary(summary: dict, as_json: bool = False) -> None:
 
     skipped = {n: p["reason"] for n, p in summary["probes"].items() if p.get("status") == "not_applicable"}
     print_headlines(headlines_from_summary(summary), skipped)
+    from workbench.readings import battery_notes
+
+    for note in battery_notes(summary):
+        typer.echo(textwrap.fill(f"note: {note}", 100))
     walls = ", ".join(f"{n} {p['wall_s']:.0f}" for n, p in summary["probes"].items() if "wall_s" in p)
     typer.echo(textwrap.fill(f"seconds per probe: {walls}", 100))

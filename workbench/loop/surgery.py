@@ -8,6 +8,7 @@ a LoRA adapter on the block. Nothing here copies a base weight.
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from typing import Any
 
 import torch
 from peft import LoraConfig, inject_adapter_in_model
@@ -31,7 +32,7 @@ def check_block(block: tuple[int, int], n_layers: int) -> tuple[int, int]:
     return a, b
 
 
-def retrofit(model: nn.Module, config: RetrofitConfig | tuple[int, int] | str, **options) -> LoopedLM:
+def retrofit(model: nn.Module, config: RetrofitConfig | tuple[int, int] | str | None = None, **options: Any) -> LoopedLM:
     """Returns a LoopedLM over `model` (weights shared) with fresh re-entry at their paper inits.
 
     This is the one place a retrofit is built: fresh, or rebuilt from a run's retrofit.json
@@ -41,10 +42,18 @@ def retrofit(model: nn.Module, config: RetrofitConfig | tuple[int, int] | str, *
         model: a HF causal LM of a supported family (see `workbench.models`).
         config: a `RetrofitConfig`, or just its block ((a, b) or "a:b": layers a..b-1 are looped)
             with the other fields as keyword `options` (reentry, memory, max_loops, memory_window,
-            memory_heads, halting, halting_pooling, lora).
+            memory_heads, halting, halting_pooling, lora); or None with the block as the keyword
+            `block`: `retrofit(base, block=(10, 16), reentry="bridge")`.
     When the config holds `lora`, the adapter is attached last (`attach_lora`; B = 0, so the
     retrofit is unchanged).
     """
+    if config is None:
+        if "block" not in options:
+            raise WorkbenchError("retrofit: give the looped block, e.g. retrofit(base, block=(10, 16)) or "
+                                 "retrofit(base, RetrofitConfig(block=(10, 16)))")
+        config = options.pop("block")
+    elif "block" in options:
+        raise WorkbenchError("retrofit: the block was given twice (as the config and as block=)")
     if isinstance(config, RetrofitConfig):
         if options:
             raise WorkbenchError(f"retrofit: a RetrofitConfig was given with extra options {sorted(options)}; "
@@ -74,7 +83,7 @@ def retrofit(model: nn.Module, config: RetrofitConfig | tuple[int, int] | str, *
 
 
 def attach_lora(looped: LoopedLM, lora: LoraSettings | None = None, init_lora_weights: bool = True,
-                **settings) -> LoopedLM:
+                **settings: Any) -> LoopedLM:
     """Puts one peft LoRA adapter on the block's projections (shared by every loop), in place.
 
     `lora` is a `LoraSettings`, or give its fields (r, alpha, dropout, targets) as keywords.

@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import time
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -56,14 +57,15 @@ from workbench.native import native_family
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
-from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
-from workbench.train.rundir import (
+from workbench.readings import chance
+from workbench.runs import (
     PROVENANCE,
     RETROFIT,
     base_sha256,
     load_run,
     read_retrofit,
 )
+from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
 
 SELECTION_KEYS = ("manifest", "depths", "per_depth")
 BATTERY_KEYS = ("manifest", "batch_size", "name")
@@ -216,7 +218,8 @@ EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is 
 
 def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | os.PathLike, rows: str | None = None,
                 only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
-                progress: bool = True, precision: str = "fp32", finish=None, device=None) -> dict:
+                progress: bool = True, precision: str = "fp32", finish: Callable[[Path], None] | None = None,
+                device=None) -> dict:
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:
@@ -291,7 +294,8 @@ def _one(name, options, manifests, model, tok, context, staging) -> tuple[dict, 
     selection = {k: options.pop(k) for k in ("depths", "per_depth") if k in options}
     chosen = select_rows(manifests[manifest].rows, selection.get("depths"), selection.get("per_depth"))
     record = {"rows": {"manifest": manifest, "n": len(chosen), "rows_sha256": rows_sha256(chosen),
-                       "row_ids_sha256": row_ids_sha256(chosen), **selection}, "options": options}
+                       "row_ids_sha256": row_ids_sha256(chosen), "chance": chance(chosen), **selection},
+              "options": options}
     t0 = time.perf_counter()
     if name in getattr(model, "not_applicable", {}):  # e.g. a native looped model: nothing retrofit-only applies
         return {"status": "not_applicable", "reason": model.not_applicable[name]}, {**record, "tables": []}

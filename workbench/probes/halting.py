@@ -121,7 +121,7 @@ def load_head(model, run_dir) -> tuple[torch.nn.Module, str]:
     """
     from safetensors.torch import load_file
 
-    from workbench.train.rundir import RECIPE, TRAINABLE
+    from workbench.runs import RECIPE, TRAINABLE
 
     run_dir = Path(run_dir)
     if not (run_dir / TRAINABLE).is_file():

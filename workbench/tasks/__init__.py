@@ -20,18 +20,21 @@ state_query, whose prompt ends with "Answer: "); `steps` for arithmetic.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 from workbench.errors import WorkbenchError
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.recurtrace import recurtrace_rows
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 TASKS = ("chase", "phop", "state", "state_query", "arith")
 DEFAULT_ALPHABET = {"chase": 16, "phop": 32}
 
 
 def build_rows(task: str, depths: Iterable[int], per_depth: int, seed: int, *, alphabet: int | None = None,
-               tokenizer=None, surface: str = "symbolic", symbol_set: str | None = None,
+               tokenizer: PreTrainedTokenizerBase | None = None, surface: str = "symbolic", symbol_set: str | None = None,
                permutation: bool = False, split: str = "test", first_index: int = 0) -> list[dict]:
     """Returns the rows of one task family, depth-major; options a task does not use must be left default.
 

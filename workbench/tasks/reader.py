@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -31,6 +32,11 @@ from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
 from workbench.tasks.manifest import rows_sha256
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from workbench.loop.looped import LoopedLM
 
 ANSWER_PREFIX = " "  # a row may override it with an `answer_prefix` field (the guardrail's digits do)
 ANSWER_END = "\n"   # a multi-token answer is read up to and including the end of its line
@@ -160,7 +166,7 @@ class ReadResult:
         return df
 
 
-def read_rows(model, tokenizer, rows: list[dict], loops: int, batch_size: int = 16,
+def read_rows(model: LoopedLM, tokenizer: PreTrainedTokenizerBase, rows: list[dict], loops: int, batch_size: int = 16,
               progress: bool = False) -> ReadResult:
     """Returns a `ReadResult` of every row's symbol scores at loops 1..`loops` from one forward each.
 
@@ -276,7 +282,7 @@ def answer_batches(model, tokenizer, rows: list[dict], loops: int, batch_size: i
 
 
 @torch.no_grad()
-def read_answers(model, tokenizer, rows: list[dict], loops: int, batch_size: int = 16,
+def read_answers(model: LoopedLM, tokenizer: PreTrainedTokenizerBase, rows: list[dict], loops: int, batch_size: int = 16,
                  progress: bool = False) -> AnswerRead:
     """Returns an `AnswerRead`: each row's answer read exactly at loops 1..`loops`, one forward per batch.
 

@@ -28,18 +28,25 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import tomllib
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from workbench.defaults import shipped_keepers
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_path, gate_output, read_json, sha256_file, write_json_atomic
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import load_base, weights_sha256
 from workbench.precision import apply_precision
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from workbench.loop.looped import LoopedLM
 
 TRAINABLE = "trainable.safetensors"
 RETROFIT = "retrofit.json"
@@ -277,7 +284,7 @@ def read_retrofit(run_dir: str | os.PathLike) -> tuple[dict, RetrofitConfig]:
 
 
 def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.dtype | None = None,
-             precision: str | None = None):
+             precision: str | None = None) -> tuple[LoopedLM, PreTrainedTokenizerBase, dict]:
     """Returns `(looped, tokenizer, info)` rebuilt from a run directory, strictly checked.
 
     Args:
@@ -297,7 +304,7 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise WorkbenchError(f"run directory '{run_dir}' {'is a file' if run_dir.exists() else 'does not exist'}; "
-                             "give a run directory or a shipped keeper's name")
+                             f"give a run directory or a shipped keeper's name: {', '.join(shipped_keepers())}")
     prov = verify_files(run_dir)
     record, config = read_retrofit(run_dir)
     spec = base or record["base"]["spec"]

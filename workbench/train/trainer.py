@@ -699,8 +699,9 @@ class Trainer:
                 "device": self.device_record}
 
 
-def train(recipe_path, out=None, overrides=None, resume: bool = False, stop_after: int | None = None,
-          progress: bool = True, device=None) -> dict:
+def train(recipe_path: str | Path, out: str | Path | None = None,
+          overrides: list[str] | dict | None = None, resume: bool = False, stop_after: int | None = None,
+          progress: bool = True, device: str | None = None) -> dict:
     """Trains a recipe into a run directory; returns a summary dict.
 
     Args:

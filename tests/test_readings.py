@@ -1,0 +1,30 @@
+"""Chance and the demo warning under a battery's headlines, on planted rows and summaries."""
+
+from workbench.readings import battery_notes, chance
+
+
+def rows(n_symbols: int, k: int = 3) -> list[dict]:
+    symbols = [chr(65 + i) for i in range(n_symbols)]
+    return [{"symbols": symbols, "answer": "A"} for _ in range(k)]
+
+
+def test_chance_is_one_over_the_symbols_and_none_for_multi_token_answers():
+    assert chance(rows(8)) == 0.125
+    assert chance(rows(8) + rows(4)) == (3 * 0.125 + 3 * 0.25) / 6
+    assert chance([{"symbols": ["A"], "answer": "v1 v2"}]) is None and chance([]) is None
+
+
+def test_a_demo_battery_says_so_and_gives_chance():
+    summary = {"battery": "/x/probes/demo.toml",
+               "probe_runs": {"depth_matrix": {"rows": {"per_depth": 8, "chance": 0.125}},
+                              "linear_probe": {"rows": {"chance": 0.125}}}}
+    chance_line, demo_line = battery_notes(summary)
+    assert chance_line.startswith("chance (guessing among each row's symbols): 0.125;")
+    assert "a demo battery: as few as 8 rows per depth (depth_matrix)" in demo_line and "not numbers to cite" in demo_line
+
+
+def test_the_default_battery_gets_chance_only():
+    summary = {"battery": "probes/default.toml", "probe_runs": {"depth_matrix": {"rows": {"per_depth": 32,
+                                                                                          "chance": 0.125}}}}
+    assert battery_notes(summary) == ["chance (guessing among each row's symbols): 0.125; every accuracy above "
+                                      "reads against it"]
