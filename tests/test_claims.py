@@ -552,3 +552,14 @@ def test_early_exit_and_the_block_recommendation_claims(tmp_path):
     [row] = build_ledger(claims, tmp_path)
     assert row["verdict"] == "reproduced" and "installed [6], not installed [0]" in row["comparison"]
     assert "12:24 (good): installed, worst loops = depth cell 0.90 at depth 2 (step 9), 6 layers shared" in row["ours"]
+
+
+def test_the_readme_shows_the_committed_ledgers_verdict_counts():
+    """README.md carries the ledger's "Verdicts per paper" table line for line (issue 33: counts per paper)."""
+    ledger = (LEDGER_DIR / "LEDGER.md").read_text().splitlines()
+    start = ledger.index("## Verdicts per paper")
+    counts = [line for line in ledger[start + 1:] if line.startswith("|")][:2 + 2]
+    assert counts[0].startswith("| paper | reproduced | not reproduced | not comparable |")
+    readme = (ROOT / "README.md").read_text().splitlines()
+    at = readme.index(counts[0])
+    assert readme[at:at + len(counts)] == counts

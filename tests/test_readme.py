@@ -22,7 +22,7 @@ SECTIONS = ["Two commands", "Ten lines of Python", "The CLI", "Your own model", 
             "Documentation"]
 QUICK = ("workbench --help", "workbench identity ", "workbench rows ", "workbench claims")
 SLOW = ("workbench select-block ", "workbench probe ", "workbench compare ", "workbench report ",
-        "workbench figures ", "workbench train ", "workbench demo ")
+        "workbench figures ", "workbench train ", "workbench demo ", "workbench launch ")
 
 
 def block(after: str, lang: str) -> str:

@@ -25,6 +25,7 @@ __version__ = "0.1.0"
 _EXPORTS: dict[str, str] = {
     # base models and the retrofit
     "load_base": "workbench.models",
+    "load_looped": "workbench.models",  # native looped models (Inkling2Loop, HRM-Text)
     "RetrofitConfig": "workbench.loop.config",
     "LoraSettings": "workbench.loop.config",
     "retrofit": "workbench.loop.surgery",
@@ -72,6 +73,7 @@ __all__ = [
     "identity_report",
     "load_base",
     "load_battery",
+    "load_looped",
     "load_results",
     "load_run",
     "loop_hook_names",
@@ -117,7 +119,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
     from workbench.loop.hooks import hook_name, loop_hook_names, stack_loops
     from workbench.loop.looped import LoopedLM
     from workbench.loop.surgery import attach_lora, parameter_report, retrofit
-    from workbench.models import load_base
+    from workbench.models import load_base, load_looped
     from workbench.probes.battery import load_battery, run_battery
     from workbench.results import load_results, read_summary
     from workbench.runs import load_run, resolve_run

@@ -130,7 +130,7 @@ def _user_files(spec: str):
                              f"--model takes {accepted_specs()}") from None
 
 
-def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32):
+def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32) -> tuple:
     """Returns `(looped, tokenizer)` for a native looped model (transformers' Inkling2Loop or HRM-Text directory,
     or `tiny-inkling2-loop` / `tiny-hrm-text`): the workbench's looped interface, every pass hooked
     (`workbench.native.load_looped`)."""

@@ -219,7 +219,7 @@ EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is 
 def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | os.PathLike, rows: str | None = None,
                 only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
                 progress: bool = True, precision: str = "fp32", finish: Callable[[Path], None] | None = None,
-                device=None) -> dict:
+                device: str | None = None) -> dict:
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:
