@@ -52,6 +52,7 @@ def _writer_args(tmp: Path) -> dict[str, list]:
         "demo": ["demo", "--out", out],
         "select-block": ["select-block", "--model", "tiny-llama", "--out", out],
         "train": ["train", "smollm2_lora_chase", "--out", out],
+        "launch": ["launch", "smollm2_lora_chase", "--preset", "ddp", "--processes", "2", "--cpu", "--out", out],
         "probe": ["probe", "--checkpoint", KEEPER, "--battery", "demo", "--out", out],
         "compare": ["compare", tmp / "a", tmp / "b", "--out", out],
         "report": ["report", tmp / "a", "--out", tmp / "r.html"],

@@ -85,9 +85,15 @@ def test_a_specimen_without_tensors_reruns_its_first_steps(tmp_path, monkeypatch
                 assert all(close(x, y) for x, y in zip(a["loop_ce"], b["loop_ce"]))
                 assert a["lr"] == b["lr"]
             elif kind == "guardrail":
-                assert a["correct"] == b["correct"], (a, b)   # the base's reading, 64 questions
-            else:
+                # the base's reading, 64 questions: exact on the recording's arithmetic; on other bf16 kernels a
+                # borderline argmax flips (read on an Intel AMX machine: 47 and 46 where AVX512-BF16 read 48), so
+                # there it may move by at most 3 questions, the guardrail's own hard stop
+                assert (a["correct"] == b["correct"] if same_arith else abs(a["correct"] - b["correct"]) <= 3), (a, b)
+            elif same_arith:
                 assert a["acc"] == b["acc"]
+            else:  # held-out cells in bf16 on other kernels: a borderline row may flip (1/64 seen on Intel AMX)
+                assert a["acc"].keys() == b["acc"].keys()
+                assert all(abs(a["acc"][d][t] - b["acc"][d][t]) <= 0.05 for d in b["acc"] for t in b["acc"][d]), (a, b)
 
 
 @pytest.mark.parametrize("arm", ["memory", "plain"])

@@ -48,8 +48,8 @@ def demo(
     # All or nothing: every part is written into a hidden sibling and moved into place at the end, so an
     # interrupt or a failure leaves `out` as it was (absent, or the previous complete demo) and no staging.
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    staging.mkdir(parents=True, exist_ok=False)
-    try:
+    try:  # made inside the try: a signal that lands as it is made still removes it
+        staging.mkdir(parents=True, exist_ok=False)
         headline, summary = _run(say, staging, out, train_steps, eval_per_depth, skip_selection, device)
         write_json_atomic(staging / "demo.json", headline)
         mark_output(staging, "demo")

@@ -92,11 +92,16 @@ def launch(
 ) -> None:
     """Train a recipe on several processes: accelerate launch with a preset, each rank on its own device."""
     from workbench.defaults import resolve
+    from workbench.io import gate_output, safe_child
     from workbench.train.recipe import load_recipe
 
     path = preset_path(preset)
     check_preset(path, processes, cpu)
-    load_recipe(resolve("recipe", recipe), overrides)   # a bad recipe or --set: one line here, not one per rank
+    recipe_path = resolve("recipe", recipe)
+    resolved = load_recipe(recipe_path, overrides)   # a bad recipe or --set: one line here, not one per rank
+    run_dir = Path(out) if out is not None else safe_child("runs", resolved["name"], "recipe name")
+    with gate_output(run_dir, "launch", kind="run", resume=resume, reading=[recipe_path]):
+        pass   # decided before any process starts; the main rank's `train` takes the gate (and its lock) itself
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
     if accelerate is None:
         raise WorkbenchError("accelerate's launcher is not installed next to this Python")

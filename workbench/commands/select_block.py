@@ -57,8 +57,8 @@ def select_block(
     }
     html = angular_distance_figure(record).to_html(include_plotlyjs=True, full_html=True)
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")  # both files or neither, old ones kept until then
-    staging.mkdir(parents=True, exist_ok=False)
-    try:
+    try:  # made inside the try: a signal that lands as it is made still removes it
+        staging.mkdir(parents=True, exist_ok=False)
         write_text_atomic(staging / SELECTION_JSON, json.dumps(record, indent=2))
         write_text_atomic(staging / SELECTION_HTML, html)
         mark_output(staging, "select-block")

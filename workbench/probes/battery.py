@@ -263,14 +263,14 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     context = {"batch_size": spec["batch_size"], "seed": seed, "progress": progress, "base": info["base"],
                "support": info["support"]}
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    staging.mkdir(parents=True, exist_ok=False)
     checkpoint = {k: info[k] for k in ("path", "kind", "provenance_sha256", "support")}
     summary = {"probes": {}, "probe_runs": {}, "checkpoint": checkpoint,
                "manifests": {m: {k: man.sidecar[k] for k in ("rows_sha256", "row_ids_sha256")} for m, man in manifests.items()},
                "model": _model_record(model, info), "battery": spec["path"], "seed": seed, "created_by": _created_by(),
                "device": device_record(device, run_on),
                "precision": {**precision_record, "fp32_probes": [n for n in todo if n in EXACT_PROBES or used == "fp32"]}}
-    try:
+    try:  # made inside the try: a signal that lands as it is made still removes it
+        staging.mkdir(parents=True, exist_ok=False)
         for name in tqdm(todo, desc="probes", disable=not progress):
             if used != "fp32" and name not in EXACT_PROBES and model.precision != used:
                 apply_precision(model, used)

@@ -123,6 +123,9 @@ class Trainer:
     # -------------------------------------------------------------- setup
     def setup(self) -> None:
         r, m = self.recipe, self.recipe["model"]
+        if not getattr(self, "_gated", False):  # called by hand, not from run(): the gate decides before any write
+            with self._gate():
+                pass
         self._check_run_dir(dumps(r))
         self.acc.wait_for_everyone()  # every rank checks before the main process writes
         torch.manual_seed(r["seed"])  # LoRA's A matrices are drawn from it
@@ -476,18 +479,25 @@ class Trainer:
 
         The run directory is locked meanwhile: a second process training into it is refused."""
         main = self.acc.is_main_process
-        parent = self.recipe.get("init_from") or None
-        reading = [*self.inputs, *([self.recipe_dir / parent, Path(parent)] if parent else [])]
-        if self.resume:  # a run resumed from its own recipe.toml reads it: that is not writing over an input
-            reading = [r for r in reading if Path(r).resolve() != (self.run_dir / rundir.RECIPE).resolve()]
-        gate = (gate_output(self.run_dir, "train", kind="run", resume=self.resume, reading=reading) if main
-                else contextlib.nullcontext())  # before any work: what --out is, and who else writes it
+        # A Trainer set up by hand (setup() before run()) passed the gate in setup() and wrote the directory itself.
+        gate = contextlib.nullcontext() if hasattr(self, "looped") else self._gate()
         lock = locked_dir(self.run_dir, "run directory") if main else contextlib.nullcontext()
         with gate, lock:
             return self._run(stop_after)
 
+    def _gate(self):
+        """The output gate's decision on the run directory (main process), before any work; held until released."""
+        if not self.acc.is_main_process:
+            return contextlib.nullcontext()
+        parent = self.recipe.get("init_from") or None
+        reading = [*self.inputs, *([self.recipe_dir / parent, Path(parent)] if parent else [])]
+        if self.resume:  # a run resumed from its own recipe.toml reads it: that is not writing over an input
+            reading = [r for r in reading if Path(r).resolve() != (self.run_dir / rundir.RECIPE).resolve()]
+        return gate_output(self.run_dir, "train", kind="run", resume=self.resume, reading=reading)
+
     def _run(self, stop_after: int | None) -> dict:
         if not hasattr(self, "looped"):
+            self._gated = True   # run() holds the gate
             self.setup()
         start = self._restore() if self.resume else 0
         t0 = time.perf_counter() - self.state["elapsed_s"]
