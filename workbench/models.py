@@ -8,7 +8,6 @@ safetensors under `~/.cache/workbench` (or `$WORKBENCH_CACHE`).
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -27,7 +26,7 @@ from transformers import (
 from transformers.utils import logging as hf_logging
 
 from workbench.defaults import EMBEDDED_DEFAULT
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, user_files
 from workbench.gguf_header import read_header
 from workbench.weights_check import check_hf_weights
 
@@ -82,10 +81,10 @@ def load_base(
         if not path.exists():
             raise WorkbenchError(f"model '{spec_str}' does not exist; --model takes {accepted_specs()}")
         if path.is_file() and path.suffix == ".gguf":
-            with _user_files(spec_str):
+            with user_files(spec_str, f"--model takes {accepted_specs()}"):
                 model, tok = _load_gguf(path, dtype, attn_implementation)
         elif path.is_dir() and (path / "config.json").exists():
-            with _user_files(spec_str):
+            with user_files(spec_str, f"--model takes {accepted_specs()}"):
                 config = AutoConfig.from_pretrained(path)
                 _check_architecture(config.model_type, spec_str)
                 check_hf_weights(path, config)  # names, shapes, dtypes from the headers: before any allocation
@@ -104,30 +103,6 @@ def load_base(
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return model, tok
-
-
-@contextlib.contextmanager
-def _user_files(spec: str):
-    """Turns a library's error on a user's model files (truncated weights, a broken config) into one line.
-
-    The GGUF header is checked first by `workbench.gguf_header`, so nothing here allocates for what a
-    file merely declares; this catches what the readers find after that.
-    """
-    from huggingface_hub.errors import StrictDataclassError
-    from safetensors import SafetensorError
-
-    try:
-        yield
-    except WorkbenchError:
-        raise
-    # a config's zero head count divides by zero, a None size has no attribute, a zero vocabulary fails torch's
-    # own assertion on the padding index, transformers' config dataclasses validate fields (StrictDataclassError)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, ArithmeticError, RuntimeError, AssertionError,
-            SafetensorError, StrictDataclassError) as err:
-        lines = str(err).strip().splitlines()
-        first = lines[0][:200] if lines else "no message"
-        raise WorkbenchError(f"model '{spec}' cannot be loaded ({type(err).__name__}: {first}); "
-                             f"--model takes {accepted_specs()}") from None
 
 
 def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32) -> tuple:

@@ -13,7 +13,6 @@ their logits are bit-identical to `AutoModelForCausalLM`'s (tests/test_native.py
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 from pathlib import Path
@@ -22,7 +21,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
 from transformers.utils import logging as hf_logging
 
-from workbench.errors import WorkbenchError
+from workbench.errors import WorkbenchError, user_files
 from workbench.native.contract import NativeLoopedLM
 from workbench.native.hrm import HrmLooped
 from workbench.native.inkling import InklingLooped
@@ -100,7 +99,7 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
             why = UNSUPPORTED.get(family, "it is not a looped family the workbench has an adapter for")
             raise WorkbenchError(f"model '{spec_str}' has architecture '{family}', which load_looped does not "
                                  f"support ({why}); supported: {', '.join(FAMILIES)}")
-        with _user_files(spec_str, "native looped models: a directory of " + ", ".join(FAMILIES)):
+        with user_files(spec_str, "native looped models: a directory of " + ", ".join(FAMILIES)):
             auto = AutoModelForImageTextToText if family == "inkling2_loop" else AutoModelForCausalLM  # composite: text read
             model, info = auto.from_pretrained(path, dtype=dtype, attn_implementation="eager",
                                                output_loading_info=True)
@@ -147,24 +146,6 @@ def _model_type(path: Path) -> str:
     except (OSError, ValueError, AttributeError) as err:
         raise WorkbenchError(f"model '{path}': config.json cannot be read ({type(err).__name__})") from None
     return str(model_type)
-
-
-@contextlib.contextmanager
-def _user_files(spec: str, accepted: str):
-    """A library's error on a user's model files (truncated weights, a broken config) as one line."""
-    from huggingface_hub.errors import StrictDataclassError
-    from safetensors import SafetensorError
-
-    try:
-        yield
-    except WorkbenchError:
-        raise
-    except (OSError, ValueError, KeyError, TypeError, AttributeError, ArithmeticError, RuntimeError, AssertionError,
-            SafetensorError, StrictDataclassError) as err:
-        lines = str(err).strip().splitlines()
-        first = lines[0][:200] if lines else "no message"
-        raise WorkbenchError(f"model '{spec}' cannot be loaded ({type(err).__name__}: {first}); "
-                             f"{accepted}") from None
 
 
 def _tiny(name: str, dtype: torch.dtype, tok):
