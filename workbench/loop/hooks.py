@@ -118,3 +118,19 @@ def stack_loops(cache: Mapping[str, torch.Tensor], site: str, loops: int, layer:
     if missing:
         raise WorkbenchError(f"the cache holds no '{missing[0]}' ({len(missing)} of {len(names)} loops missing)")
     return torch.stack([cache[n] for n in names])
+
+
+class StrictHookNames:
+    """TransformerLens' run_with_cache / run_with_hooks with names checked first: a hook name that does not exist
+    is an error, not a silent no-op. Mixed in before HookedRootModule; the class defines `_check_hook_names`."""
+
+    def run_with_cache(self, *args, names_filter=None, **kwargs):
+        """TransformerLens' run_with_cache; a hook name in `names_filter` that does not exist is an error."""
+        if isinstance(names_filter, (str, list, tuple)):
+            self._check_hook_names([names_filter] if isinstance(names_filter, str) else names_filter)
+        return super().run_with_cache(*args, names_filter=names_filter, **kwargs)
+
+    def run_with_hooks(self, *args, fwd_hooks=(), bwd_hooks=(), **kwargs):
+        """TransformerLens' run_with_hooks; a hook name that does not exist is an error, not a no-op."""
+        self._check_hook_names([name for name, _ in [*fwd_hooks, *bwd_hooks]])
+        return super().run_with_hooks(*args, fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks), **kwargs)

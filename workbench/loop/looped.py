@@ -26,6 +26,7 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 from workbench.errors import WorkbenchError
 from workbench.loop.attention import pattern_hook
 from workbench.loop.config import RetrofitConfig
+from workbench.loop.hooks import StrictHookNames
 from workbench.loop.positions import last_real_token, position_ids
 from workbench.precision import autocast
 
@@ -97,7 +98,7 @@ def _loop_sites(block: range, coda: range, memory: bool, halting: bool) -> _Site
     return _Site("hook_input", "hook_state", "hook_readout", **children)
 
 
-class LoopedLM(HookedRootModule):
+class LoopedLM(StrictHookNames, HookedRootModule):
     """A looped retrofit of a decoder LM. Build it with `workbench.loop.surgery.retrofit`.
 
     The base model is held by reference (its weights are shared, never copied). Re-entry,
@@ -162,17 +163,6 @@ class LoopedLM(HookedRootModule):
         if unknown:
             raise WorkbenchError(f"hook '{unknown[0]}' does not exist on this retrofit (loops 1..{self.max_loops}); "
                                  "names look like loop.1.hook_state or loop.2.block.12.hook_resid_post")
-
-    def run_with_cache(self, *args, names_filter=None, **kwargs):
-        """TransformerLens' run_with_cache; a hook name in `names_filter` that does not exist is an error."""
-        if isinstance(names_filter, (str, list, tuple)):
-            self._check_hook_names([names_filter] if isinstance(names_filter, str) else names_filter)
-        return super().run_with_cache(*args, names_filter=names_filter, **kwargs)
-
-    def run_with_hooks(self, *args, fwd_hooks=(), bwd_hooks=(), **kwargs):
-        """TransformerLens' run_with_hooks; a hook name that does not exist is an error, not a no-op."""
-        self._check_hook_names([name for name, _ in [*fwd_hooks, *bwd_hooks]])
-        return super().run_with_hooks(*args, fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks), **kwargs)
 
     def _check_loops(self, loops: int) -> None:
         if not isinstance(loops, int) or not 1 <= loops <= self.max_loops:

@@ -30,7 +30,7 @@ from transformer_lens.hook_points import HookPoint
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from workbench.errors import WorkbenchError
-from workbench.loop.hooks import FAMILY_SITES
+from workbench.loop.hooks import FAMILY_SITES, StrictHookNames
 from workbench.loop.looped import LoopedLM, LoopedOutput, LoopReadout, _Site
 from workbench.loop.positions import position_ids
 
@@ -50,7 +50,7 @@ class Carry:
     extra: object = None
 
 
-class NativeLoopedLM(HookedRootModule):
+class NativeLoopedLM(StrictHookNames, HookedRootModule):
     """Base of the native adapters. `base` is transformers' *ForCausalLM, held by reference (never copied)."""
 
     family: str = ""
@@ -120,17 +120,6 @@ class NativeLoopedLM(HookedRootModule):
         if unknown:
             raise WorkbenchError(f"hook '{unknown[0]}' does not exist on this {self.family} model (passes "
                                  f"1..{self.max_loops}; its sites: {', '.join(self.sites)}; docs/hooks.md)")
-
-    def run_with_cache(self, *args, names_filter=None, **kwargs):
-        """TransformerLens' run_with_cache; a hook name in `names_filter` that does not exist is an error."""
-        if isinstance(names_filter, (str, list, tuple)):
-            self._check_hook_names([names_filter] if isinstance(names_filter, str) else names_filter)
-        return super().run_with_cache(*args, names_filter=names_filter, **kwargs)
-
-    def run_with_hooks(self, *args, fwd_hooks=(), bwd_hooks=(), **kwargs):
-        """TransformerLens' run_with_hooks; a hook name that does not exist is an error, not a no-op."""
-        self._check_hook_names([name for name, _ in [*fwd_hooks, *bwd_hooks]])
-        return super().run_with_hooks(*args, fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks), **kwargs)
 
     def hooks(self, fwd_hooks=(), bwd_hooks=(), *args, **kwargs):
         """TransformerLens' hooks context; a hook name that does not exist is an error."""
