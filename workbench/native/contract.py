@@ -169,12 +169,8 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
         Args and returns as `workbench.loop.looped.LoopedLM.read`: scores [batch, T, n_positions, n_candidates
         or vocab] (fp32, after the family's logit transform), states h_t at the read positions when asked.
         """
-        loops = self._loops(loops)
-        pos = self._positions(input_ids, attention_mask, None)
-        read_at = self._read_positions(input_ids, attention_mask, positions)
-        weight = self._unembedding(candidates)
-        gather = read_at.unsqueeze(-1).expand(-1, -1, self.config.hidden_size)
-        ctx = self._context(input_ids, attention_mask, pos, None, loops)
+        loops, read_at, weight, gather, ctx = self._read_setup(input_ids, attention_mask, loops, positions,
+                                                               candidates)
         scores, states = [], []
         for t, carry in self._run(ctx, loops):
             scores.append(self._readout(t, carry, ctx, gather, weight))
@@ -187,15 +183,20 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
                    loops: int | None = None, positions: torch.Tensor | None = None,
                    candidates: torch.Tensor | None = None) -> torch.Tensor:
         """Pass T's scores only [batch, n_positions, n_candidates or vocab] (the Coda runs once), fp32."""
+        loops, _, weight, gather, ctx = self._read_setup(input_ids, attention_mask, loops, positions, candidates)
+        for t, carry in self._run(ctx, loops):
+            pass
+        return self._readout(loops, carry, ctx, gather, weight)
+
+    def _read_setup(self, input_ids, attention_mask, loops, positions, candidates):
+        """What read and read_final share: the pass count, read positions, unembedding rows, gather index, context."""
         loops = self._loops(loops)
         pos = self._positions(input_ids, attention_mask, None)
         read_at = self._read_positions(input_ids, attention_mask, positions)
         weight = self._unembedding(candidates)
         gather = read_at.unsqueeze(-1).expand(-1, -1, self.config.hidden_size)
         ctx = self._context(input_ids, attention_mask, pos, None, loops)
-        for t, carry in self._run(ctx, loops):
-            pass
-        return self._readout(loops, carry, ctx, gather, weight)
+        return loops, read_at, weight, gather, ctx
 
     def _readout(self, t, carry, ctx, gather, weight) -> torch.Tensor:
         normed = self.loop[str(t)].hook_readout(self._coda(t, carry, ctx).gather(1, gather))
