@@ -32,7 +32,6 @@ import re
 from pathlib import Path
 
 import pandas as pd
-import tomllib
 from scipy import stats as sps
 
 from workbench.arms import compare_arms, load_arm
@@ -289,7 +288,7 @@ def arms_latency(specimen: Path, claim: dict) -> dict:
     depths = sorted(set(la.index) & set(lb.index))
     per = [{"depth": int(d), "a_s": float(la[d]), "b_s": float(lb[d]), "b_over_a": float(lb[d] / la[d])}
            for d in depths]
-    cpu = {x.name: json.loads((x.results_dir / "final.json").read_text()).get("cpu") for x in arms}
+    cpu = {x.name: read_json(x.results_dir / "final.json", "final answers").get("cpu") for x in arms}
     return {"depths": per, "rows": len(depths), "cpu": cpu,
             "text": f"median ms per row, {a.name} vs {b.name}: "
                     + "; ".join(f"d{r['depth']} {1e3 * r['a_s']:.0f} vs {1e3 * r['b_s']:.0f}" for r in per)
@@ -661,7 +660,7 @@ def _installed(run: Path) -> tuple[bool, str]:
     evals = [e for e in evals if e.get("kind") == "eval"]
     if not evals:
         raise Missing(f"{run.name} logged no held-out evaluation")
-    trained = {d for s in tomllib.loads((run / "recipe.toml").read_text()).get("stages", []) for d in s.get("depths", [])}
+    trained = {d for s in read_toml(run / "recipe.toml", "recipe").get("stages", []) for d in s.get("depths", [])}
     acc = evals[-1]["acc"]
     diag = {int(d): float(v[d]) for d, v in acc.items() if d in v and (not trained or int(d) in trained)}
     if not diag:
@@ -677,17 +676,17 @@ def block_recommendation(specimen: Path, claim: dict) -> dict:
     path = specimen / claim.get("results", "selection") / "block_selection.json"
     if not path.is_file():
         raise Missing(f"no {path.relative_to(specimen.parent)} (workbench select-block --out ...)")
-    sel = json.loads(path.read_text())
+    sel = read_json(path, "block selection")
     lo, hi = sel["recommended"]
     runs = []
     for rel in claim["trained"]:
         run = claim.get("_root", ROOT) / rel
         if not run.is_dir():
             raise Missing(f"trained run {rel} is not committed")
-        a, b = json.loads((run / "retrofit.json").read_text())["settings"]["block"]
+        a, b = read_json(run / "retrofit.json", "retrofit record")["settings"]["block"]
         ok, how = _installed(run)
         runs.append({"run": Path(rel).name, "block": f"{a}:{b}", "installed": ok, "shared": max(0, min(b, hi) - max(a, lo)),
-                     "recipe": tomllib.loads((run / "recipe.toml").read_text()).get("name"), "how": how})
+                     "recipe": read_toml(run / "recipe.toml", "recipe").get("name"), "how": how})
     return {"recommended": f"{lo}:{hi}", "runs": runs, "rows": len(runs),
             "text": f"recommended {lo}:{hi} ({sel['window']} layers, span {sel['prelude_end']}-{sel['coda_start']}); "
                     + "; ".join(f"{r['block']} ({r['run']}): {'installed' if r['installed'] else 'not installed'}, "
@@ -970,7 +969,7 @@ TESTS["counts_at_most"] = counts_at_most
 
 def step_seconds(run: Path) -> tuple[float, str]:
     """Measured seconds per training step of a committed run (provenance wall_s / steps) and where it ran."""
-    prov = json.loads((run / "provenance.json").read_text())
+    prov = read_json(run / "provenance.json", "provenance")
     if not prov.get("steps") or not prov.get("wall_s"):
         raise Missing(f"{run.name}'s provenance records no steps and wall time")
     hw = (prov.get("precision") or {}).get("hardware", {}).get("name", "this CPU")
