@@ -15,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from workbench.arms import compare_arms, load_arm
+from workbench.analysis.arms import compare_arms, load_arm
 from workbench.io import write_bytes_atomic
 from workbench.plots.arms import arms_accuracy_figure
 

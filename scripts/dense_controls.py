@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.arms import compare_arms, load_arm
+from workbench.analysis.arms import compare_arms, load_arm
 from workbench.io import write_bytes_atomic
 from workbench.plots.arms import controls_figure
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.analysis.stats import mcnemar
 from workbench.errors import WorkbenchError
 from workbench.io import write_bytes_atomic
-from workbench.stats import mcnemar
 
 
 def paired(plain: pd.DataFrame, memory: pd.DataFrame, by: str) -> pd.DataFrame:

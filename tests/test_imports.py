@@ -115,7 +115,7 @@ MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.sel
          "workbench.identity")
 PRESENTATION = ("workbench.plots", "workbench.report", "workbench.figures")
 COMPUTE = ("workbench.loop", "workbench.selection", "workbench.probes", "workbench.train", "workbench.tasks",
-           "workbench.headlines", "workbench.stats", "workbench.results")
+           "workbench.analysis")
 
 
 def test_presentation_is_a_leaf():

@@ -15,9 +15,9 @@ import typer
 from plotly.offline import get_plotlyjs
 from typer.testing import CliRunner
 
+from workbench.analysis.headlines import headlines_from_tables
 from workbench.commands.report import report as report_command
 from workbench.errors import WorkbenchError
-from workbench.headlines import headlines_from_tables
 from workbench.plots import FIGURES, build_all
 from workbench.plots.registry import figure_key
 from workbench.report import FIGURE_CAPTIONS, write_report

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from scipy.stats import binomtest, fisher_exact
 
+from workbench.analysis.stats import fisher, frontier, mcnemar, paired_bootstrap, paired_compare
 from workbench.errors import WorkbenchError
-from workbench.stats import fisher, frontier, mcnemar, paired_bootstrap, paired_compare
 from workbench.tasks.reader import ReadResult
 
 
@@ -159,7 +159,7 @@ def test_paired_compare_refuses_different_manifests_and_short_reads():
 
 
 def test_the_paired_difference_interval_covers_and_stays_inside_its_range():
-    from workbench.stats import paired_difference
+    from workbench.analysis.stats import paired_difference
 
     d, lo, hi = paired_difference(30, 35, 21, 138)           # head alone 30, fixed alone 35, of 224
     assert d == pytest.approx(-5 / 224) and lo < d < hi and -0.1 < lo < -0.08 and 0.04 < hi < 0.06

@@ -54,9 +54,9 @@ _EXPORTS: dict[str, str] = {
     "probe_names": "workbench.api",
     "load_battery": "workbench.probes.battery",
     "run_battery": "workbench.probes.battery",
-    "load_results": "workbench.results",
-    "read_summary": "workbench.results",
-    "build_ledger": "workbench.claims",
+    "load_results": "workbench.analysis.results",
+    "read_summary": "workbench.analysis.results",
+    "build_ledger": "workbench.analysis.claims",
     "WorkbenchError": "workbench.errors",
 }
 
@@ -110,8 +110,9 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load lazily
+    from workbench.analysis.claims import build_ledger
+    from workbench.analysis.results import load_results, read_summary
     from workbench.api import probe, probe_names
-    from workbench.claims import build_ledger
     from workbench.errors import WorkbenchError
     from workbench.identity import identity_report
     from workbench.loop.config import LoraSettings, RetrofitConfig
@@ -121,7 +122,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
     from workbench.loop.surgery import attach_lora, parameter_report, retrofit
     from workbench.models import load_base, load_looped
     from workbench.probes.battery import load_battery, run_battery
-    from workbench.results import load_results, read_summary
     from workbench.runs import load_run, resolve_run
     from workbench.selection import select_block
     from workbench.tasks import build_rows

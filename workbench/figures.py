@@ -19,11 +19,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from workbench.analysis.results import load_results
 from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
 from workbench.io import dir_inputs, gate_output, mark_output, read_toml, safe_child, write_bytes_atomic
 from workbench.plots.registry import FIGURES, build, figure_key, find_builder
-from workbench.results import load_results
 
 FORMATS = ("pdf", "svg", "png", "html")
 WIDTHS_IN = {"single": 3.5, "double": 7.0}

@@ -50,7 +50,7 @@ def test_probe_and_compare_on_the_embedded_default(tmp_path):
 
 def test_probe_prints_headline_tables_within_100_columns_and_json_on_request(tmp_path):
     """`workbench probe` and `workbench compare` on a tiny retrofit: rich tables, never truncated JSON; --json."""
-    from workbench.headlines import headlines_from_summary
+    from workbench.analysis.headlines import headlines_from_summary
 
     battery = tmp_path / "tiny.toml"
     battery.write_text(tomli_w.dumps({

@@ -11,8 +11,7 @@ import pytest
 from rich.console import Console
 
 from tests.probes.machines import TableMachine
-from workbench.errors import WorkbenchError
-from workbench.headlines import (
+from workbench.analysis.headlines import (
     Headline,
     clustered_mean,
     compare_headlines,
@@ -23,8 +22,9 @@ from workbench.headlines import (
     print_headlines,
     proportion,
 )
+from workbench.analysis.stats import bootstrap_mean, wilson
+from workbench.errors import WorkbenchError
 from workbench.probes import depth_matrix, logit_lens, overshoot, splice
-from workbench.stats import bootstrap_mean, wilson
 from workbench.tasks.executors import ParkingExecutor, PerfectExecutor, ShuffledExecutor
 
 

@@ -4,8 +4,8 @@ import re
 
 import pytest
 
+from workbench.analysis.stats import mcnemar
 from workbench.errors import WorkbenchError
-from workbench.stats import mcnemar
 from workbench.tasks.executors import ReadoutExecutor
 from workbench.tasks.guardrail import (
     GuardrailCounts,

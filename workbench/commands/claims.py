@@ -1,4 +1,4 @@
-"""`workbench claims`: the claims ledger from the committed specimens (workbench.claims)."""
+"""`workbench claims`: the claims ledger from the committed specimens (workbench.analysis.claims)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def claims(
                                         "(default: the package data, workbench/data/, which mirrors the repository)."),
 ) -> None:
     """Print the claims ledger: each paper claim, the paper's number, ours, the comparison and a verdict."""
-    from workbench.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, build_ledger, write_ledger
+    from workbench.analysis.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, build_ledger, write_ledger
     from workbench.io import gate_output
 
     gate = None if out is None else gate_output(out, "claims", kind="file", names=LEDGER_FILES, overwrite=True,

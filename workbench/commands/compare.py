@@ -20,9 +20,9 @@ def compare(
     with B − A and its paired 95% interval over the rows both read."""
     import pandas as pd
 
-    from workbench.headlines import compare_headlines, console, print_comparison, read_headlines
+    from workbench.analysis.headlines import compare_headlines, console, print_comparison, read_headlines
+    from workbench.analysis.results import compare_results
     from workbench.io import atomic_path, dir_inputs, gate_output, write_json_atomic
-    from workbench.results import compare_results
 
     target = Path(out) if out is not None else Path(results_b)
     written = ("compare.json", "compare.parquet")

@@ -54,11 +54,11 @@ def print_summary(summary: dict, as_json: bool = False) -> None:
 
         typer.echo(json.dumps(summary, indent=1, default=str))
         return
-    from workbench.headlines import headlines_from_summary, print_headlines
+    from workbench.analysis.headlines import headlines_from_summary, print_headlines
 
     skipped = {n: p["reason"] for n, p in summary["probes"].items() if p.get("status") == "not_applicable"}
     print_headlines(headlines_from_summary(summary), skipped)
-    from workbench.readings import battery_notes
+    from workbench.analysis.readings import battery_notes
 
     for note in battery_notes(summary):
         typer.echo(textwrap.fill(f"note: {note}", 100))

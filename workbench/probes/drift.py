@@ -28,8 +28,8 @@ from scipy.linalg import subspace_angles
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
+from workbench.analysis.headlines import Headline, measured
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, measured
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, device_of

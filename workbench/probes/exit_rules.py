@@ -40,15 +40,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workbench.analysis.headlines import Headline, measured, proportion
+from workbench.analysis.stats import mcnemar
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, measured, proportion
 from workbench.probes.common import check_loops, require_symbols, split_rows
 from workbench.probes.halting import RULES as HEAD_RULES
 from workbench.probes.halting import THRESHOLDS as HEAD_THRESHOLDS
 from workbench.probes.halting import _depths as head_depths
 from workbench.probes.halting import load_head
 from workbench.probes.passes import read_passes
-from workbench.stats import mcnemar
 
 RULES = ("stable", "kl", "entropy_drop", "step", "step_second", "max_prob")
 ABOVE = ("stable", "max_prob")   # rules that stop when the statistic is at least the threshold; the others at most

@@ -42,8 +42,8 @@ import pandas as pd
 import tomllib
 import torch
 
+from workbench.analysis.headlines import Headline, measured, proportion
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, measured, proportion
 from workbench.loop.halting import HaltPolicy, halt_depth
 from workbench.probes import NotApplicable
 from workbench.probes.common import (

@@ -26,8 +26,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.analysis.headlines import Headline, counted, measured
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, counted, measured
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, device_of, iterate, line_spans, require_chase

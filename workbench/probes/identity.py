@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.headlines import Headline, Number, fmt, measured, pair, proportion
+from workbench.analysis.headlines import Headline, Number, fmt, measured, pair, proportion
 from workbench.identity import (
     IDENTITY_PROMPTS,
     adapter_state,

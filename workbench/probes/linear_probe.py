@@ -27,8 +27,8 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
+from workbench.analysis.headlines import Headline, counted, ranges
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, counted, ranges
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, device_of, iterate, require_chase, split_rows

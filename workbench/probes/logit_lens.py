@@ -24,8 +24,8 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.analysis.headlines import Headline, clustered_mean, ranges
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, clustered_mean, ranges
 from workbench.loop.hooks import hook_name, stack_loops
 from workbench.probes.common import (
     batches,

@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from workbench.analysis.stats import mcnemar
 from workbench.errors import WorkbenchError
-from workbench.stats import mcnemar
 from workbench.tasks.manifest import rows_sha256
 from workbench.tasks.reader import read_rows
 

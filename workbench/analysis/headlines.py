@@ -30,9 +30,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from workbench.analysis.results import load_results
+from workbench.analysis.stats import bootstrap_mean, mcnemar, paired_bootstrap, wilson
 from workbench.probes import PROBES, get_probe
-from workbench.results import load_results
-from workbench.stats import bootstrap_mean, mcnemar, paired_bootstrap, wilson
 
 LEVEL = 0.95
 N_BOOT = 4_000

@@ -34,15 +34,16 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats as sps
 
-from workbench.arms import compare_arms, load_arm
+from workbench.analysis.arms import compare_arms, load_arm
+from workbench.analysis.headlines import ranges
+from workbench.analysis.results import read_table
+from workbench.analysis.stats import fisher, mcnemar, paired_difference
+from workbench.defaults import DATA
 from workbench.errors import WorkbenchError
-from workbench.headlines import ranges
 from workbench.io import read_json, read_toml, write_bytes_atomic
-from workbench.results import read_table
-from workbench.stats import fisher, mcnemar, paired_difference
 
-CLAIMS_FILE = Path(__file__).resolve().parent / "data" / "claims.toml"
-ROOT = Path(__file__).parent / "data"   # the repository's layout: training/keepers/<specimen> (workbench.defaults)
+CLAIMS_FILE = DATA / "claims.toml"
+ROOT = DATA   # the repository's layout: training/keepers/<specimen> (workbench.defaults)
 BATTERY = "battery"
 ALPHA = 0.05
 VERDICTS = ("reproduced", "not reproduced", "not comparable")

@@ -21,9 +21,9 @@ from pathlib import Path
 import pandas as pd
 import tomllib
 
+from workbench.analysis.results import read_table
+from workbench.analysis.stats import fisher, frontier, mcnemar
 from workbench.errors import WorkbenchError
-from workbench.results import read_table
-from workbench.stats import fisher, frontier, mcnemar
 
 BARS = (0.60, 0.71, 0.80)
 
