@@ -111,10 +111,9 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.selection", "workbench.precision",
-         "workbench.identity")
+MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.block_selection", "workbench.precision")
 PRESENTATION = ("workbench.plots", "workbench.report", "workbench.figures")
-COMPUTE = ("workbench.loop", "workbench.selection", "workbench.probes", "workbench.train", "workbench.tasks",
+COMPUTE = ("workbench.loop", "workbench.block_selection", "workbench.probes", "workbench.train", "workbench.tasks",
            "workbench.analysis")
 
 
@@ -130,7 +129,7 @@ def test_presentation_is_a_leaf():
 
 def test_the_looped_model_imports_no_probes_training_presentation_or_cli():
     graph = import_graph(PACKAGE)
-    outside = ("workbench.probes", "workbench.train", "workbench.selection", *PRESENTATION, "workbench.commands",
+    outside = ("workbench.probes", "workbench.train", "workbench.block_selection", *PRESENTATION, "workbench.commands",
                "workbench.cli")
     for name in graph:
         if name.startswith("workbench.loop"):

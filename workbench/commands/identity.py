@@ -26,7 +26,7 @@ def identity(
 
     from workbench.analysis.headlines import console
     from workbench.devices import device_record, resolve_device
-    from workbench.identity import IDENTITY_PROMPTS, identity_report
+    from workbench.loop.identity import IDENTITY_PROMPTS, identity_report
     from workbench.models import load_base
     from workbench.native import native_family
 

@@ -8,7 +8,7 @@ Rows (`variant`):
                         training made otherwise;
     adapter_off_vs_base the same with the LoRA adapter disabled (only when the model has one):
                         must be 0.0, the "detachable adapter" guarantee;
-    fresh               `workbench.identity.identity_report` on a freshly loaded base at the
+    fresh               `workbench.loop.identity.identity_report` on a freshly loaded base at the
                         probed model's block: every re-entry design, memory off/on, with and
                         without LoRA (expected 0.0).
 `adapter` says what the block's adapter was for that row: "trained", "untrained" (B = 0),
@@ -29,7 +29,7 @@ from __future__ import annotations
 import pandas as pd
 
 from workbench.analysis.headlines import Headline, Number, fmt, measured, pair, proportion
-from workbench.identity import (
+from workbench.loop.identity import (
     IDENTITY_PROMPTS,
     adapter_state,
     adapters_disabled,
