@@ -31,7 +31,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from workbench.analysis.results import load_results
-from workbench.analysis.stats import bootstrap_mean, mcnemar, paired_bootstrap, wilson
+from workbench.analysis.stats import bootstrap_mean, paired_bootstrap, paired_counts, wilson
 from workbench.probes import PROBES, get_probe
 
 LEVEL = 0.95
@@ -270,9 +270,7 @@ def pair(a: Number, b: Number, seed: int = 0) -> Pairing:
     p = None
     binary = set(np.unique(np.concatenate([ua.to_numpy(), ub.to_numpy()]))) <= {0.0, 1.0}
     if binary and clusters is None:
-        helped = int(((ub == 1) & (ua == 0)).sum())
-        hurt = int(((ua == 1) & (ub == 0)).sum())
-        p = mcnemar(helped, hurt)
+        p = paired_counts(ua.to_numpy(), ub.to_numpy()).p_mcnemar
     return Pairing(a.key, iv.estimate, iv.low, iv.high, p, int(len(ua)))
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import pandas as pd
 
 from workbench.analysis.headlines import Headline, Number, fmt, measured, pair, proportion
+from workbench.analysis.stats import paired_counts
 from workbench.loop.identity import (
     IDENTITY_PROMPTS,
     adapter_state,
@@ -181,8 +182,7 @@ def _guardrail(g: pd.DataFrame, words: list[str]) -> list[Number]:
                        g["checkpoint_correct"], expect="at most 3 points below the base")
     change = pair(before, after)
     p = change.p_mcnemar
-    helped = int((g["checkpoint_correct"] & ~g["base_correct"]).sum())
-    hurt = int((g["base_correct"] & ~g["checkpoint_correct"]).sum())
+    counts = paired_counts(g["base_correct"], g["checkpoint_correct"])
     diff = Number("guardrail_change", f"guardrail change, checkpoint − base (McNemar p = {p:.2g})", change.diff,
                   len(g), change.low, change.high, "paired bootstrap", "difference",
                   "≥ −0.03 (the paper's stop: a drop over 3 points)")
@@ -191,7 +191,7 @@ def _guardrail(g: pd.DataFrame, words: list[str]) -> list[Number]:
     verdict = (f": a drop of {drop:.0f} points, past the paper's {MAX_DROP_POINTS:.0f}-point stop"
                if drop > MAX_DROP_POINTS else f": within the paper's {MAX_DROP_POINTS:.0f}-point stop")
     words.append(f"the arithmetic guardrail at loop 1 reads {k1}/{len(g)} = {after.text()} on the checkpoint "
-                 f"against {k0}/{len(g)} = {before.text()} on the base (change {diff.text()}; {helped} rows gained, "
-                 f"{hurt} lost, McNemar p = {p:.2g})"
+                 f"against {k0}/{len(g)} = {before.text()} on the base (change {diff.text()}; {counts.helped} rows gained, "
+                 f"{counts.hurt} lost, McNemar p = {p:.2g})"
                  + verdict)
     return [before, after, diff]
