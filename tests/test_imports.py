@@ -127,6 +127,16 @@ def test_presentation_is_a_leaf():
             assert not sorted(d for d in reachable(graph, name) if d.startswith(PRESENTATION)), name
 
 
+def test_analysis_reads_what_the_probes_wrote_and_imports_no_probe_presentation_or_cli():
+    """Analysis sits under the probes' results: a probe's headline function is handed in, never looked up."""
+    graph = import_graph(PACKAGE)
+    outside = ("workbench.probes", *PRESENTATION, "workbench.commands", "workbench.cli")
+    analysis = [name for name in graph if name.startswith("workbench.analysis")]
+    assert {"workbench.analysis.stats", "workbench.analysis.headlines", "workbench.analysis.claims"} <= set(analysis)
+    for name in analysis:
+        assert not sorted(d for d in reachable(graph, name) if d.startswith(outside)), name
+
+
 def test_the_looped_model_imports_no_probes_training_presentation_or_cli():
     graph = import_graph(PACKAGE)
     outside = ("workbench.probes", "workbench.train", "workbench.block_selection", *PRESENTATION, "workbench.commands",

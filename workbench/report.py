@@ -34,6 +34,7 @@ from workbench.errors import WorkbenchError
 from workbench.io import write_bytes_atomic
 from workbench.plots.registry import build_all, part_names
 from workbench.plots.selection import angular_distance_figure
+from workbench.probes import PROBES, get_probe
 
 REPORT = "report.html"
 BLOCK_SELECTION = "block_selection.json"
@@ -218,11 +219,11 @@ def report_headlines(results_dir: str | os.PathLike, tables: dict[str, pd.DataFr
     tables = load_results(results_dir) if tables is None else tables
     summary = read_summary(results_dir) if summary is None else summary
     try:
-        stored = headlines_from_summary(summary)
+        stored = headlines_from_summary(summary, PROBES)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise WorkbenchError(f"{Path(results_dir) / 'summary.json'}: its stored headlines are malformed "
                              f"({type(err).__name__}: {str(err)[:80]})") from None
-    return {**stored, **headlines_from_tables(tables)}
+    return {**stored, **headlines_from_tables(tables, {n: get_probe(n).headline for n in PROBES if n in tables})}
 
 
 def headline_table(headlines: dict, control: dict | None = None, skipped: dict | None = None) -> str:

@@ -55,9 +55,10 @@ def print_summary(summary: dict, as_json: bool = False) -> None:
         typer.echo(json.dumps(summary, indent=1, default=str))
         return
     from workbench.analysis.headlines import headlines_from_summary, print_headlines
+    from workbench.probes import PROBES
 
     skipped = {n: p["reason"] for n, p in summary["probes"].items() if p.get("status") == "not_applicable"}
-    print_headlines(headlines_from_summary(summary), skipped)
+    print_headlines(headlines_from_summary(summary, PROBES), skipped)
     from workbench.analysis.readings import battery_notes
 
     for note in battery_notes(summary):
