@@ -30,6 +30,7 @@ import pandas as pd
 
 from workbench.analysis.headlines import Headline, Number, fmt, measured, pair, proportion
 from workbench.analysis.stats import paired_counts
+from workbench.devices import device_of
 from workbench.loop.identity import (
     IDENTITY_PROMPTS,
     adapter_state,
@@ -40,7 +41,6 @@ from workbench.loop.identity import (
 )
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
-from workbench.probes.common import device_of
 from workbench.tasks.guardrail import MAX_DROP_POINTS, guardrail_counts
 
 COLUMNS = ["variant", "reentry", "memory", "lora", "adapter", "max_abs_diff"]

@@ -27,7 +27,8 @@ import pandas as pd
 import torch
 
 from workbench.analysis.headlines import Headline, measured
-from workbench.probes.common import check_loops, device_of, row_candidates, shared_candidates, token_lengths
+from workbench.devices import device_of
+from workbench.probes.common import check_loops, row_candidates, shared_candidates, token_lengths
 from workbench.tasks.reader import encode_prompts
 
 

@@ -50,13 +50,13 @@ from tqdm.auto import tqdm
 
 from workbench.analysis.headlines import Headline, clustered_mean, measured, ranges
 from workbench.analysis.stats import bootstrap_mean, wilson
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import (
     batches,
     check_loops,
-    device_of,
     iterate_from,
     require_symbols,
     row_candidates,

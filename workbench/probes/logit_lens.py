@@ -25,12 +25,12 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.analysis.headlines import Headline, clustered_mean, ranges
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name, stack_loops
 from workbench.probes.common import (
     batches,
     check_loops,
-    device_of,
     require_symbols,
     row_candidates,
     shared_candidates,
