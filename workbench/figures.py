@@ -176,7 +176,7 @@ def _write_one(fig: go.Figure, spec: FigureSpec, fmt: str, folder: Path, dpi: in
     return [image, table]
 
 
-class _Browser:
+class ExportServer:
     """One kaleido/Chromium server for every static export in the `with` block."""
 
     def __enter__(self):
@@ -221,7 +221,7 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
              for n in (f"{s.stem}.{fmt}", f"{s.stem}.csv")]
     gate = gate_output(out, "figures", kind="file", overwrite=True, names=names, reading=dir_inputs(*results))
     loaded = [(Path(r), load_results(r)) for r in results]
-    with _Browser() if fmt != "html" else contextlib.nullcontext():
+    with ExportServer() if fmt != "html" else contextlib.nullcontext():
         for path, tables in loaded:
             folder = Path(out) / path.resolve().name
             gate.recheck()
