@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from tests.executors import ParkingExecutor, PerfectExecutor, ShuffledExecutor
 from tests.probes.machines import TableMachine
 from workbench.analysis.headlines import (
     Headline,
@@ -25,7 +26,6 @@ from workbench.analysis.headlines import (
 from workbench.analysis.stats import bootstrap_mean, wilson
 from workbench.errors import WorkbenchError
 from workbench.probes import depth_matrix, logit_lens, overshoot, splice
-from workbench.tasks.executors import ParkingExecutor, PerfectExecutor, ShuffledExecutor
 
 
 @pytest.mark.parametrize("k,n,low,high", [

@@ -13,7 +13,7 @@ follows `Answer:`) at the last prompt token of loop t, through the model's one-p
 (`model.read(..., loops=T, candidates=...)`); the prediction is the argmax over the row's
 symbols. Training targets, every probe, final answers and the capability guardrail all go
 through `score_prompts`. Before its verdicts are trusted the reader is calibrated: a
-perfect executor (`workbench.tasks.executors`) must score exactly 100% through it.
+perfect executor (`tests/executors.py`) must score exactly 100% through it.
 
 Prompts are encoded as raw text, without the chat template: the task surface is the text
 the retrofit is trained on, and a chat wrapper would only add a fixed system preamble.
