@@ -38,12 +38,12 @@ from workbench.analysis.arms import compare_arms, load_arm
 from workbench.analysis.headlines import ranges
 from workbench.analysis.results import read_table
 from workbench.analysis.stats import PairedCounts, fisher, paired_counts, paired_difference
-from workbench.defaults import DATA
+from workbench.defaults import DATA, data_root
 from workbench.errors import WorkbenchError
 from workbench.io import read_json, read_toml, write_bytes_atomic
 
 CLAIMS_FILE = DATA / "claims.toml"
-ROOT = DATA   # the repository's layout: training/keepers/<specimen> (workbench.defaults)
+ROOT = data_root()   # the checkout's root, or an installed package's data: training/keepers/<specimen>
 BATTERY = "battery"
 ALPHA = 0.05
 VERDICTS = ("reproduced", "not reproduced", "not comparable")

@@ -14,7 +14,7 @@ def claims(
     claims_file: Optional[Path] = typer.Option(None, "--claims", help="A claims TOML file (default: the "
                                                "packaged workbench/data/claims.toml)."),
     root: Optional[Path] = typer.Option(None, "--root", help="Where the specimens named in the claims file live "
-                                        "(default: the package data, workbench/data/, which mirrors the repository)."),
+                                        "(default: the checkout's root, or an installed package's data, which mirrors it)."),
 ) -> None:
     """Print the claims ledger: each paper claim, the paper's number, ours, the comparison and a verdict."""
     from workbench.analysis.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, build_ledger, write_ledger
