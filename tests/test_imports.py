@@ -113,7 +113,7 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.selection", "workbench.precision",
          "workbench.identity")
-PRESENTATION = ("workbench.plots", "workbench.report", "workbench.figures")
+PRESENTATION = ("workbench.plots",)  # plots, the report (plots.report) and the paper figures (plots.export)
 COMPUTE = ("workbench.loop", "workbench.selection", "workbench.probes", "workbench.train", "workbench.tasks",
            "workbench.headlines", "workbench.stats", "workbench.results")
 

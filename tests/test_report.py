@@ -20,7 +20,7 @@ from workbench.errors import WorkbenchError
 from workbench.headlines import headlines_from_tables
 from workbench.plots import FIGURES, build_all
 from workbench.plots.registry import figure_key
-from workbench.report import FIGURE_CAPTIONS, write_report
+from workbench.plots.report import FIGURE_CAPTIONS, write_report
 
 
 def _synthetic():

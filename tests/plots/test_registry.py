@@ -5,8 +5,8 @@ import pytest
 from workbench.errors import WorkbenchError
 from workbench.plots import FIGURES, build_all, figure_key, find_builder
 from workbench.plots.registry import builder_parts, part_names
+from workbench.plots.report import FIGURE_CAPTIONS, SECTIONS
 from workbench.probes import PROBES
-from workbench.report import FIGURE_CAPTIONS, SECTIONS
 
 
 def test_every_probe_result_has_figures_with_unique_names():

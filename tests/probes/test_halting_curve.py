@@ -13,11 +13,11 @@ import torch
 from typer.testing import CliRunner
 
 from workbench.cli import app
-from workbench.figures import export_figures, load_spec
 from workbench.plots import halting_figure
+from workbench.plots.export import export_figures, load_spec
 from workbench.plots.halting import CHOSEN, METHODS
 from workbench.plots.registry import build
-from workbench.report import load_results
+from workbench.plots.report import load_results
 from workbench.tasks import build_rows
 from workbench.tasks.manifest import write_manifest
 from workbench.train.trainer import train

@@ -36,7 +36,7 @@ def select_block(
     """Find the loopable span (angular distance + Kneedle) and rank windows in it by loop-2 damage."""
     from workbench.devices import device_record, resolve_device
     from workbench.models import load_base, weights_sha256
-    from workbench.plots.selection import angular_distance_figure
+    from workbench.plots.block_selection import angular_distance_figure
     from workbench.selection import load_corpus
     from workbench.selection import select_block as run_selection
 

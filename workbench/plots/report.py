@@ -24,8 +24,8 @@ from plotly.offline import get_plotlyjs
 from workbench.errors import WorkbenchError
 from workbench.headlines import compare_headlines, fmt, fmt_number, headlines_from_summary, headlines_from_tables
 from workbench.io import write_bytes_atomic
+from workbench.plots.block_selection import angular_distance_figure
 from workbench.plots.registry import build_all, part_names
-from workbench.plots.selection import angular_distance_figure
 from workbench.readings import battery_notes
 from workbench.results import compare_results, load_results, read_summary
 
@@ -406,7 +406,7 @@ def _sections(results_dir: Path, tables: dict[str, pd.DataFrame]) -> list[tuple[
 def _caption(key: str) -> str:
     text = FIGURE_CAPTIONS.get(key)
     if text is None:
-        raise WorkbenchError(f"figure '{key}' has no caption in workbench.report.FIGURE_CAPTIONS")
+        raise WorkbenchError(f"figure '{key}' has no caption in workbench.plots.report.FIGURE_CAPTIONS")
     return f"<p class='caption figure-caption' data-figure='{html.escape(key)}'>{html.escape(text)}</p>"
 
 
