@@ -23,7 +23,7 @@ from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
 from workbench.io import dir_inputs, gate_output, mark_output, read_toml, safe_child, write_bytes_atomic
 from workbench.plots.browser import Browser
-from workbench.plots.registry import FIGURES, build, figure_key, find_builder
+from workbench.plots.registry import build, figure_key, figures, find_builder
 from workbench.results import load_results
 
 FORMATS = ("pdf", "svg", "png", "html")
@@ -51,7 +51,7 @@ class FigureSpec:
 
 def default_spec() -> list[FigureSpec]:
     """Returns every registered figure at double-column width."""
-    return [FigureSpec(figure_key(b), WIDTHS_IN["double"], HEIGHTS_IN["double"]) for bs in FIGURES.values() for b in bs]
+    return [FigureSpec(figure_key(b), WIDTHS_IN["double"], HEIGHTS_IN["double"]) for bs in figures().values() for b in bs]
 
 
 def load_spec(path: str | os.PathLike) -> tuple[list[FigureSpec], int]:

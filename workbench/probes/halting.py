@@ -55,6 +55,7 @@ from workbench.probes.common import (
     shared_candidates,
     split_rows,
 )
+from workbench.probes.spec import Figure, ProbeSpec
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RULES = {"oracle": "threshold", "act": "mass", "pondernet": "cdf"}
@@ -278,3 +279,19 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
     sentence = ("; ".join(words) + " (thresholds chosen on calibration rows, read on the others).") if words \
         else "No halting result."
     return Headline("halting", numbers, sentence[0].upper() + sentence[1:])
+
+
+SPEC = ProbeSpec(
+    name="halting", run=run, summarize=summarize, headline=headline,
+    title="Halting",
+    about="The compute-accuracy curve: accuracy against mean loops for every fixed depth, the oracle, the halting "
+          "heads over their thresholds and a confidence exit, chosen on calibration rows and read on the others; hard "
+          "and easy rows' mean depth.",
+    figures=(
+        Figure("workbench.plots.halting:halting_figure",
+               "Accuracy against mean loops per method, the calibration picks ringed, the best fixed depth marked; "
+               "right: mean loops of rows wrong (hard) and right (easy) at loop 1. Predicted: the distilled head "
+               "above the best fixed depth at about its compute, spending more loops on hard rows; ACT and PonderNet "
+               "collapsing to one loop (RecurTrace Fig. 1)."),
+    ),
+)
