@@ -77,8 +77,8 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
     from workbench.io import write_json_atomic
     from workbench.loop.identity import identity_report
     from workbench.models import EMBEDDED_DEFAULT, load_base
+    from workbench.plots.report import write_report
     from workbench.probes.battery import run_battery
-    from workbench.report import write_report
     from workbench.runs import read_retrofit
 
     start = time.perf_counter()

@@ -34,9 +34,9 @@ def probe(
     device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
 ) -> None:
     """Run the probe battery on a checkpoint: one parquet per probe table, summary.json, report.html."""
+    from workbench.plots.report import write_report
     from workbench.probes import parse_only
     from workbench.probes.battery import run_battery
-    from workbench.report import write_report
 
     summary = run_battery(checkpoint, battery, out, rows=rows, only=parse_only(only), overwrite=overwrite, seed=seed,
                           precision=precision, finish=lambda staging: write_report(staging, shown_as=out), device=device)
