@@ -4,7 +4,7 @@
         [--rows 8] [--repeats 5]
 
 Loads every arm (fp32) and, per depth, row and pass, lets each arm answer the same row in turn (order reversed
-on odd passes): `workbench.dense.interleaved_latency`. On a shared or virtualised CPU the time of one call drifts
+on odd passes): `workbench.train.dense.interleaved_latency`. On a shared or virtualised CPU the time of one call drifts
 by tens of percent over minutes, so arms timed in separate processes are not comparable; interleaved, the drift hits
 all arms alike. Writes each arm's RUN/RESULTS/latency.parquet (replacing the one scripts/final_answers.py wrote,
 which `workbench.analysis.arms.load_arm` and the claims read) and prints the medians and the within-pass ratios to the first
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
-from workbench.dense import interleaved_latency, latency_call
 from workbench.io import write_bytes_atomic
 from workbench.precision import detect_hardware
 from workbench.runs import load_run
 from workbench.tasks.manifest import read_manifest
+from workbench.train.dense import interleaved_latency, latency_call
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -5,7 +5,7 @@
 
 The arm's kind comes from its recipe (a looped run, or a dense control whose stages are all `direct` or
 `scratchpad`). Every manifest row is read in fp32: the looped arm at loop = depth (the forced read), the direct arm at
-loop 1, the scratchpad by greedy decoding of d symbols (workbench.dense). Latency is one row at a time (batch 1, the
+loop 1, the scratchpad by greedy decoding of d symbols (workbench.train.dense). Latency is one row at a time (batch 1, the
 paper's interactive setting), `--latency-rows` rows per depth, median of `--repeats` passes after a warm-up call:
 the looped arm's forced-depth call (`read_final(loops=d)`: d loops, the Coda once), the direct arm's one pass,
 the scratchpad's prompt pass plus d - 1 cached decode steps. Writes OUT/final.parquet (row_id, depth, target,
@@ -24,7 +24,6 @@ import pandas as pd
 import torch
 
 from workbench.analysis.arms import trained_support
-from workbench.dense import KINDS, latency_by_depth, latency_call, read_direct, read_scratchpad
 from workbench.io import write_bytes_atomic
 from workbench.models import load_base
 from workbench.precision import detect_hardware
@@ -32,6 +31,7 @@ from workbench.probes.identity import guardrail_table
 from workbench.runs import load_run
 from workbench.tasks.manifest import read_manifest, rows_sha256
 from workbench.tasks.reader import read_rows
+from workbench.train.dense import KINDS, latency_by_depth, latency_call, read_direct, read_scratchpad
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The dense controls (workbench.dense): batches, losses and readers on a tiny model, and the KV-cached scratchpad
+"""The dense controls (workbench.train.dense): batches, losses and readers on a tiny model, and the KV-cached scratchpad
 decoder against the teacher-forced full forward."""
 
 from __future__ import annotations
@@ -8,7 +8,10 @@ import time
 import torch
 
 from tests.conftest import perturb
-from workbench.dense import (
+from workbench.loop.surgery import attach_lora, retrofit
+from workbench.tasks.chase import chase_rows
+from workbench.tasks.reader import candidate_ids
+from workbench.train.dense import (
     _decode,
     direct_loss,
     interleaved_latency,
@@ -19,9 +22,6 @@ from workbench.dense import (
     scratchpad_batch,
     scratchpad_loss,
 )
-from workbench.loop.surgery import attach_lora, retrofit
-from workbench.tasks.chase import chase_rows
-from workbench.tasks.reader import candidate_ids
 from workbench.train.losses import make_batch
 
 

@@ -46,8 +46,8 @@ def test_a_dense_control_rereads_its_committed_final_answers(specimen, kind):
     committed tensors give the committed answers (scripts/final_answers.py wrote them)."""
     import json
 
-    from workbench.dense import read_direct, read_scratchpad
     from workbench.tasks.manifest import read_manifest
+    from workbench.train.dense import read_direct, read_scratchpad
     from workbench.train.rundir import load_run
 
     run = ROOT / "training" / "keepers" / specimen

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.dense import read_direct, read_scratchpad
 from workbench.tasks.reader import read_answers, read_rows, reads_symbol
+from workbench.train.dense import read_direct, read_scratchpad
 
 
 def evaluate(looped, tokenizer, rows: list[dict], batch_size: int = 16,

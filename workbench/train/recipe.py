@@ -38,7 +38,7 @@ from workbench.io import read_toml
 from workbench.loop.config import MAX_LOOPS
 
 STAGE_KINDS = ("chain", "sampled", "park", "halting", "direct", "scratchpad")
-DENSE_KINDS = ("direct", "scratchpad")  # the dense controls (workbench.dense): loop 1 only
+DENSE_KINDS = ("direct", "scratchpad")  # the dense controls (workbench.train.dense): loop 1 only
 ANSWER_TASKS = ("state", "arith")  # multi-token answers, read exactly (`workbench.tasks.reader.read_answers`)
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "linear")

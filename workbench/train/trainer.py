@@ -29,7 +29,6 @@ from tqdm.auto import tqdm
 
 from workbench.block_selection import resolve_block
 from workbench.defaults import resolve
-from workbench.dense import direct_loss, scratchpad_batch, scratchpad_loss
 from workbench.devices import device_record, training_accelerator
 from workbench.errors import WorkbenchError
 from workbench.io import gate_output, locked_dir, safe_child, sha256_file, write_bytes_atomic, write_json_atomic
@@ -45,6 +44,7 @@ from workbench.tasks.reader import reads_symbol
 from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
 from workbench.tasks.seeding import row_seed
 from workbench.train import rundir
+from workbench.train.dense import direct_loss, scratchpad_batch, scratchpad_loss
 from workbench.train.evaluate import evaluate, evaluate_dense, park_reading
 from workbench.train.losses import (
     adapter_disabled,
