@@ -68,9 +68,9 @@ def build(model: str, block: str, precision: str, max_loops: int):
 
 def optimizer(looped):
     from workbench.train.optim import make_optimizer
-    from workbench.train.recipe import SCHEMA
+    from workbench.train.recipe import OptimTable
 
-    cfg = {**copy.deepcopy(SCHEMA["optim"]), "lr": 2e-4}
+    cfg = OptimTable(lr=2e-4)
     opt, _ = make_optimizer(looped, ["lora", "reentry"], cfg)
     return opt, [p for g in opt.param_groups for p in g["params"]]
 

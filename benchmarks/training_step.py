@@ -22,7 +22,6 @@ same weights and must agree.
 
 from __future__ import annotations
 
-import copy
 import sys
 import time
 
@@ -39,17 +38,17 @@ def setup(looped, tok, batch_size: int, depth: int, alphabet: int, seed: int):
     """Returns (batch, optimizer, trained params, clip) as the trainer would build them."""
     from workbench.train.losses import make_batch
     from workbench.train.optim import make_optimizer
-    from workbench.train.recipe import SCHEMA
+    from workbench.train.recipe import OptimTable
     from workbench.train.rundir import trained_groups
 
     rows = common.chase_rows(tok, batch_size, alphabet, seed, depths=range(1, depth + 1))
     batch = make_batch(rows, tok)
     for p in looped.parameters():  # as the trainer: everything frozen, then the trained groups enabled
         p.requires_grad_(False)
-    optim = copy.deepcopy(SCHEMA["optim"])
+    optim = OptimTable()
     opt, _ = make_optimizer(looped, trained_groups(looped.retrofit_config, True), optim)
     params = [p for g in opt.param_groups for p in g["params"]]
-    return batch, opt, params, optim["grad_clip"]
+    return batch, opt, params, optim.grad_clip
 
 
 def full_vocab_loss(looped, batch: dict) -> torch.Tensor:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from workbench.train.recipe import load_recipe
+from workbench.train.recipe import Recipe
 from workbench.train.trainer import Trainer
 
 QUIET = ["guardrail.enabled=false", "init_from=''", "eval.per_depth=1"]
@@ -32,10 +32,10 @@ def main(argv: list[str]) -> dict:
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--set", dest="overrides", action="append", default=[])
     args = p.parse_args(argv)
-    recipe = load_recipe(args.recipe, args.overrides + QUIET)
+    recipe = Recipe.from_toml(args.recipe, args.overrides + QUIET)
     trainer = Trainer(recipe, Path(tempfile.mkdtemp()) / "run", progress=False)
     trainer.setup()
-    trainer.build_optimizer("halting" if recipe["stages"][0]["kind"] == "halting" else "main")
+    trainer.build_optimizer("halting" if recipe.stages[0].kind == "halting" else "main")
     walls, cpus, loops = [], [], []
     for step in range(args.steps + 1):
         wall, cpu = time.perf_counter(), time.process_time()

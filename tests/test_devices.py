@@ -10,6 +10,7 @@ collective, `.numpy()` of a device tensor). The planted cases show the checker s
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -23,7 +24,7 @@ from workbench.loop.halting import HaltPolicy
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.train.losses import halting_objective
-from workbench.train.recipe import load_recipe
+from workbench.train.recipe import HaltingTable, Recipe
 from workbench.train.trainer import Trainer
 
 
@@ -75,7 +76,8 @@ def test_a_host_tensor_given_to_a_collective_is_recorded():
 
 
 # ----------------------------------------------------------------------------- the known failures
-CFG = dict(margin=0.01, depth_cost=0.0, probe_depths=[1, 2, 4], act_cost=0.01, ponder_lambda=0.2, ponder_kl=0.01)
+CFG = HaltingTable(margin=0.01, depth_cost=0.0, probe_depths=[1, 2, 4], act_cost=0.01, ponder_lambda=0.2,
+                   ponder_kl=0.01)
 
 
 @pytest.mark.parametrize("objective", ["oracle", "act", "pondernet"])
@@ -83,7 +85,7 @@ def test_the_halting_objectives_make_no_host_tensor(objective):
     losses = torch.tensor([[3.0, 2.0, 2.0, 1.0], [1.0, 1.0, 1.0, 1.0]]).to(SIMULATED)
     probs = torch.full((2, 4), 0.3).to(SIMULATED)
     with DeviceCheck() as check:
-        loss, _ = halting_objective(losses, probs, {**CFG, "objective": objective})
+        loss, _ = halting_objective(losses, probs, replace(CFG, objective=objective))
         assert loss.device == SIMULATED
     check.assert_clean()
     assert torch.isfinite(loss)
@@ -128,7 +130,7 @@ def checked_training(tmp_path, tables: dict, ranks: int = 2) -> tuple[DeviceChec
     path = tmp_path / "recipe.toml"
     path.write_text(tomli_w.dumps(recipe))
     with DeviceCheck() as check:
-        trainer = Trainer(load_recipe(path), tmp_path / "run", progress=False, device=SIMULATED)
+        trainer = Trainer(Recipe.from_toml(path), tmp_path / "run", progress=False, device=SIMULATED)
         if ranks > 1:
             trainer.acc = checked_reduce(trainer.acc, check, ranks)
         summary = trainer.run()

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from workbench import cli
 from workbench.errors import WorkbenchError
 from workbench.tasks.manifest import read_manifest, sidecar_path, write_manifest
-from workbench.train.recipe import load_recipe
+from workbench.train.recipe import Recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -63,7 +63,7 @@ def test_recipe_parser_on_garbage_text(tmp_path_factory, text):
     path = tmp_path_factory.mktemp("r") / "recipe.toml"
     path.write_text(text)
     try:
-        load_recipe(path)
+        Recipe.from_toml(path)
     except WorkbenchError as err:
         _one_line(err)
 
@@ -75,7 +75,7 @@ def test_recipe_parser_on_garbage_text(tmp_path_factory, text):
 def test_recipe_overrides_on_garbage(overrides):
     path = ROOT / "training" / "smollm2_lora_chase.toml"
     try:
-        load_recipe(path, overrides)
+        Recipe.from_toml(path, overrides)
     except WorkbenchError as err:
         _one_line(err)
 

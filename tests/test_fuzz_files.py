@@ -212,11 +212,11 @@ NUMERIC_KEYS = ["optim.lr", "optim.prelude_lr_mult", "optim.eps", "optim.weight_
 @given(key=st.sampled_from(NUMERIC_KEYS), text=st.sampled_from(["nan", "inf", "-inf", "+inf"]))
 def test_non_finite_recipe_numbers_are_refused(key, text):
     from workbench.defaults import resolve
-    from workbench.train.recipe import load_recipe
+    from workbench.train.recipe import Recipe
 
     value = f"[0.9, {text}]" if key == "optim.betas" else text
     with pytest.raises(WorkbenchError) as exc:
-        load_recipe(resolve("recipe", "smollm2_lora_chase"), [f"{key}={value}"])
+        Recipe.from_toml(resolve("recipe", "smollm2_lora_chase"), [f"{key}={value}"])
     one_line(exc.value)
     # float keys say "finite"; an int key (lora.alpha) refuses nan and inf as not an int
     assert key in str(exc.value) and ("finite" in str(exc.value) or "of type int" in str(exc.value))
@@ -227,10 +227,10 @@ def test_non_finite_recipe_numbers_are_refused(key, text):
        value=st.integers(-2 ** 63, 0) | st.integers(10 ** 9, 2 ** 63) | st.floats(allow_nan=True) | st.text(max_size=4))
 def test_nonsense_recipe_sizes_are_refused(key, value):
     from workbench.defaults import resolve
-    from workbench.train.recipe import load_recipe
+    from workbench.train.recipe import Recipe
 
     with pytest.raises(WorkbenchError) as exc:
-        load_recipe(resolve("recipe", "smollm2_lora_chase"), {key: value})
+        Recipe.from_toml(resolve("recipe", "smollm2_lora_chase"), {key: value})
     one_line(exc.value)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.train.recipe import load_recipe, needed_loops
+from workbench.train.recipe import Recipe
 from workbench.train.trainer import train
 
 
@@ -21,7 +21,7 @@ def test_a_dense_arm_trains_at_loop_1_and_reports_the_final_cell(write_recipe, t
     path = write_recipe(train={"block": False}, lora={"enabled": True, "r": 4, "alpha": 8},
                         eval={"every": 3, "per_depth": 4, "depths": [1, 2, 3]},
                         stages=[{"kind": kind, "depths": [1, 2, 3], "steps": 3}])
-    assert needed_loops(load_recipe(path)) == 3   # the held-out depths bound it; every training step runs loop 1
+    assert Recipe.from_toml(path).needed_loops() == 3   # the held-out depths bound it; every training step runs loop 1
     summary = train(path, out=tmp_path / "run", progress=False)
     assert summary["finished"]
     lines = _metrics(tmp_path / "run")
@@ -41,4 +41,4 @@ def test_a_dense_arm_trains_at_loop_1_and_reports_the_final_cell(write_recipe, t
 def test_dense_stages_do_not_mix_with_looped_ones(write_recipe):
     path = write_recipe(stages=[{"kind": "direct", "depths": [1], "steps": 1}, {"depths": [1, 2], "steps": 1}])
     with pytest.raises(WorkbenchError, match="dense control"):
-        load_recipe(path)
+        Recipe.from_toml(path)

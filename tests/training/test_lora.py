@@ -10,14 +10,14 @@ from safetensors.torch import load_file
 
 from workbench.errors import WorkbenchError
 from workbench.models import load_base, weights_sha256
-from workbench.train.recipe import load_recipe
+from workbench.train.recipe import Recipe
 from workbench.train.rundir import base_sha256, load_run
 from workbench.train.trainer import Trainer
 
 
 def test_lora_run_keeps_the_base_hash_and_saves_only_adapters_and_bridge(write_recipe, tmp_path):
-    recipe = load_recipe(write_recipe(lora={"enabled": True, "r": 4, "alpha": 8}, train={"block": False},
-                                      optim={"lr": 1e-2}))
+    recipe = Recipe.from_toml(write_recipe(lora={"enabled": True, "r": 4, "alpha": 8}, train={"block": False},
+                                            optim={"lr": 1e-2}))
     trainer = Trainer(recipe, tmp_path / "lora", progress=False)
     summary = trainer.run()
     run = tmp_path / "lora"

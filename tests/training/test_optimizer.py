@@ -4,6 +4,7 @@ multipliers, liveness of the re-entry, realized movement per group in metrics.js
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,11 +15,11 @@ from workbench.loop.surgery import retrofit
 from workbench.tasks.chase import chase_row
 from workbench.train.losses import chain_loss, make_batch
 from workbench.train.optim import check_prelude_group, liveness, make_optimizer
-from workbench.train.recipe import SCHEMA
+from workbench.train.recipe import OptimTable
 from workbench.train.rundir import load_checkpoint, save_checkpoint
 from workbench.train.trainer import train
 
-OPTIM = dict(SCHEMA["optim"], lr=1e-3)
+OPTIM = OptimTable(lr=1e-3)
 
 
 def rows(tok, depths, seed=0):
@@ -68,8 +69,8 @@ def test_a_multiplier_the_optimizer_cannot_honour_is_refused(tiny, write_recipe)
     model, _ = tiny
     looped = retrofit(model, "2:4")
     with pytest.raises(WorkbenchError, match="optim.name = 'sgd' with optim.prelude_lr_mult = 10.0"):
-        make_optimizer(looped, ["block", "reentry"], dict(OPTIM, name="sgd"))
-    opt, _ = make_optimizer(looped, ["block", "reentry"], dict(OPTIM, name="sgd", prelude_lr_mult=1.0))
+        make_optimizer(looped, ["block", "reentry"], replace(OPTIM, name="sgd"))
+    opt, _ = make_optimizer(looped, ["block", "reentry"], replace(OPTIM, name="sgd", prelude_lr_mult=1.0))
     assert isinstance(opt, torch.optim.SGD)
     recipe = write_recipe(optim={"name": "sgd"})
     with pytest.raises(WorkbenchError, match="only adamw honours"):  # and through a recipe, before any step
@@ -101,10 +102,10 @@ def test_injection_alpha_is_live_at_step_0(tiny):
 
 
 def test_trainer_refuses_a_dead_reentry(write_recipe, tmp_path):
-    from workbench.train.recipe import load_recipe
+    from workbench.train.recipe import Recipe
     from workbench.train.trainer import Trainer
 
-    trainer = Trainer(load_recipe(write_recipe()), tmp_path / "dead", progress=False)
+    trainer = Trainer(Recipe.from_toml(write_recipe()), tmp_path / "dead", progress=False)
     trainer.setup()
     trainer.build_optimizer("main")
     trainer.looped.reentry.prelude_proj.weight.register_hook(torch.zeros_like)

@@ -13,7 +13,7 @@ from workbench.errors import WorkbenchError
 from workbench.tasks.chase import chase_row
 from workbench.train.evaluate import park_reading
 from workbench.train.losses import make_batch, park_loop_count
-from workbench.train.recipe import load_recipe, needed_loops
+from workbench.train.recipe import Recipe
 from workbench.train.trainer import train
 
 
@@ -58,10 +58,10 @@ def test_park_reading_counts_the_cells_past_d_that_hold_the_answer():
 def test_a_park_stage_needs_sampler_max_at_least_its_deepest_depth(write_recipe):
     stage = {"kind": "park", "depths": [1, 2], "steps": 2}
     with pytest.raises(WorkbenchError, match=r"'sampler.max' = 1 must lie in 2..model.max_loops = 4"):
-        load_recipe(write_recipe(sampler={"max": 1}, stages=[stage]))
+        Recipe.from_toml(write_recipe(sampler={"max": 1}, stages=[stage]))
     with pytest.raises(WorkbenchError, match=r"'sampler.max' = 5 must lie in 2..model.max_loops = 4"):
-        load_recipe(write_recipe(sampler={"max": 5}, stages=[stage]))
-    assert needed_loops(load_recipe(write_recipe(sampler={"max": 4}, stages=[stage]))) == 4
+        Recipe.from_toml(write_recipe(sampler={"max": 5}, stages=[stage]))
+    assert Recipe.from_toml(write_recipe(sampler={"max": 4}, stages=[stage])).needed_loops() == 4
 
 
 def test_a_park_run_trains_past_d_logs_the_park_reading_and_resumes_bitwise(write_recipe, tmp_path):

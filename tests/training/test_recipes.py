@@ -1,13 +1,17 @@
-"""Recipes: unknown keys are errors that name the key and suggest the nearest; overrides; shipped recipes."""
+"""Recipes: unknown keys are errors that name the key and suggest the nearest; overrides; shipped recipes; every
+committed recipe and every specimen's recorded recipe read into the typed Recipe unchanged."""
 
 from __future__ import annotations
 
+from dataclasses import fields, is_dataclass
 from pathlib import Path
 
 import pytest
+import tomllib
 
 from workbench.errors import WorkbenchError
-from workbench.train.recipe import dumps, load_recipe, needed_loops, resolve
+from workbench.loop.config import LoraSettings, RetrofitConfig
+from workbench.train.recipe import ModelTable, Recipe, Stage, dumps
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "training").glob("*.toml"))
@@ -21,22 +25,22 @@ SHIPPED = sorted((REPO / "training").glob("*.toml"))
 ])
 def test_unknown_key_is_named_with_nearest_suggestion(write_recipe, extra, named, suggested):
     with pytest.raises(WorkbenchError) as err:
-        load_recipe(write_recipe(**extra))
+        Recipe.from_toml(write_recipe(**extra))
     msg = str(err.value)
     assert f"'{named}'" in msg and f"did you mean '{suggested}'" in msg and "\n" not in msg
 
 
 def test_unknown_key_through_set_is_named(write_recipe):
     with pytest.raises(WorkbenchError, match=r"'optim\.warmup'.*did you mean 'optim\.warmup_steps'"):
-        load_recipe(write_recipe(), ["optim.warmup=5"])
+        Recipe.from_toml(write_recipe(), ["optim.warmup=5"])
 
 
 def test_overrides_are_typed_and_resolved(write_recipe):
-    r = load_recipe(write_recipe(), ["optim.lr=3e-4", "stages.1.steps=7", "model.block=1:5", "lora.enabled=true",
+    r = Recipe.from_toml(write_recipe(), ["optim.lr=3e-4", "stages.1.steps=7", "model.block=1:5", "lora.enabled=true",
                                      "train.block=false"])
-    assert r["optim"]["lr"] == 3e-4 and r["stages"][1]["steps"] == 7 and r["model"]["block"] == "1:5"
-    assert r["lora"]["enabled"] is True and r["lora"]["r"] == 16  # defaults filled in
-    assert resolve(__import__("tomllib").loads(dumps(r))) == r   # the resolved recipe round-trips
+    assert r.optim.lr == 3e-4 and r.stages[1].steps == 7 and r.model.block == "1:5"
+    assert r.lora.enabled is True and r.lora.r == 16  # defaults filled in
+    assert Recipe.from_dict(tomllib.loads(dumps(r))) == r   # the resolved recipe round-trips
 
 
 @pytest.mark.parametrize("overrides, pattern", [
@@ -51,7 +55,7 @@ def test_overrides_are_typed_and_resolved(write_recipe):
 ])
 def test_bad_values_are_one_line_errors(write_recipe, overrides, pattern):
     with pytest.raises(WorkbenchError, match=pattern) as err:
-        load_recipe(write_recipe(), overrides)
+        Recipe.from_toml(write_recipe(), overrides)
     assert "\n" not in str(err.value)
 
 
@@ -60,20 +64,113 @@ def test_shipped_recipes_open_with_their_command_and_resolve():
     for path in SHIPPED:
         first = path.read_text().splitlines()[0]
         assert first.startswith(f"# workbench train training/{path.name}"), path.name
-        r = load_recipe(path)
-        assert needed_loops(r) <= r["model"]["max_loops"]
+        r = Recipe.from_toml(path)
+        assert r.needed_loops() <= r.model.max_loops
 
 
 def test_shipped_recipes_match_their_papers():
-    full = load_recipe(REPO / "training" / "retrofit_full_block.toml")
-    assert full["train"]["block"] and not full["lora"]["enabled"] and full["model"]["reentry"] == "bridge"
-    lora = load_recipe(REPO / "training" / "retrofit_lora.toml")
-    assert lora["lora"]["enabled"] and lora["lora"]["r"] == 16 and not lora["train"]["block"]
-    rt = load_recipe(REPO / "training" / "recurtrace.toml")
-    assert rt["model"]["reentry"] == "inject" and rt["model"]["memory"] and not rt["train"]["block"]
-    assert [s["kind"] for s in rt["stages"]] == ["sampled", "halting"]
-    assert (rt["sampler"]["mean"], rt["sampler"]["sigma"], rt["sampler"]["max"]) == (4.0, 0.5, 8)
-    assert rt["halting"]["probe_depths"] == [1, 2, 4, 6] and rt["halting"]["lr"] == 3e-4
+    full = Recipe.from_toml(REPO / "training" / "retrofit_full_block.toml")
+    assert full.train.block and not full.lora.enabled and full.model.reentry == "bridge"
+    lora = Recipe.from_toml(REPO / "training" / "retrofit_lora.toml")
+    assert lora.lora.enabled and lora.lora.r == 16 and not lora.train.block
+    rt = Recipe.from_toml(REPO / "training" / "recurtrace.toml")
+    assert rt.model.reentry == "inject" and rt.model.memory and not rt.train.block
+    assert [s.kind for s in rt.stages] == ["sampled", "halting"]
+    assert (rt.sampler.mean, rt.sampler.sigma, rt.sampler.max) == (4.0, 0.5, 8)
+    assert rt.halting.probe_depths == [1, 2, 4, 6] and rt.halting.lr == 3e-4
     # the outcome-only anneal: chain weight ramped to zero, then final answers only
-    kinds = [(s["chain_weight"], s["chain_weight_end"]) for s in full["stages"][-2:]]
+    kinds = [(s.chain_weight, s.chain_weight_end) for s in full.stages[-2:]]
     assert kinds == [(1.0, 0.0), (0.0, None)]
+
+
+# ----------------------------------------------------------------------------- the typed recipe
+COMMITTED = sorted(p for p in (REPO / "training").rglob("*.toml") if "stages" in tomllib.loads(p.read_text()))
+RECORDED = sorted((REPO / "training").rglob("recipe.toml"))   # what each committed run wrote into its directory
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        elif k == "stages":
+            for i, stage in enumerate(v):
+                out.update(_flat(stage, f"{prefix}stages.{i}."))
+        else:
+            out[prefix + k] = v
+    return out
+
+
+def _default(dotted: str):
+    """The declared default of a dotted key (stage keys as stages.N.key)."""
+    parts = dotted.split(".")
+    if parts[0] == "stages":
+        node, parts = Stage(), parts[2:]
+    else:
+        node = Recipe()
+    for part in parts:
+        node = getattr(node, part)
+    return node
+
+
+def test_every_committed_recipe_loads():
+    assert len(COMMITTED) >= 40 and len(RECORDED) >= 25
+    for path in COMMITTED:
+        r = Recipe.from_toml(path)
+        assert Recipe.from_dict(r.to_dict()) == r and tomllib.loads(dumps(r)) == r.to_dict(), path
+
+
+def test_every_recorded_recipe_round_trips():
+    """A specimen's recipe.toml is what the trainer recorded: read back, it gives the same keys and values; a key
+    added since the run was trained (halting.sweep, train.compile, ...) comes back at its default."""
+    exact = 0
+    for path in RECORDED:
+        d = tomllib.loads(path.read_text())
+        back = Recipe.from_dict(d).to_dict()
+        mine, theirs = _flat(back), _flat(d)
+        assert {k: mine[k] for k in theirs} == theirs, path
+        assert all(mine[k] == _default(k) for k in set(mine) - set(theirs)), path
+        exact += back == d
+    assert exact >= 13   # the runs trained since the newest key arrived round-trip exactly: from_dict(d).to_dict() == d
+
+
+def test_to_dict_lists_every_key_in_declaration_order():
+    r = Recipe.from_toml(REPO / "training" / "smollm2_lora_chase.toml")
+    d = r.to_dict()
+    assert list(d) == [f.name for f in fields(Recipe)]
+    assert all(list(d[f.name]) == [g.name for g in fields(getattr(r, f.name))]
+               for f in fields(Recipe) if is_dataclass(getattr(r, f.name)))
+    assert "chain_weight_end" not in d["stages"][0]   # None is left out (TOML has no null), as recipe.toml records it
+
+
+def test_the_retrofit_keys_take_the_retrofit_defaults():
+    """One default per architecture key: a recipe's [model] and [lora] defaults are RetrofitConfig's and LoraSettings'
+    (max_loops apart, declared 8 once in the recipe: the loop count every committed run was trained at)."""
+    config, model, lora = RetrofitConfig(block=(1, 2)), ModelTable(), Recipe().lora
+    shared = [f.name for f in fields(ModelTable) if f.name in {g.name for g in fields(RetrofitConfig)}]
+    assert set(shared) == {"block", "reentry", "memory", "memory_window", "memory_heads", "halting",
+                           "halting_pooling", "max_loops"}
+    assert all(getattr(model, k) == getattr(config, k) for k in shared if k not in ("block", "max_loops"))
+    assert (lora.r, lora.alpha, lora.dropout) == (LoraSettings().r, LoraSettings().alpha, LoraSettings().dropout)
+    assert model.max_loops == 8 and all(Recipe.from_toml(p).model.max_loops == 8 for p in RECORDED)
+
+
+@pytest.mark.parametrize("raw, pattern", [
+    ({"model": {"max_loopz": 4}}, r"unknown recipe key 'model\.max_loopz'; did you mean 'model\.max_loops'\?"),
+    ({"optim": {"batch_size": "8"}}, r"recipe key 'optim\.batch_size' = '8' must be of type int$"),
+    ({"optim": {"betas": [0.9, "x"]}}, r"recipe key 'optim\.betas' = \[0\.9, 'x'\] must be a list of numbers$"),
+    ({"optim": "fast"}, r"recipe key 'optim' must be a table, got 'fast'$"),
+    ({"task": {"alphabet": 99}}, r"recipe key 'task\.alphabet' = 99 must lie in \[2, 64\]$"),
+    ({"optim": {"lr": 0}}, r"recipe key 'optim\.lr' = 0\.0 must be a finite number > 0$"),
+    ({"checkpoint": {"keep": 0}}, r"recipe key 'checkpoint\.keep' = 0 must be >= 1$"),
+])
+def test_from_dict_refuses_each_error_class_in_one_line(raw, pattern):
+    """Without a TOML file: an unknown key with its suggestion, a wrong type, a value out of range."""
+    with pytest.raises(WorkbenchError, match=pattern) as err:
+        Recipe.from_dict({**raw, "stages": [{"depths": [1], "steps": 1}]})
+    assert "\n" not in str(err.value)
+
+
+def test_an_int_where_a_float_is_declared_reads_as_that_float():
+    r = Recipe.from_dict({"optim": {"lr": 1}, "stages": [{"chain_weight_end": 0}]})
+    assert r.optim.lr == 1.0 and isinstance(r.optim.lr, float) and r.stages[0].chain_weight_end == 0.0

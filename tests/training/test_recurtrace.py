@@ -18,6 +18,7 @@ from workbench.train.losses import (
     make_batch,
     sample_loop_counts,
 )
+from workbench.train.recipe import HaltingTable
 from workbench.train.trainer import train
 
 # RecurTrace App. D: ~10/19/20/17/12/8/5/8 % at 1..8 loops, mean near 3.9, median 4.
@@ -53,7 +54,7 @@ def test_halting_objectives_train_only_the_head(tiny, objective):
     for p in looped.halting.parameters():
         p.requires_grad_(True)
     rows = [chase_row(4, d, i, 0, tokenizer=tok, split="train") for i, d in enumerate([1, 2, 3, 2])]
-    cfg = dict(objective=objective, oracle_max=4, margin=0.01, depth_cost=0.0, probe_depths=[1, 2, 4, 6],
+    cfg = HaltingTable(objective=objective, oracle_max=4, margin=0.01, depth_cost=0.0, probe_depths=[1, 2, 4, 6],
                act_cost=0.01, ponder_lambda=0.2, ponder_kl=0.01)
     loss, info = halting_loss(looped, make_batch(rows, tok), cfg)
     loss.backward()
@@ -73,7 +74,7 @@ def test_the_offline_sweep_gives_the_loss_and_gradient_of_a_forward(tiny, object
         looped.halting.proj.weight.normal_(0, 0.05)
     looped.halting.proj.weight.requires_grad_(True)
     rows = [chase_row(4, d, i, 0, tokenizer=tok, split="train") for i, d in enumerate([1, 2, 3, 2, 3])]
-    cfg = dict(objective=objective, oracle_max=4, margin=0.01, depth_cost=0.0, probe_depths=[1, 2, 4, 6],
+    cfg = HaltingTable(objective=objective, oracle_max=4, margin=0.01, depth_cost=0.0, probe_depths=[1, 2, 4, 6],
                act_cost=0.01, ponder_lambda=0.2, ponder_kl=0.01)
     online, _ = halting_loss(looped, make_batch(rows, tok), cfg)
     online.backward()

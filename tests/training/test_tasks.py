@@ -100,10 +100,10 @@ def test_state_query_trains_with_the_chase_keepers_chain_stage_and_reads_like_th
     ({"task": {"name": "sort"}}, "'task.name' = 'sort' is not accepted; accepted: chase, phop, state, state_query, arith"),
 ])
 def test_task_recipe_errors_are_one_line(write_recipe, tables, match):
-    from workbench.train.recipe import load_recipe
+    from workbench.train.recipe import Recipe
 
     with pytest.raises(WorkbenchError, match=match) as err:
-        load_recipe(write_recipe(**tables))
+        Recipe.from_toml(write_recipe(**tables))
     assert "\n" not in str(err.value)
 
 

@@ -93,13 +93,13 @@ def launch(
     """Train a recipe on several processes: accelerate launch with a preset, each rank on its own device."""
     from workbench.defaults import resolve
     from workbench.io import gate_output, safe_child
-    from workbench.train.recipe import load_recipe
+    from workbench.train.recipe import Recipe
 
     path = preset_path(preset)
     check_preset(path, processes, cpu)
     recipe_path = resolve("recipe", recipe)
-    resolved = load_recipe(recipe_path, overrides)   # a bad recipe or --set: one line here, not one per rank
-    run_dir = Path(out) if out is not None else safe_child("runs", resolved["name"], "recipe name")
+    resolved = Recipe.from_toml(recipe_path, overrides)   # a bad recipe or --set: one line here, not one per rank
+    run_dir = Path(out) if out is not None else safe_child("runs", resolved.name, "recipe name")
     with gate_output(run_dir, "launch", kind="run", resume=resume, reading=[recipe_path]):
         pass   # decided before any process starts; the main rank's `train` takes the gate (and its lock) itself
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")

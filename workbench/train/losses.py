@@ -20,6 +20,7 @@ from peft.tuners.lora import LoraLayer
 from workbench.errors import WorkbenchError
 from workbench.loop.halting import oracle_labels
 from workbench.tasks.reader import answer_batch, answer_logprobs, encode_prompts, reads_symbol, row_candidates
+from workbench.train.recipe import HaltingTable
 
 
 # ----------------------------------------------------------------------------- batches and losses
@@ -145,7 +146,7 @@ def sample_loop_counts(n: int, mean: float = 4.0, sigma: float = 0.5, max_loops:
     return np.clip(rng.poisson(np.exp(z)) + 1, 1, max_loops)
 
 
-def halting_loss(looped, batch: dict, cfg: dict, denominator: float | None = None) -> tuple[torch.Tensor, dict]:
+def halting_loss(looped, batch: dict, cfg: HaltingTable, denominator: float | None = None) -> tuple[torch.Tensor, dict]:
     """RecurTrace Stage 2 loss for the halting head from one forward to `oracle_max` loops.
 
     Per-depth answer losses L_1..L_T (detached) give oracle labels (`workbench.loop.halting.oracle_labels`);
@@ -153,19 +154,19 @@ def halting_loss(looped, batch: dict, cfg: dict, denominator: float | None = Non
     distribution q_t = p_1..p_{t-1}(1 - p_t) and pay |t - t*| (t* the oracle depth) plus an
     expected-depth cost (ACT) or a KL to a geometric prior (PonderNet).
     """
-    losses, r = answer_losses(looped, batch, cfg["oracle_max"])             # [B, T]
+    losses, r = answer_losses(looped, batch, cfg.oracle_max)             # [B, T]
     return halting_objective(losses, r.halt_probs, cfg, denominator)
 
 
-def halting_objective(losses: torch.Tensor, probs: torch.Tensor, cfg: dict,
+def halting_objective(losses: torch.Tensor, probs: torch.Tensor, cfg: HaltingTable,
                       denominator: float | None = None) -> tuple[torch.Tensor, dict]:
     """The Stage 2 objective of `halting_loss` from per-depth answer losses [B, T] and continue probs [B, T]."""
     T = losses.shape[1]
-    labels = oracle_labels(losses, margin=cfg["margin"], depth_cost=cfg["depth_cost"])
+    labels = oracle_labels(losses, margin=cfg.margin, depth_cost=cfg.depth_cost)
     p = probs.float().clamp(1e-6, 1 - 1e-6)                                 # continue probs [B, T]
     denom = len(p) if denominator is None else denominator
-    if cfg["objective"] == "oracle":
-        cols = [t - 1 for t in cfg["probe_depths"] if t <= T]
+    if cfg.objective == "oracle":
+        cols = [t - 1 for t in cfg.probe_depths if t <= T]
         bce = F.binary_cross_entropy(p[:, cols], labels[:, cols], reduction="none").mean(1)
         return bce.sum() / denom, {"continue_rate": float(labels[:, cols].mean())}
     survive = torch.cumprod(torch.cat([torch.ones_like(p[:, :1]), p[:, :-1]], 1), 1)
@@ -174,13 +175,13 @@ def halting_objective(losses: torch.Tensor, probs: torch.Tensor, cfg: dict,
     depths = torch.arange(1, T + 1, dtype=q.dtype, device=q.device)
     target = (labels < 0.5).float().argmax(1) + 1                          # first depth with no gain ahead
     quality = (q * (depths - target.unsqueeze(1)).abs()).sum(1)
-    if cfg["objective"] == "act":
-        extra = cfg["act_cost"] * (q * depths).sum(1)
+    if cfg.objective == "act":
+        extra = cfg.act_cost * (q * depths).sum(1)
     else:
-        lam = cfg["ponder_lambda"]
+        lam = cfg.ponder_lambda
         prior = lam * (1 - lam) ** (depths - 1)
         prior = prior / prior.sum()
-        extra = cfg["ponder_kl"] * (q * (q.clamp(min=1e-9).log() - prior.log())).sum(1)
+        extra = cfg.ponder_kl * (q * (q.clamp(min=1e-9).log() - prior.log())).sum(1)
     return (quality + extra).sum() / denom, {"mean_target": float(target.float().mean())}
 
 

@@ -3,7 +3,8 @@
 W_p alone in a `prelude_proj` AdamW group at lr x multiplier, asserted at start; a multiplier
 the optimizer cannot honour is refused; re-entry liveness; realized movement (RMS of the
 parameter change) per group. `make_optimizer` returns the parameter names of every group beside
-the optimizer: checkpoints (`workbench.train.rundir`) store and check them.
+the optimizer: checkpoints (`workbench.train.rundir`) store and check them. `step_with_movement` takes the
+step and measures the movement without copying every trained tensor.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.loop.surgery import parameter_groups
+from workbench.train.recipe import OptimTable
 
 PRELUDE_PROJ = "reentry.prelude_proj.weight"
 
@@ -31,7 +33,7 @@ def optimizer_groups(looped, trainable: list[str]) -> list[tuple[str, list[tuple
     return [(g, ps) for g, ps in out if ps]
 
 
-def make_optimizer(looped, trainable: list[str], cfg: dict) -> tuple[torch.optim.Optimizer, list[list[str]]]:
+def make_optimizer(looped, trainable: list[str], cfg: OptimTable) -> tuple[torch.optim.Optimizer, list[list[str]]]:
     """Returns (the optimizer, the parameter names of each of its groups in order).
 
     One parameter group per trainable group, W_p at lr × prelude_lr_mult. The names are what a
@@ -41,22 +43,22 @@ def make_optimizer(looped, trainable: list[str], cfg: dict) -> tuple[torch.optim
         WorkbenchError: a rate multiplier the optimizer cannot honour. Only AdamW's per-group
             rate is verified at the realized-update level (retrofit paper Sec. 5.1, App. E).
     """
-    mult = cfg["prelude_lr_mult"]
-    if cfg["name"] != "adamw" and mult != 1.0:
-        raise WorkbenchError(f"optim.name = '{cfg['name']}' with optim.prelude_lr_mult = {mult}: only adamw honours "
+    mult = cfg.prelude_lr_mult
+    if cfg.name != "adamw" and mult != 1.0:
+        raise WorkbenchError(f"optim.name = '{cfg.name}' with optim.prelude_lr_mult = {mult}: only adamw honours "
                              "a per-group rate multiplier here; use adamw or set prelude_lr_mult = 1")
     groups, names = [], []
     for g, params in optimizer_groups(looped, trainable):
         for _, p in params:
             p.requires_grad_(True)
         names.append([n for n, _ in params])
-        lr = cfg["lr"] * (mult if g == "prelude_proj" else 1.0)
-        wd = 0.0 if g == "prelude_proj" else cfg["weight_decay"]  # as the paper's Listing 3
+        lr = cfg.lr * (mult if g == "prelude_proj" else 1.0)
+        wd = 0.0 if g == "prelude_proj" else cfg.weight_decay  # as the paper's Listing 3
         groups.append({"name": g, "params": [p for _, p in params], "lr": lr, "weight_decay": wd})
-    if cfg["name"] == "adamw":
-        opt = torch.optim.AdamW(groups, lr=cfg["lr"], betas=tuple(cfg["betas"]), eps=cfg["eps"], foreach=False)
+    if cfg.name == "adamw":
+        opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, foreach=False)
     else:
-        opt = torch.optim.SGD(groups, lr=cfg["lr"], momentum=cfg["momentum"], foreach=False)
+        opt = torch.optim.SGD(groups, lr=cfg.lr, momentum=cfg.momentum, foreach=False)
     return opt, names
 
 
@@ -88,6 +90,41 @@ def group_rms(optimizer, values) -> dict[str, float]:
             n += p.numel()
             sq += 0.0 if v is None else float(v.detach().double().pow(2).sum())
         out[g["name"]] = math.sqrt(sq / max(n, 1))
+    return out
+
+
+def step_with_movement(optimizer) -> dict[str, float]:
+    """Takes the optimizer's step; returns the RMS per group of how far it moved each parameter (`group_rms`).
+
+    The step is taken one parameter at a time, the others' gradients held aside so the optimizer skips them. The
+    per-tensor (foreach=False) AdamW and SGD of `make_optimizer` update each parameter from its own gradient and
+    state alone, so this is the same arithmetic, bit for bit, as one step over all of them; only the parameter being
+    stepped is copied to measure its change, not every trained tensor at once (benchmarks/training_memory.py).
+
+    Raises:
+        WorkbenchError: a foreach or fused optimizer (it updates every tensor in one kernel).
+    """
+    if optimizer.defaults.get("foreach") or optimizer.defaults.get("fused"):
+        raise WorkbenchError("step_with_movement needs a per-tensor optimizer (foreach=False, not fused)")
+    held = [(p, p.grad) for g in optimizer.param_groups for p in g["params"]]
+    for p, _ in held:
+        p.grad = None
+    grads = {id(p): grad for p, grad in held}
+    out = {}
+    for g in optimizer.param_groups:
+        sq = n = 0
+        for p in g["params"]:
+            n += p.numel()
+            if grads[id(p)] is None:   # no gradient: the optimizer leaves it where it is
+                continue
+            p.grad = grads[id(p)]
+            before = p.detach().clone()
+            optimizer.step()
+            sq += float((p.detach() - before).double().pow(2).sum())
+            p.grad = None
+        out[g["name"]] = math.sqrt(sq / max(n, 1))
+    for p, grad in held:
+        p.grad = grad
     return out
 
 

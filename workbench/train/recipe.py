@@ -1,9 +1,12 @@
-"""Training recipes: one TOML file each, validated against a fixed schema, with `--set` overrides.
+"""Training recipes: one TOML file each, read into the typed `Recipe`, with `--set` overrides.
 
-A recipe is the whole record of a run (docs/architecture.md, run directories): every key has a default here, every key a
-user writes must be one of them (a misspelled option is an error naming it and the nearest
-known key, never silently ignored), and the resolved recipe, overrides included, is written
-back into the run directory as `recipe.toml`.
+A recipe is the whole record of a run (docs/architecture.md, run directories): every key is declared once here, in
+the dataclass of its table, with its one default and the values it accepts; every key a user writes must be one of
+them (a misspelled option is an error naming it and the nearest known key, never silently ignored), and the
+resolved recipe, overrides included, is written back into the run directory as `recipe.toml` (`Recipe.to_dict`).
+
+    recipe = Recipe.from_toml("training/smollm2_lora_chase.toml", ["optim.lr=3e-4"])
+    recipe.optim.lr, recipe.stages[0].kind, recipe.to_dict() == tomllib.loads(dumps(recipe))
 
 Stages run in order. Each is one of:
   - `chain`: per-loop cross-entropy on the active loops of each row (loop t against x_t, t <= d,
@@ -26,8 +29,11 @@ from __future__ import annotations
 
 import copy
 import difflib
+import functools
 import math
 import os
+import typing
+from dataclasses import dataclass, field, fields, is_dataclass
 
 import tomli_w
 import tomllib
@@ -35,7 +41,7 @@ import tomllib
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
 from workbench.io import read_toml
-from workbench.loop.config import MAX_LOOPS
+from workbench.loop.config import MAX_LOOPS, LoraSettings, RetrofitConfig
 
 STAGE_KINDS = ("chain", "sampled", "park", "halting", "direct", "scratchpad")
 DENSE_KINDS = ("direct", "scratchpad")  # the dense controls (workbench.train.dense): loop 1 only
@@ -43,98 +49,328 @@ ANSWER_TASKS = ("state", "arith")  # multi-token answers, read exactly (`workben
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "linear")
 HALTING_OBJECTIVES = ("oracle", "act", "pondernet")
+PRESERVE_SOURCES = ("corpus", "patterns", "numbers")
+MAX_STEPS = 10 ** 8
 
-# Every key a recipe may hold, with its default. The type of the default is the accepted type
-# (an int is accepted where a float is the default). `None` marks an optional float.
-SCHEMA: dict = {
-    "name": "run",
-    "seed": 0,
-    "init_from": "",                 # a finished run or keeper directory to continue from ("" = fresh)
-    "model": {
-        "base": EMBEDDED_DEFAULT,
-        "block": "10:16",            # "A:B", or "auto" (workbench.block_selection.resolve_block)
-        "reentry": "bridge",         # "bridge" | "inject"
-        "memory": False,
-        "memory_window": 3,
-        "memory_heads": 4,
-        "halting": False,
-        "halting_pooling": "mean",
-        "max_loops": 8,
-        "attn": "eager",
-    },
-    "train": {"block": True,         # full-block budget: the looped block's own weights train
-              "precision": "fp32",   # "fp32" | "bf16" (frozen weights bf16, trainables fp32; workbench.precision)
-              "compile": False},     # torch.compile every decoder layer (benchmarks/precision.py --compile)
-    "guardrail": {                   # the capability guardrail at loop 1 (workbench.tasks.guardrail)
-        "enabled": True,             # scored before training and at every evaluation
-        "max_drop": 3.0,             # points below the base that stop the run (retrofit paper Sec. 4.3)
-        "every": 0,                  # also score every N steps (0: only at evaluations)
-    },
-    "preserve": {                    # KL(base || model) at loop 1 on rehearsal text (workbench.tasks.rehearsal)
-        "kl_weight": 0.0,            # 0 = off
-        "rows": 8,                   # rehearsal texts per step
-        "positions": 8,              # positions read per text
-        "sources": ["corpus", "patterns", "numbers"],
-    },
-    "lora": {"enabled": False, "r": 16, "alpha": 32, "dropout": 0.0},
-    "task": {"name": "chase", "alphabet": 8, "symbol_set": "letters", "surface": "symbolic",
-             "permutation": False},
-    "optim": {
-        "name": "adamw",
-        "lr": 1e-4,
-        "prelude_lr_mult": 10.0,     # the bridge's W_p in its own group (retrofit paper Sec. 5.1)
-        "weight_decay": 0.0,
-        "betas": [0.9, 0.999],
-        "eps": 1e-8,
-        "momentum": 0.9,             # sgd only
-        "grad_clip": 1.0,
-        "warmup_steps": 0,
-        "schedule": "constant",
-        "batch_size": 8,
-    },
-    "sampler": {"mean": 4.0, "sigma": 0.5, "max": 8},
-    "halting": {
-        "objective": "oracle",
-        "probe_depths": [1, 2, 4, 6],
-        "margin": 0.01,
-        "depth_cost": 0.0,
-        "oracle_max": 8,
-        "lr": 3e-4,
-        "warmup_steps": 10,
-        "act_cost": 0.01,
-        "ponder_lambda": 0.2,
-        "ponder_kl": 0.01,
-        "sweep": 0,
-    },
-    "eval": {"every": 100, "per_depth": 64, "depths": [1, 2, 3, 4], "seed": 1, "batch_size": 16},
-    "checkpoint": {"every": 100, "keep": 2},
-    "log": {"every": 1},
-}
-STAGE_SCHEMA: dict = {
-    "name": "",
-    "kind": "chain",
-    "steps": 100,
-    "depths": [1],
-    "depth_weights": [],             # sampling weights over `depths`; empty = uniform
-    "chain_weight": 1.0,             # weight of intermediate loops t < d (the final loop has 1)
-    "chain_weight_end": None,        # ramp chain_weight linearly to this over the stage
-}
+
+# ------------------------------------------------------------------ how a key is declared
+def within(low, high, low_ok: bool = True):
+    """A check: the value lies in [low, high] (in (low, high] when `low_ok` is False)."""
+    def check(key: str, value) -> None:
+        if not (low <= value <= high) or (value == low and not low_ok):
+            raise WorkbenchError(f"recipe key '{key}' = {value} must lie in {'[' if low_ok else '('}{low}, {high}]")
+    return check
+
+
+def at_least(low: int):
+    """A check: the count is `low` or more."""
+    def check(key: str, value) -> None:
+        if value < low:
+            raise WorkbenchError(f"recipe key '{key}' = {value} must be >= {low}")
+    return check
+
+
+def above(low: float, strict: bool = False):
+    """A check: the number is finite and at least `low` (above it when `strict`)."""
+    def check(key: str, value) -> None:
+        if not math.isfinite(value) or value < low or (strict and value == low):
+            raise WorkbenchError(f"recipe key '{key}' = {value} must be a finite number {'>' if strict else '>='} "
+                                 f"{low:g}")
+    return check
+
+
+def one_of(*accepted: str):
+    """A check: the value (or each item of a list) is one of `accepted`."""
+    def check(key: str, value) -> None:
+        for v in value if isinstance(value, list) else [value]:
+            if v not in accepted:
+                raise WorkbenchError(f"recipe key '{key}' = '{v}' is not accepted; accepted: {', '.join(accepted)}")
+    return check
+
+
+def _known_task(key: str, value: str) -> None:
+    from workbench.tasks import TASKS  # the task generators import torch: only when a recipe is checked
+
+    one_of(*TASKS)(key, value)
+
+
+def _two_betas(key: str, betas: list) -> None:
+    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
+        raise WorkbenchError(f"recipe key '{key}' = {betas} must be two numbers in [0, 1)")
+
+
+def declared(default, *checks):
+    """A recipe key's one declaration: its default (whose annotation is the accepted type) and its checks."""
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"checks": checks})
+    return field(default=default, metadata={"checks": checks})
+
+
+def table(cls):
+    """A table of keys, every key at its default unless the recipe writes it."""
+    return field(default_factory=cls)
+
+
+# The retrofit's architecture keys take RetrofitConfig's and LoraSettings' defaults (one source).
+_RETROFIT = {f.name: f.default for f in fields(RetrofitConfig)}
+_LORA = {f.name: f.default for f in fields(LoraSettings)}
+
+
+# ------------------------------------------------------------------ the tables
+@dataclass(frozen=True)
+class ModelTable:
+    """[model]: the base and the retrofit made of it (`workbench.train.trainer.retrofit_config`)."""
+
+    base: str = declared(EMBEDDED_DEFAULT)
+    block: str = declared("10:16")                  # "A:B", or "auto" (workbench.block_selection.resolve_block)
+    reentry: str = declared(_RETROFIT["reentry"], one_of("bridge", "inject"))
+    memory: bool = declared(_RETROFIT["memory"])
+    memory_window: int = declared(_RETROFIT["memory_window"], within(1, MAX_LOOPS))
+    memory_heads: int = declared(_RETROFIT["memory_heads"], within(1, 64))
+    halting: bool = declared(_RETROFIT["halting"])
+    halting_pooling: str = declared(_RETROFIT["halting_pooling"])
+    # 8, not RetrofitConfig's 16: every committed run was trained and recorded at 8 (its recipe.toml and
+    # retrofit.json), while a retrofit built in Python keeps the documented 16 (docs/api.md).
+    max_loops: int = declared(8, within(1, MAX_LOOPS))
+    attn: str = declared("eager")
+
+
+@dataclass(frozen=True)
+class TrainTable:
+    """[train]: what trains and how it is computed."""
+
+    block: bool = declared(True)                    # full-block budget: the looped block's own weights train
+    precision: str = declared("fp32", one_of("fp32", "bf16"))  # bf16: frozen weights bf16, trainables fp32
+    compile: bool = declared(False)                 # torch.compile every decoder layer (benchmarks/precision.py)
+
+
+@dataclass(frozen=True)
+class GuardrailTable:
+    """[guardrail]: the capability guardrail at loop 1 (workbench.tasks.guardrail)."""
+
+    enabled: bool = declared(True)                  # scored before training and at every evaluation
+    max_drop: float = declared(3.0, above(0.0))     # points below the base that stop the run (retrofit paper Sec. 4.3)
+    every: int = declared(0, at_least(0))           # also score every N steps (0: only at evaluations)
+
+
+@dataclass(frozen=True)
+class PreserveTable:
+    """[preserve]: KL(base || model) at loop 1 on rehearsal text (workbench.tasks.rehearsal)."""
+
+    kl_weight: float = declared(0.0, above(0.0))    # 0 = off
+    rows: int = declared(8, at_least(1))            # rehearsal texts per step
+    positions: int = declared(8, at_least(1))       # positions read per text
+    sources: list[str] = declared(list(PRESERVE_SOURCES), one_of(*PRESERVE_SOURCES))
+
+
+@dataclass(frozen=True)
+class LoraTable:
+    """[lora]: one adapter on the block's projections (`LoraSettings`), when enabled."""
+
+    enabled: bool = declared(False)
+    r: int = declared(_LORA["r"], within(1, 4096))
+    alpha: int = declared(_LORA["alpha"], within(0.0, 1e6, low_ok=False))
+    dropout: float = declared(_LORA["dropout"], within(0.0, 0.999))
+
+
+@dataclass(frozen=True)
+class TaskTable:
+    """[task]: the generator of training and held-out rows (`workbench.tasks`)."""
+
+    name: str = declared("chase", _known_task)
+    alphabet: int = declared(8, within(2, 64))
+    symbol_set: str = declared("letters")
+    surface: str = declared("symbolic")
+    permutation: bool = declared(False)
+
+
+@dataclass(frozen=True)
+class OptimTable:
+    """[optim]: the main optimizer (`workbench.train.optim.make_optimizer`) and its schedule."""
+
+    name: str = declared("adamw", one_of(*OPTIMIZERS))
+    lr: float = declared(1e-4, above(0.0, strict=True))
+    prelude_lr_mult: float = declared(10.0, within(0.0, 1e6, low_ok=False))  # W_p's own group (retrofit paper Sec. 5.1)
+    weight_decay: float = declared(0.0, within(0.0, 1e3))
+    betas: list[float] = declared([0.9, 0.999], _two_betas)
+    eps: float = declared(1e-8, within(0.0, 1.0, low_ok=False))
+    momentum: float = declared(0.9, within(0.0, 1.0))  # sgd only
+    grad_clip: float = declared(1.0, within(0.0, 1e9))
+    warmup_steps: int = declared(0, within(0, 10 ** 9))
+    schedule: str = declared("constant", one_of(*SCHEDULES))
+    batch_size: int = declared(8, within(1, 65536))
+
+
+@dataclass(frozen=True)
+class SamplerTable:
+    """[sampler]: the loop counts of sampled stages (clamped log-normal Poisson) and park's deepest count."""
+
+    mean: float = declared(4.0, within(1.0, MAX_LOOPS))
+    sigma: float = declared(0.5, within(0.0, 10.0))
+    max: int = declared(8)
+
+
+@dataclass(frozen=True)
+class HaltingTable:
+    """[halting]: Stage 2, the halting head's objective and its own optimizer (`workbench.train.losses`)."""
+
+    objective: str = declared("oracle", one_of(*HALTING_OBJECTIVES))
+    probe_depths: list[int] = declared([1, 2, 4, 6])
+    margin: float = declared(0.01)
+    depth_cost: float = declared(0.0)
+    oracle_max: int = declared(8)
+    lr: float = declared(3e-4, within(0.0, 1e3, low_ok=False))
+    warmup_steps: int = declared(10, within(0, 10 ** 9))
+    act_cost: float = declared(0.01)
+    ponder_lambda: float = declared(0.2)
+    ponder_kl: float = declared(0.01)
+    sweep: int = declared(0, within(0, 10 ** 7))
+
+
+@dataclass(frozen=True)
+class EvalTable:
+    """[eval]: the held-out rows and how often they are read."""
+
+    every: int = declared(100, at_least(1))
+    per_depth: int = declared(64, within(1, 10 ** 6))
+    depths: list[int] = declared([1, 2, 3, 4])
+    seed: int = declared(1)
+    batch_size: int = declared(16, within(1, 65536))
+
+
+@dataclass(frozen=True)
+class CheckpointTable:
+    """[checkpoint]: how often a resumable checkpoint is written, and how many are kept."""
+
+    every: int = declared(100, at_least(1))
+    keep: int = declared(2, at_least(1))
+
+
+@dataclass(frozen=True)
+class LogTable:
+    """[log]: how often a training step's record goes into metrics.jsonl."""
+
+    every: int = declared(1, at_least(1))
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One [[stages]] table: `steps` steps of one kind on rows drawn from `depths`."""
+
+    name: str = declared("")
+    kind: str = declared("chain", one_of(*STAGE_KINDS))
+    steps: int = declared(100, within(1, MAX_STEPS))
+    depths: list[int] = declared([1])
+    depth_weights: list[float] = declared([])       # sampling weights over `depths`; empty = uniform
+    chain_weight: float = declared(1.0)             # weight of intermediate loops t < d (the final loop has 1)
+    chain_weight_end: float | None = declared(None)  # ramp chain_weight linearly to this over the stage
+
+    def chain_weight_at(self, local: int) -> float:
+        """The chain weight at step `local` of this stage (the linear ramp to `chain_weight_end`)."""
+        end = self.chain_weight if self.chain_weight_end is None else self.chain_weight_end
+        return self.chain_weight + (end - self.chain_weight) * local / max(self.steps - 1, 1)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A resolved training recipe: every table with every key (`Recipe.from_toml`, `Recipe.from_dict`)."""
+
+    name: str = declared("run")
+    seed: int = declared(0)
+    init_from: str = declared("")                   # a finished run or keeper directory to continue from ("" = fresh)
+    model: ModelTable = table(ModelTable)
+    train: TrainTable = table(TrainTable)
+    guardrail: GuardrailTable = table(GuardrailTable)
+    preserve: PreserveTable = table(PreserveTable)
+    lora: LoraTable = table(LoraTable)
+    task: TaskTable = table(TaskTable)
+    optim: OptimTable = table(OptimTable)
+    sampler: SamplerTable = table(SamplerTable)
+    halting: HaltingTable = table(HaltingTable)
+    eval: EvalTable = table(EvalTable)
+    checkpoint: CheckpointTable = table(CheckpointTable)
+    log: LogTable = table(LogTable)
+    stages: list[Stage] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, raw: dict) -> Recipe:
+        """Returns the full recipe (every key, defaults filled in) after validating `raw`.
+
+        Raises:
+            WorkbenchError: an unknown key (naming it and the nearest known key), a wrong type,
+                or a value outside what the trainer accepts.
+        """
+        raw = dict(raw)
+        stages = raw.pop("stages", None)
+        top = _build(cls, raw, "")
+        if not isinstance(stages, list) or not stages:
+            raise WorkbenchError("a recipe needs at least one [[stages]] table")
+        built = []
+        for i, stage in enumerate(stages):
+            if not isinstance(stage, dict):
+                raise WorkbenchError(f"recipe key 'stages.{i}' must be a table")
+            built.append(_build(Stage, stage, f"stages.{i}."))
+        recipe = cls(**{f.name: getattr(top, f.name) for f in fields(cls) if f.name != "stages"}, stages=built)
+        _finite(recipe.to_dict())
+        _check_keys(recipe)
+        _validate(recipe)
+        return recipe
+
+    @classmethod
+    def from_toml(cls, path: str | os.PathLike, overrides: list[str] | dict | None = None) -> Recipe:
+        """Returns the resolved recipe of a TOML file with `--set` overrides applied.
+
+        Raises:
+            WorkbenchError: a missing file, bad TOML, or an invalid recipe.
+        """
+        return cls.from_dict(apply_overrides(read_toml(path, "recipe"), overrides))
+
+    def to_dict(self) -> dict:
+        """Every key in declaration order, as recipe.toml records it (a None value left out: TOML has no null)."""
+        return _plain(self)
+
+    @property
+    def kinds(self) -> set[str]:
+        """The stage kinds this recipe trains."""
+        return {s.kind for s in self.stages}
+
+    def needed_loops(self) -> int:
+        """The largest loop count any stage or evaluation runs."""
+        loops = [max(self.eval.depths)]
+        for s in self.stages:
+            if s.kind in DENSE_KINDS:
+                loops.append(1)
+            elif s.kind == "chain":
+                loops.append(max(s.depths))
+            elif s.kind in ("sampled", "park"):
+                loops.append(self.sampler.max)
+            else:
+                loops.append(self.halting.oracle_max)
+        return max(loops)
+
+
+# ------------------------------------------------------------------ reading and checking
+@functools.cache
+def _hints(cls) -> dict:
+    return typing.get_type_hints(cls)
 
 
 def known_keys() -> list[str]:
     """Every dotted key a recipe accepts (stage keys as `stages.N.key`)."""
     keys = []
 
-    def walk(node: dict, prefix: str) -> None:
-        for k, v in node.items():
-            if isinstance(v, dict):
-                walk(v, f"{prefix}{k}.")
+    def walk(cls, prefix: str) -> None:
+        for f in fields(cls):
+            hint = _hints(cls)[f.name]
+            if f.name == "stages" and cls is Recipe:
+                continue
+            if is_dataclass(hint):
+                walk(hint, f"{prefix}{f.name}.")
             else:
-                keys.append(prefix + k)
+                keys.append(prefix + f.name)
 
-    walk(SCHEMA, "")
-    keys += [f"stages.N.{k}" for k in STAGE_SCHEMA]
-    return keys
+    walk(Recipe, "")
+    return keys + [f"stages.N.{f.name}" for f in fields(Stage)]
 
 
 def _unknown(key: str) -> WorkbenchError:
@@ -147,93 +383,65 @@ def _unknown(key: str) -> WorkbenchError:
     if near:
         suggestion = near[0].replace("stages.N.", f"stages.{parts[1]}.") if generic != key else near[0]
         hint = f"; did you mean '{suggestion}'?"
-    return WorkbenchError(f"unknown recipe key {key!r}{hint} (known keys: see workbench.train.recipe.SCHEMA)")
+    return WorkbenchError(f"unknown recipe key {key!r}{hint} (known keys: see workbench.train.recipe.Recipe)")
 
 
-NUMBER_LISTS = ("depths", "depth_weights", "betas", "probe_depths")  # list keys whose items are numbers
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
-def _check_type(key: str, value, default):
-    if default is None:
-        if value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)):
+def _typed(key: str, value, hint):
+    """`value` as the annotated type `hint` (an int where a float is declared becomes that float)."""
+    if typing.get_origin(hint) is list:
+        item = typing.get_args(hint)[0]
+        if not isinstance(value, list):
+            raise WorkbenchError(f"recipe key '{key}' = {value!r} must be of type list")
+        numbers = item in (int, float)   # an int list's items are checked as depths later, with their own message
+        if not all(_is_number(v) if numbers else isinstance(v, item) for v in value):
+            raise WorkbenchError(f"recipe key '{key}' = {value!r} must be a list of "
+                                 f"{'numbers' if numbers else item.__name__ + 's'}")
+        return list(value)
+    if type(None) in typing.get_args(hint):   # an optional number
+        if value is None or _is_number(value):
             return None if value is None else float(value)
         raise WorkbenchError(f"recipe key '{key}' = {value!r} must be a number")
-    if isinstance(default, bool):
+    if hint is bool:
         ok = isinstance(value, bool)
-    elif isinstance(default, float):
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif hint is float:
+        ok = _is_number(value)
         value = float(value) if ok else value
-    elif isinstance(default, int):
+    elif hint is int:
         ok = isinstance(value, int) and not isinstance(value, bool)
-    elif isinstance(default, list):
-        ok = isinstance(value, list)
-        numbers = key.rsplit(".", 1)[-1] in NUMBER_LISTS
-        kind = (lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)) if numbers else \
-            (lambda v: isinstance(v, type(default[0]))) if default else (lambda v: True)
-        if ok and not all(kind(v) for v in value):
-            raise WorkbenchError(f"recipe key '{key}' = {value!r} must be a list of "
-                                 f"{'numbers' if numbers else type(default[0]).__name__ + 's'}")
     else:
-        ok = isinstance(value, str)
+        ok = isinstance(value, hint)
     if not ok:
-        raise WorkbenchError(f"recipe key '{key}' = {value!r} must be of type {type(default).__name__}")
+        raise WorkbenchError(f"recipe key '{key}' = {value!r} must be of type {hint.__name__}")
     return value
 
 
-def _merge(schema: dict, given: dict, prefix: str = "") -> dict:
-    out = copy.deepcopy(schema)
-    for key, value in given.items():
-        full = prefix + key
-        if key not in schema:
+def _build(cls, given: dict, prefix: str):
+    """An instance of the table `cls` from the keys a recipe gives (the rest at their defaults)."""
+    values = {}
+    for name, value in given.items():
+        full = prefix + name
+        hint = _hints(cls).get(name)
+        if hint is None:
             raise _unknown(full)
-        if isinstance(schema[key], dict):
+        if is_dataclass(hint):
             if not isinstance(value, dict):
                 raise WorkbenchError(f"recipe key '{full}' must be a table, got {value!r}")
-            out[key] = _merge(schema[key], value, full + ".")
+            values[name] = _build(hint, value, full + ".")
         else:
-            out[key] = _check_type(full, value, schema[key])
-    return out
+            values[name] = _typed(full, value, hint)
+    return cls(**values)
 
 
-def resolve(raw: dict) -> dict:
-    """Returns the full recipe (every key, defaults filled in) after validating `raw`.
-
-    Raises:
-        WorkbenchError: an unknown key (naming it and the nearest known key), a wrong type,
-            or a value outside what the trainer accepts.
-    """
-    raw = dict(raw)
-    stages = raw.pop("stages", None)
-    recipe = _merge(SCHEMA, raw)
-    if not isinstance(stages, list) or not stages:
-        raise WorkbenchError("a recipe needs at least one [[stages]] table")
-    recipe["stages"] = []
-    for i, stage in enumerate(stages):
-        if not isinstance(stage, dict):
-            raise WorkbenchError(f"recipe key 'stages.{i}' must be a table")
-        recipe["stages"].append(_merge(STAGE_SCHEMA, stage, f"stages.{i}."))
-    _validate(recipe)
-    return recipe
-
-
-def _choice(key: str, value: str, accepted: tuple) -> None:
-    if value not in accepted:
-        raise WorkbenchError(f"recipe key '{key}' = '{value}' is not accepted; accepted: {', '.join(accepted)}")
-
-
-# key: (lowest, highest, whether `lowest` itself is accepted); every float anywhere must be finite.
-RANGES = {
-    "model.max_loops": (1, MAX_LOOPS, True), "model.memory_window": (1, MAX_LOOPS, True),
-    "model.memory_heads": (1, 64, True), "task.alphabet": (2, 64, True),
-    "optim.prelude_lr_mult": (0.0, 1e6, False), "optim.weight_decay": (0.0, 1e3, True),
-    "optim.eps": (0.0, 1.0, False), "optim.momentum": (0.0, 1.0, True), "optim.grad_clip": (0.0, 1e9, True),
-    "optim.warmup_steps": (0, 10 ** 9, True), "halting.lr": (0.0, 1e3, False),
-    "halting.warmup_steps": (0, 10 ** 9, True), "halting.sweep": (0, 10 ** 7, True),
-    "lora.r": (1, 4096, True), "lora.alpha": (0.0, 1e6, False), "lora.dropout": (0.0, 0.999, True),
-    "sampler.mean": (1.0, MAX_LOOPS, True), "sampler.sigma": (0.0, 10.0, True),
-    "optim.batch_size": (1, 65536, True), "eval.batch_size": (1, 65536, True), "eval.per_depth": (1, 10 ** 6, True),
-}
-MAX_STEPS = 10 ** 8
+def _plain(node):
+    if is_dataclass(node):
+        return {f.name: _plain(getattr(node, f.name)) for f in fields(node) if getattr(node, f.name) is not None}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    return node
 
 
 def _finite(node, key: str = "") -> None:
@@ -247,86 +455,58 @@ def _finite(node, key: str = "") -> None:
         raise WorkbenchError(f"recipe key '{key}' = {node} must be a finite number")
 
 
-def _in_ranges(r: dict) -> None:
-    for key, (low, high, low_ok) in RANGES.items():
-        section, name = key.split(".")
-        value = r[section][name]
-        if not (low <= value <= high) or (value == low and not low_ok):
-            raise WorkbenchError(f"recipe key '{key}' = {value} must lie in {'[' if low_ok else '('}{low}, {high}]")
-    betas = r["optim"]["betas"]
-    if len(betas) != 2 or not all(isinstance(b, (int, float)) and 0 <= b < 1 for b in betas):
-        raise WorkbenchError(f"recipe key 'optim.betas' = {betas} must be two numbers in [0, 1)")
+def _check_keys(node, prefix: str = "") -> None:
+    """Runs every key's own checks (its declaration's range or choices), tables and stages included."""
+    for f in fields(node):
+        value, full = getattr(node, f.name), prefix + f.name
+        if is_dataclass(value):
+            _check_keys(value, full + ".")
+        elif isinstance(value, list) and value and is_dataclass(value[0]):
+            for i, item in enumerate(value):
+                _check_keys(item, f"{full}.{i}.")
+        else:
+            for check in f.metadata.get("checks", ()):
+                check(full, value)
 
 
-def _validate(r: dict) -> None:
-    _finite(r)
-    _in_ranges(r)
-    _choice("model.reentry", r["model"]["reentry"], ("bridge", "inject"))
-    from workbench.tasks import TASKS  # the generators import torch: only when a recipe is validated
-
-    _choice("task.name", r["task"]["name"], TASKS)
+def _validate(r: Recipe) -> None:
+    """The checks that read more than one key."""
     _check_task(r)
-    _choice("optim.name", r["optim"]["name"], OPTIMIZERS)
-    _choice("optim.schedule", r["optim"]["schedule"], SCHEDULES)
-    _choice("halting.objective", r["halting"]["objective"], HALTING_OBJECTIVES)
-    _choice("train.precision", r["train"]["precision"], ("fp32", "bf16"))
-    for src in r["preserve"]["sources"]:
-        _choice("preserve.sources", src, ("corpus", "patterns", "numbers"))
-    for key, low in (("guardrail.max_drop", 0.0), ("preserve.kl_weight", 0.0), ("optim.lr", 0.0)):
-        section, name = key.split(".")
-        value = r[section][name]
-        if not math.isfinite(value) or value < low or (key == "optim.lr" and value == 0):
-            raise WorkbenchError(f"recipe key '{key}' = {value} must be a finite number "
-                                 f"{'> 0' if key == 'optim.lr' else '>= 0'}")
-    for key in ("preserve.rows", "preserve.positions"):
-        section, name = key.split(".")
-        if r[section][name] < 1:
-            raise WorkbenchError(f"recipe key '{key}' = {r[section][name]} must be >= 1")
-    if r["guardrail"]["every"] < 0:
-        raise WorkbenchError(f"recipe key 'guardrail.every' = {r['guardrail']['every']} must be >= 0")
-    if r["lora"]["enabled"] and r["train"]["block"]:
+    if r.lora.enabled and r.train.block:
         raise WorkbenchError("lora.enabled = true with train.block = true: the LoRA budget keeps the block's "
                              "base weights frozen; set train.block = false")
-    alphabet, max_loops = r["task"]["alphabet"], r["model"]["max_loops"]
-    if r["task"]["name"] in ANSWER_TASKS + ("state_query",):
-        alphabet = None  # no alphabet bounds a state-tracking or arithmetic depth
-    for key in ("optim.batch_size", "eval.per_depth", "eval.every", "checkpoint.every", "checkpoint.keep", "log.every"):
-        section, name = key.split(".")
-        if r[section][name] < 1:
-            raise WorkbenchError(f"recipe key '{key}' = {r[section][name]} must be >= 1")
-    for i, s in enumerate(r["stages"]):
-        _choice(f"stages.{i}.kind", s["kind"], STAGE_KINDS)
-        if not 1 <= s["steps"] <= MAX_STEPS:
-            raise WorkbenchError(f"recipe key 'stages.{i}.steps' = {s['steps']} must lie in [1, {MAX_STEPS}]")
-        _check_depths(f"stages.{i}.depths", s["depths"], alphabet, max_loops)
-        w = s["depth_weights"]
-        if w and (len(w) != len(s["depths"]) or min(w) < 0 or sum(w) <= 0):
+    max_loops = r.model.max_loops
+    # No alphabet bounds a state-tracking or arithmetic depth.
+    alphabet = None if r.task.name in ANSWER_TASKS + ("state_query",) else r.task.alphabet
+    for i, s in enumerate(r.stages):
+        _check_depths(f"stages.{i}.depths", s.depths, alphabet, max_loops)
+        w = s.depth_weights
+        if w and (len(w) != len(s.depths) or min(w) < 0 or sum(w) <= 0):
             raise WorkbenchError(f"recipe key 'stages.{i}.depth_weights' = {w} needs one weight >= 0 per depth "
-                                 f"({len(s['depths'])}) with a positive sum")
-        if s["kind"] == "halting" and not r["model"]["halting"]:
+                                 f"({len(s.depths)}) with a positive sum")
+        if s.kind == "halting" and not r.model.halting:
             raise WorkbenchError(f"stage {i} is a halting stage but model.halting = false")
-    _check_depths("eval.depths", r["eval"]["depths"], alphabet, max_loops)
-    kinds = {s["kind"] for s in r["stages"]}
+    _check_depths("eval.depths", r.eval.depths, alphabet, max_loops)
+    kinds = r.kinds
     if kinds & set(DENSE_KINDS) and len(kinds) > 1:
         raise WorkbenchError(f"stages mix {', '.join(sorted(kinds))}: a dense control (direct or scratchpad) is an arm "
                              "of its own, every stage of its recipe has that kind")
-    for i, s in enumerate(r["stages"]):
-        if s["kind"] == "park" and not max(s["depths"]) <= r["sampler"]["max"] <= max_loops:
-            raise WorkbenchError(f"recipe key 'sampler.max' = {r['sampler']['max']} must lie in "
-                                 f"{max(s['depths'])}..model.max_loops = {max_loops} (stage {i} parks on the answer "
+    for i, s in enumerate(r.stages):
+        if s.kind == "park" and not max(s.depths) <= r.sampler.max <= max_loops:
+            raise WorkbenchError(f"recipe key 'sampler.max' = {r.sampler.max} must lie in "
+                                 f"{max(s.depths)}..model.max_loops = {max_loops} (stage {i} parks on the answer "
                                  "from its deepest row's depth up to sampler.max loops)")
-    probe = r["halting"]["probe_depths"]
+    probe = r.halting.probe_depths
     # Loop counts past oracle_max are not read (losses.halting_loss), so the default [1, 2, 4, 6] suits a short
     # sweep; a list with none inside 1..oracle_max would read nothing and train to a NaN.
     if "halting" in kinds and not (probe and all(isinstance(t, int) and t >= 1 for t in probe)
-                                   and any(t <= r["halting"]["oracle_max"] for t in probe)):
+                                   and any(t <= r.halting.oracle_max for t in probe)):
         raise WorkbenchError(f"recipe key 'halting.probe_depths' = {probe} must be loop counts >= 1, at least one "
-                             f"in 1..halting.oracle_max = {r['halting']['oracle_max']}")
-    for key, kind in (("sampler.max", "sampled"), ("halting.oracle_max", "halting")):
-        section, name = key.split(".")
-        if kind in kinds and not 1 <= r[section][name] <= max_loops:
-            raise WorkbenchError(f"recipe key '{key}' = {r[section][name]} must lie in "
-                                 f"1..model.max_loops = {max_loops}")
+                             f"in 1..halting.oracle_max = {r.halting.oracle_max}")
+    for name, value, kind in (("sampler.max", r.sampler.max, "sampled"),
+                              ("halting.oracle_max", r.halting.oracle_max, "halting")):
+        if kind in kinds and not 1 <= value <= max_loops:
+            raise WorkbenchError(f"recipe key '{name}' = {value} must lie in 1..model.max_loops = {max_loops}")
 
 
 def _check_depths(key: str, depths: list, alphabet: int | None, max_loops: int) -> None:
@@ -339,23 +519,26 @@ def _check_depths(key: str, depths: list, alphabet: int | None, max_loops: int) 
                              "(below the alphabet, within model.max_loops)")
 
 
-def _check_task(r: dict) -> None:
+def _check_task(r: Recipe) -> None:
     """Chase-only options left at their defaults for the RecurTrace tasks; only sampled and halting stages
     train multi-token answers (chain and the dense controls grade single-token symbols)."""
-    t = r["task"]
-    if t["name"] != "chase" and (t["surface"] != "symbolic" or t["symbol_set"] != "letters" or t["permutation"]):
-        raise WorkbenchError(f"task.name = '{t['name']}' takes no task.surface, task.symbol_set or task.permutation "
+    t, chase = r.task, TaskTable()
+    if t.name != "chase" and (t.surface, t.symbol_set, t.permutation) != (chase.surface, chase.symbol_set,
+                                                                           chase.permutation):
+        raise WorkbenchError(f"task.name = '{t.name}' takes no task.surface, task.symbol_set or task.permutation "
                              "(chase options); leave them at their defaults")
-    if t["name"] == "phop" and not 2 <= t["alphabet"] <= 32:
-        raise WorkbenchError(f"recipe key 'task.alphabet' = {t['alphabet']} is out of range for phop; accepted: 2..32")
-    for i, s in enumerate(r["stages"]):
-        if t["name"] in ANSWER_TASKS and s["kind"] not in ("sampled", "halting"):  # park grades symbols too
-            raise WorkbenchError(f"stage {i} is a {s['kind']} stage, which grades single-token symbols; "
-                                 f"task '{t['name']}' answers in several tokens: use kind 'sampled'")
-        if t["name"] != "chase" and s["kind"] in DENSE_KINDS:
-            raise WorkbenchError(f"stage {i} is a {s['kind']} stage, a dense control of the chase; "
-                                 f"task '{t['name']}' trains with kind 'sampled' or 'chain'")
+    if t.name == "phop" and not 2 <= t.alphabet <= 32:
+        raise WorkbenchError(f"recipe key 'task.alphabet' = {t.alphabet} is out of range for phop; accepted: 2..32")
+    for i, s in enumerate(r.stages):
+        if t.name in ANSWER_TASKS and s.kind not in ("sampled", "halting"):  # park grades symbols too
+            raise WorkbenchError(f"stage {i} is a {s.kind} stage, which grades single-token symbols; "
+                                 f"task '{t.name}' answers in several tokens: use kind 'sampled'")
+        if t.name != "chase" and s.kind in DENSE_KINDS:
+            raise WorkbenchError(f"stage {i} is a {s.kind} stage, a dense control of the chase; "
+                                 f"task '{t.name}' trains with kind 'sampled' or 'chain'")
 
+
+# ------------------------------------------------------------------ --set overrides and the recorded text
 
 def parse_override(item: str) -> tuple[str, object]:
     """Returns (dotted key, value) from "key=value"; the value is read as TOML, else as a string."""
@@ -382,7 +565,7 @@ def apply_overrides(raw: dict, overrides: list[str] | dict | None) -> dict:
                     raise WorkbenchError(f"--set {key!r}: stage index {part!r} is outside 0..{len(node) - 1}")
                 node = node[int(part)]
             else:
-                if part != "stages" and part not in SCHEMA and node is raw:
+                if part not in _hints(Recipe) and node is raw:
                     raise _unknown(key)
                 node = node.setdefault(part, [] if part == "stages" else {})
                 if not isinstance(node, (dict, list)):
@@ -394,37 +577,6 @@ def apply_overrides(raw: dict, overrides: list[str] | dict | None) -> dict:
     return raw
 
 
-def load_recipe(path: str | os.PathLike, overrides: list[str] | dict | None = None) -> dict:
-    """Returns the resolved recipe of a TOML file with overrides applied.
-
-    Raises:
-        WorkbenchError: a missing file, bad TOML, or an invalid recipe.
-    """
-    return resolve(apply_overrides(read_toml(path, "recipe"), overrides))
-
-
-def dumps(recipe: dict) -> str:
-    """Returns the resolved recipe as TOML text (None values left out: TOML has no null)."""
-    def strip(node):
-        if isinstance(node, dict):
-            return {k: strip(v) for k, v in node.items() if v is not None}
-        if isinstance(node, list):
-            return [strip(v) for v in node]
-        return node
-
-    return tomli_w.dumps(strip(recipe))
-
-
-def needed_loops(recipe: dict) -> int:
-    """The largest loop count any stage or evaluation runs."""
-    loops = [max(recipe["eval"]["depths"])]
-    for s in recipe["stages"]:
-        if s["kind"] in DENSE_KINDS:
-            loops.append(1)
-        elif s["kind"] == "chain":
-            loops.append(max(s["depths"]))
-        elif s["kind"] in ("sampled", "park"):
-            loops.append(recipe["sampler"]["max"])
-        else:
-            loops.append(recipe["halting"]["oracle_max"])
-    return max(loops)
+def dumps(recipe: Recipe) -> str:
+    """Returns the resolved recipe as TOML text: what the run directory's recipe.toml records."""
+    return tomli_w.dumps(recipe.to_dict())

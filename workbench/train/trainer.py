@@ -20,6 +20,7 @@ import math
 import random
 import shutil
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import tomllib
@@ -60,8 +61,7 @@ from workbench.train.losses import (
     sample_loop_counts,
 )
 from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer
-from workbench.train.recipe import DENSE_KINDS, dumps, load_recipe
-from workbench.train.recipe import resolve as resolve_recipe
+from workbench.train.recipe import DENSE_KINDS, Recipe, TaskTable, dumps
 from workbench.train.sharding import requested_engine, shard_frozen_base
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
@@ -76,24 +76,24 @@ def _lr_factor(warmup: int, total: int, schedule: str):
     return factor
 
 
-def retrofit_config(recipe: dict, block) -> RetrofitConfig:
+def retrofit_config(recipe: Recipe, block) -> RetrofitConfig:
     """The retrofit a recipe's [model] and [lora] tables declare, at `block` (resolved when "auto")."""
-    m, lora = recipe["model"], recipe["lora"]
-    return RetrofitConfig(block=block, reentry=m["reentry"], memory=m["memory"], max_loops=m["max_loops"],
-                          memory_window=m["memory_window"], memory_heads=m["memory_heads"], halting=m["halting"],
-                          halting_pooling=m["halting_pooling"],
-                          lora=LoraSettings(r=lora["r"], alpha=lora["alpha"], dropout=lora["dropout"])
-                          if lora["enabled"] else None)
+    m, lora = recipe.model, recipe.lora
+    return RetrofitConfig(block=block, reentry=m.reentry, memory=m.memory, max_loops=m.max_loops,
+                          memory_window=m.memory_window, memory_heads=m.memory_heads, halting=m.halting,
+                          halting_pooling=m.halting_pooling,
+                          lora=LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout)
+                          if lora.enabled else None)
 
 
-def task_options(task: dict, tokenizer) -> dict:
+def task_options(task: TaskTable, tokenizer) -> dict:
     """The generator options of a recipe's [task] table (`workbench.tasks.build_rows`): the chase takes
     all of them, p-hop its alphabet, state tracking and arithmetic none."""
-    if task["name"] == "chase":
-        return dict(tokenizer=tokenizer, alphabet=task["alphabet"], surface=task["surface"],
-                    symbol_set=task["symbol_set"], permutation=task["permutation"])
-    if task["name"] == "phop":
-        return dict(tokenizer=tokenizer, alphabet=task["alphabet"])
+    if task.name == "chase":
+        return dict(tokenizer=tokenizer, alphabet=task.alphabet, surface=task.surface,
+                    symbol_set=task.symbol_set, permutation=task.permutation)
+    if task.name == "phop":
+        return dict(tokenizer=tokenizer, alphabet=task.alphabet)
     return {}
 
 
@@ -104,7 +104,7 @@ def _hashed_seed(kind: str, step: int, seed: int) -> int:
 class Trainer:
     """One run of one resolved recipe into `run_dir`: setup, train (stages), save."""
 
-    def __init__(self, recipe: dict, run_dir: Path, resume: bool = False, progress: bool = True,
+    def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, progress: bool = True,
                  recipe_dir: Path | None = None, inputs=(), device=None):
         self.recipe, self.run_dir, self.resume, self.progress = recipe, Path(run_dir), resume, progress
         self.inputs = list(inputs)  # files the run reads (the recipe): the output gate never writes over them
@@ -112,9 +112,9 @@ class Trainer:
         self.acc, self.device = training_accelerator(device)   # --device; each rank's own under accelerate launch
         self.device_record = device_record(device, self.device)
         self.engine, self.sharding = requested_engine(self.acc.num_processes), None   # ddp / fsdp2 (sharding.py)
-        self.stages = recipe["stages"]
-        self.total = sum(s["steps"] for s in self.stages)
-        self.main_total = sum(s["steps"] for s in self.stages if s["kind"] != "halting")
+        self.stages = recipe.stages
+        self.total = sum(s.steps for s in self.stages)
+        self.main_total = sum(s.steps for s in self.stages if s.kind != "halting")
         self.state = {"live_projections": None, "live_gate": None, "elapsed_s": 0.0, "optimizer": None,
                       "last_passing_step": None}
         self.status = "running"
@@ -122,15 +122,15 @@ class Trainer:
 
     # -------------------------------------------------------------- setup
     def setup(self) -> None:
-        r, m = self.recipe, self.recipe["model"]
+        r, m = self.recipe, self.recipe.model
         if not getattr(self, "_gated", False):  # called by hand, not from run(): the gate decides before any write
             with self._gate():
                 pass
         self._check_run_dir(dumps(r))
         self.acc.wait_for_everyone()  # every rank checks before the main process writes
-        torch.manual_seed(r["seed"])  # LoRA's A matrices are drawn from it
-        base, self.tok = load_base(m["base"], attn_implementation=m["attn"])
-        block, self.block_record = m["block"], {"source": "given", "block": m["block"]}
+        torch.manual_seed(r.seed)  # LoRA's A matrices are drawn from it
+        base, self.tok = load_base(m.base, attn_implementation=m.attn)
+        block, self.block_record = m.block, {"source": "given", "block": m.block}
         if block == "auto":  # angular distance + Kneedle + window ablation (`workbench.block_selection`)
             block, self.block_record = resolve_block(base, self.tok, block)
         self.base_hash = rundir.base_sha256(base)
@@ -138,25 +138,25 @@ class Trainer:
         self.looped.to(self.device).train()
         for p in self.looped.parameters():
             p.requires_grad_(False)
-        self.groups = rundir.trained_groups(self.looped.retrofit_config, r["train"]["block"])
-        self.parent, self.lineage = self._check_parent(r["init_from"]) if r["init_from"] else (None, None)
-        self.task_options = task_options(r["task"], self.tok)
-        e = r["eval"]
-        self.heldout = build_rows(r["task"]["name"], e["depths"], e["per_depth"], e["seed"], split="test",
+        self.groups = rundir.trained_groups(self.looped.retrofit_config, r.train.block)
+        self.parent, self.lineage = self._check_parent(r.init_from) if r.init_from else (None, None)
+        self.task_options = task_options(r.task, self.tok)
+        e = r.eval
+        self.heldout = build_rows(r.task.name, e.depths, e.per_depth, e.seed, split="test",
                                   **self.task_options)
         if self.acc.is_main_process and not self.resume:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.run_dir / rundir.RETROFIT,
-                              {**rundir.retrofit_record(self.looped, m["base"], self.base_hash, self.groups),
+                              {**rundir.retrofit_record(self.looped, m.base, self.base_hash, self.groups),
                                "block_selection": self.block_record})
             write_bytes_atomic(self.run_dir / rundir.RECIPE, dumps(r).encode())
             write_bytes_atomic(self.run_dir / rundir.METRICS, b"")
         self.acc.wait_for_everyone()
         self._set_precision()
         # The base's reading in the run's own precision (bf16 alone moves it): loop 1 is the base until a parent loads.
-        self.guardrail_base = self._guardrail() if r["guardrail"]["enabled"] else None
-        self.teacher = self._teacher() if r["preserve"]["kl_weight"] > 0 else None  # the base, never the parent
-        if r["train"]["compile"]:
+        self.guardrail_base = self._guardrail() if r.guardrail.enabled else None
+        self.teacher = self._teacher() if r.preserve.kl_weight > 0 else None  # the base, never the parent
+        if r.train.compile:
             # In place (nn.Module.compile), so parameter names and checkpoints are unchanged; after the teacher's copy.
             for layer in self.looped.layers:
                 layer.compile()
@@ -167,7 +167,7 @@ class Trainer:
 
     def _set_precision(self) -> None:
         """Frozen weights to bf16 once (trained groups stay fp32) when the recipe asks and the hardware has it."""
-        used, self.precision_record = resolve_precision(self.recipe["train"]["precision"], self.device)
+        used, self.precision_record = resolve_precision(self.recipe.train.precision, self.device)
         self.precision_record["frozen_tensors_cast"] = rundir.set_run_precision(self.looped, self.groups, used)
         if self.progress and self.acc.is_main_process:
             hw = self.precision_record["hardware"]
@@ -213,7 +213,7 @@ class Trainer:
         # Stage 2 alone may add a halting head to a parent trained without one (RecurTrace App. E freezes
         # everything else, so the parent's tensors load strictly and the head starts from its own init).
         adds_head = (mine.get("halting") and not record["settings"].get("halting")
-                     and all(s["kind"] == "halting" for s in self.stages))
+                     and all(s.kind == "halting" for s in self.stages))
         compared = ({**mine, "halting": False, "halting_pooling": record["settings"].get("halting_pooling")}
                     if adds_head else mine)   # the new head's pooling is its own choice
         if record["settings"] != compared:
@@ -238,7 +238,7 @@ class Trainer:
             # Compared after resolving both through this version's defaults, so a run started before a new
             # option existed (written without its key) resumes when the option keeps its default.
             try:
-                stored = dumps(resolve_recipe(tomllib.loads(recipe_file.read_text())))
+                stored = dumps(Recipe.from_dict(tomllib.loads(recipe_file.read_text())))
             except (tomllib.TOMLDecodeError, WorkbenchError) as e:
                 raise WorkbenchError(f"--resume: {recipe_file} is not a valid recipe ({e})") from None
             self._check_resumable()
@@ -278,17 +278,17 @@ class Trainer:
             p.requires_grad_(False)
         r = self.recipe
         if kind == "halting":
-            h = r["halting"]
-            cfg = {**r["optim"], "name": "adamw", "lr": h["lr"], "prelude_lr_mult": 1.0, "weight_decay": 0.0}
+            h = r.halting
+            cfg = replace(r.optim, name="adamw", lr=h.lr, prelude_lr_mult=1.0, weight_decay=0.0)
             self.opt, self.opt_names = make_optimizer(self.looped, ["halting"], cfg)
             self._freeze_for_stage2()
-            steps = sum(s["steps"] for s in self.stages if s["kind"] == "halting")
-            factor = _lr_factor(h["warmup_steps"], steps, "cosine")
+            steps = sum(s.steps for s in self.stages if s.kind == "halting")
+            factor = _lr_factor(h.warmup_steps, steps, "cosine")
         else:
             main_groups = [g for g in self.groups if g != "halting"]
-            self.opt, self.opt_names = make_optimizer(self.looped, main_groups, r["optim"])
-            check_prelude_group(self.opt, self.looped, r["optim"]["lr"], r["optim"]["prelude_lr_mult"])
-            factor = _lr_factor(r["optim"]["warmup_steps"], self.main_total, r["optim"]["schedule"])
+            self.opt, self.opt_names = make_optimizer(self.looped, main_groups, r.optim)
+            check_prelude_group(self.opt, self.looped, r.optim.lr, r.optim.prelude_lr_mult)
+            factor = _lr_factor(r.optim.warmup_steps, self.main_total, r.optim.schedule)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
         self.params = [p for g in self.opt.param_groups for p in g["params"]]
         self.state["optimizer"] = "halting" if kind == "halting" else "main"
@@ -308,17 +308,17 @@ class Trainer:
         """(stage index, stage, step within the stage) of a global step."""
         start = 0
         for i, s in enumerate(self.stages):
-            if step < start + s["steps"]:
+            if step < start + s.steps:
                 return i, s, step - start
-            start += s["steps"]
+            start += s.steps
         raise IndexError(step)
 
     def rows(self, step: int, stage: dict) -> list[dict]:
         """The global batch of a step: fresh training rows from hashed seeds, the same on every rank."""
-        B, seed = self.recipe["optim"]["batch_size"], self.recipe["seed"]
+        B, seed = self.recipe.optim.batch_size, self.recipe.seed
         rng = random.Random(_hashed_seed("depths", step, seed))
-        depths = rng.choices(stage["depths"], weights=stage["depth_weights"] or None, k=B)
-        return [task_row(self.recipe["task"]["name"], d, step * B + i, seed, split="train", **self.task_options)
+        depths = rng.choices(stage.depths, weights=stage.depth_weights or None, k=B)
+        return [task_row(self.recipe.task.name, d, step * B + i, seed, split="train", **self.task_options)
                 for i, d in enumerate(depths)]
 
     def _halting_cache(self, start: int, stage: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -328,21 +328,21 @@ class Trainer:
         sweep is deterministic from the recipe and a resumed run rebuilds the same cache."""
         if start in self._sweeps:
             return self._sweeps[start]
-        h, B = self.recipe["halting"], self.recipe["optim"]["batch_size"]
-        rows = [r for s in range(start, start + -(-h["sweep"] // B)) for r in self.rows(s, stage)][: h["sweep"]]
-        size = self.recipe["eval"]["batch_size"]
+        h, B = self.recipe.halting, self.recipe.optim.batch_size
+        rows = [r for s in range(start, start + -(-h.sweep // B)) for r in self.rows(s, stage)][: h.sweep]
+        size = self.recipe.eval.batch_size
         batches = (make_batch(rows[i:i + size], self.tok, device=self.device) for i in range(0, len(rows), size))
         t0 = time.perf_counter()
         was_training = self.looped.training
         self.looped.eval()
         with tqdm(total=len(rows), desc="oracle sweep", leave=False, dynamic_ncols=True,
                   disable=not (self.progress and self.acc.is_main_process)) as bar:
-            losses, z = halting_sweep(self.looped, batches, h["oracle_max"], progress=bar.update)
+            losses, z = halting_sweep(self.looped, batches, h.oracle_max, progress=bar.update)
         self.looped.train(was_training)
-        labels = oracle_labels(losses, margin=h["margin"], depth_cost=h["depth_cost"])
+        labels = oracle_labels(losses, margin=h.margin, depth_cost=h.depth_cost)
         target = (labels < 0.5).float().argmax(1) + 1
         depths = sorted({r["depth"] for r in rows})
-        self._log({"kind": "halting_sweep", "step": start, "rows": len(rows), "loops": h["oracle_max"],
+        self._log({"kind": "halting_sweep", "step": start, "rows": len(rows), "loops": h.oracle_max,
                    "seconds": round(time.perf_counter() - t0, 2),
                    "continue_rate": [round(float(v), 4) for v in labels.mean(0)],
                    "mean_target": round(float(target.float().mean()), 4),
@@ -355,42 +355,42 @@ class Trainer:
         _, stage, local = self.stage_at(step)
         rows = self.rows(step, stage)
         shard = rows[self.acc.process_index::self.acc.num_processes]
-        end = stage["chain_weight"] if stage["chain_weight_end"] is None else stage["chain_weight_end"]
-        cw = stage["chain_weight"] + (end - stage["chain_weight"]) * local / max(stage["steps"] - 1, 1)
+        end = stage.chain_weight if stage.chain_weight_end is None else stage.chain_weight_end
+        cw = stage.chain_weight + (end - stage.chain_weight) * local / max(stage.steps - 1, 1)
         batch = make_batch(shard, self.tok, chain_weight=cw, device=self.device,
                            loops=max(r["depth"] for r in rows))   # the global batch's loops on every rank
         info: dict = {"chain_weight": cw}
         self.opt.zero_grad(set_to_none=True)
-        if stage["kind"] == "direct":
+        if stage.kind == "direct":
             loops = 1
             loss = direct_loss(self.looped, batch, denominator=len(rows))
-        elif stage["kind"] == "scratchpad":
+        elif stage.kind == "scratchpad":
             loops = 1
             pad = scratchpad_batch(shard, self.tok, device=self.device)
             loss, per_pos = scratchpad_loss(self.looped, pad, denominator=sum(r["depth"] for r in rows))
             info["position_ce"] = [round(float(v), 5) for v in per_pos]
-        elif stage["kind"] == "chain":
+        elif stage.kind == "chain":
             loops = max(r["depth"] for r in rows)
             denom = sum(cw * (r["depth"] - 1) + 1.0 for r in rows)
             loss, per_loop = chain_loss(self.looped, batch, denominator=denom)
             info["loop_ce"] = [round(float(v), 5) for v in per_loop]
-        elif stage["kind"] == "park":
-            loops = park_loop_count(max(r["depth"] for r in rows), self.recipe["sampler"]["max"],
-                                    _hashed_seed("park", step, self.recipe["seed"]))
+        elif stage.kind == "park":
+            loops = park_loop_count(max(r["depth"] for r in rows), self.recipe.sampler.max,
+                                    _hashed_seed("park", step, self.recipe.seed))
             batch = make_batch(shard, self.tok, chain_weight=cw, device=self.device, park_loops=loops)
             denom = sum(cw * (r["depth"] - 1) + (loops - r["depth"] + 1) for r in rows)
             loss, per_loop = chain_loss(self.looped, batch, denominator=denom)
             info["loop_ce"] = [round(float(v), 5) for v in per_loop]
-        elif stage["kind"] == "sampled":
-            s = self.recipe["sampler"]
-            loops = int(sample_loop_counts(1, s["mean"], s["sigma"], s["max"], _hashed_seed("loops", step, 0))[0])
+        elif stage.kind == "sampled":
+            s = self.recipe.sampler
+            loops = int(sample_loop_counts(1, s.mean, s.sigma, s.max, _hashed_seed("loops", step, 0))[0])
             loss = answer_loss(self.looped, batch, loops, denominator=len(rows))
         else:
-            h = self.recipe["halting"]
-            loops = h["oracle_max"]
-            if h["sweep"]:   # the paper's offline sweep: the frozen model's losses and pooled states, cached
+            h = self.recipe.halting
+            loops = h.oracle_max
+            if h.sweep:   # the paper's offline sweep: the frozen model's losses and pooled states, cached
                 losses, z = self._halting_cache(step - local, stage)
-                rng = random.Random(_hashed_seed("sweep", step, self.recipe["seed"]))
+                rng = random.Random(_hashed_seed("sweep", step, self.recipe.seed))
                 idx = rng.sample(range(len(losses)), min(len(rows), len(losses)))
                 mine = idx[self.acc.process_index::self.acc.num_processes]
                 loss, extra = halting_objective(losses[mine], halting_probs(self.looped, z[mine]), h,
@@ -398,17 +398,17 @@ class Trainer:
             else:
                 loss, extra = halting_loss(self.looped, batch, h, denominator=len(rows))
             info.update(extra)
-        if self.teacher is not None and stage["kind"] != "halting":
+        if self.teacher is not None and stage.kind != "halting":
             kl = kl_to_base(self.looped, self._rehearsal(step), self.teacher)
             info["kl_base"] = round(float(kl.detach()), 6)
-            loss = loss + self.recipe["preserve"]["kl_weight"] * kl
+            loss = loss + self.recipe.preserve.kl_weight * kl
         loss.backward()
         total_loss = self._reduce_grads(loss.detach())
         if not torch.isfinite(total_loss):
             self._stop_non_finite(step, f"the loss is {float(total_loss)}")
-        if stage["kind"] != "halting" and loops >= 2 and "reentry" in self.groups:
+        if stage.kind != "halting" and loops >= 2 and "reentry" in self.groups:
             self._check_liveness(step, info)
-        clip = self.recipe["optim"]["grad_clip"] if stage["kind"] != "halting" else 1.0
+        clip = self.recipe.optim.grad_clip if stage.kind != "halting" else 1.0
         grad_rms = group_rms(self.opt, lambda p: p.grad)
         norm = torch.nn.utils.clip_grad_norm_(self.params, clip) if clip > 0 else torch.tensor(float("nan"))
         before = {id(p): p.detach().clone() for p in self.params}
@@ -419,7 +419,7 @@ class Trainer:
         if bad is not None:
             self._stop_non_finite(step, f"the update made trained tensor '{bad}' non-finite")
         move = group_rms(self.opt, lambda p: p.detach() - before[id(p)])
-        return {"kind": "train", "step": step + 1, "stage": stage["name"] or stage["kind"], "loops": loops,
+        return {"kind": "train", "step": step + 1, "stage": stage.name or stage.kind, "loops": loops,
                 "loss": float(total_loss), "lr": lr, "grad_norm": float(norm),
                 "grad_rms": grad_rms, "move_rms": move, **info}
 
@@ -435,9 +435,9 @@ class Trainer:
 
     def _rehearsal(self, step: int) -> dict:
         """This step's rehearsal texts for the preservation KL (never the guardrail's template)."""
-        p = self.recipe["preserve"]
-        texts = rehearsal_texts(step, self.recipe["seed"], p["rows"], p["sources"])
-        batch = rehearsal_batch(self.tok, texts, p["positions"])
+        p = self.recipe.preserve
+        texts = rehearsal_texts(step, self.recipe.seed, p.rows, p.sources)
+        batch = rehearsal_batch(self.tok, texts, p.positions)
         return {k: v.to(self.device) for k, v in batch.items()}
 
     def _reduce_grads(self, loss: torch.Tensor) -> torch.Tensor:
@@ -489,7 +489,7 @@ class Trainer:
         """The output gate's decision on the run directory (main process), before any work; held until released."""
         if not self.acc.is_main_process:
             return contextlib.nullcontext()
-        parent = self.recipe.get("init_from") or None
+        parent = self.recipe.init_from or None
         reading = [*self.inputs, *([self.recipe_dir / parent, Path(parent)] if parent else [])]
         if self.resume:  # a run resumed from its own recipe.toml reads it: that is not writing over an input
             reading = [r for r in reading if Path(r).resolve() != (self.run_dir / rundir.RECIPE).resolve()]
@@ -505,30 +505,30 @@ class Trainer:
         self.latest_guardrail = None  # "correct/total" at loop 1
         if start == 0:
             self._evaluate(0)
-            if self.recipe["guardrail"]["enabled"] and not self._check_guardrail(0):
+            if self.recipe.guardrail.enabled and not self._check_guardrail(0):
                 return self._stop_by_guardrail(0)  # an init_from parent that already fails
-        bar = tqdm(total=self.total, initial=start, desc=self.recipe["name"], dynamic_ncols=True,
+        bar = tqdm(total=self.total, initial=start, desc=self.recipe.name, dynamic_ncols=True,
                    disable=not (self.progress and self.acc.is_main_process))
         step = start
         while step < self.total:
-            kind = "halting" if self.stage_at(step)[1]["kind"] == "halting" else "main"
+            kind = "halting" if self.stage_at(step)[1].kind == "halting" else "main"
             if self.state["optimizer"] != kind:
                 self.build_optimizer(kind)
             record = self.step(step)
             step += 1
             self.state["elapsed_s"] = time.perf_counter() - t0
-            if step % self.recipe["log"]["every"] == 0 or step == self.total:
+            if step % self.recipe.log.every == 0 or step == self.total:
                 self._log({**record, "elapsed_s": round(self.state["elapsed_s"], 2)})
-            evaluated = step % self.recipe["eval"]["every"] == 0 or step == self.total
+            evaluated = step % self.recipe.eval.every == 0 or step == self.total
             if evaluated:
                 self._evaluate(step)
-            g = self.recipe["guardrail"]
-            if g["enabled"] and (evaluated or (g["every"] and step % g["every"] == 0)):
+            g = self.recipe.guardrail
+            if g.enabled and (evaluated or (g.every and step % g.every == 0)):
                 if not self._check_guardrail(step):
                     bar.close()
                     return self._stop_by_guardrail(step)
                 self._checkpoint(step)  # the last passing checkpoint is what a stopped run keeps
-            elif step % self.recipe["checkpoint"]["every"] == 0 or step == self.total:
+            elif step % self.recipe.checkpoint.every == 0 or step == self.total:
                 self._checkpoint(step)
             bar.update(1)
             bar.set_postfix(loss=f"{record['loss']:.3f}", acc=self.latest_acc or "-",
@@ -548,14 +548,14 @@ class Trainer:
     def _evaluate(self, step: int) -> None:
         """Depth × loop active-label accuracy on the held-out rows, into metrics.jsonl (main process)."""
         if self.acc.is_main_process or self.sharding:   # a sharded base reads on every rank (all-gathers)
-            kinds = {s["kind"] for s in self.recipe["stages"]}
+            kinds = self.recipe.kinds
             dense = next((k for k in DENSE_KINDS if k in kinds), None)
-            past = self.recipe["sampler"]["max"] if "park" in kinds else None   # a park run: also read past d
+            past = self.recipe.sampler.max if "park" in kinds else None   # a park run: also read past d
             matrix, frame = (evaluate_dense(self.looped, self.tok, self.heldout, dense,
-                                            self.recipe["eval"]["batch_size"])
+                                            self.recipe.eval.batch_size)
                              if dense else evaluate(self.looped, self.tok, self.heldout,
-                                                    self.recipe["eval"]["batch_size"],
-                                                    answer_loops=self.recipe["sampler"]["max"], past=past))
+                                                    self.recipe.eval.batch_size,
+                                                    answer_loops=self.recipe.sampler.max, past=past))
             cells = [v for row in matrix.values() for v in row.values()]
             self.latest_acc = f"{min(cells):.2f}/{sum(cells) / len(cells):.2f}"  # worst / mean cell
             extra = park_reading(frame) if past is not None and reads_symbol(self.heldout[0]) else {}
@@ -569,11 +569,11 @@ class Trainer:
         if self.acc.is_main_process or self.sharding:
             now = self._guardrail()
             cmp = guardrail_compare(self.guardrail_base, now)
-            passed = cmp.drop_points <= self.recipe["guardrail"]["max_drop"]
+            passed = cmp.drop_points <= self.recipe.guardrail.max_drop
             self.latest_guardrail = f"{now.correct}/{now.total}"
             self._log({"kind": "guardrail", "step": step, "correct": now.correct, "total": now.total,
                        "base": cmp.before, "drop_points": round(cmp.drop_points, 4), "helped": cmp.helped,
-                       "hurt": cmp.hurt, "p_value": cmp.p_value, "max_drop": self.recipe["guardrail"]["max_drop"],
+                       "hurt": cmp.hurt, "p_value": cmp.p_value, "max_drop": self.recipe.guardrail.max_drop,
                        "passed": passed})
         passed = bool(self._broadcast(passed))
         if passed:
@@ -594,7 +594,7 @@ class Trainer:
             for old in rundir.checkpoints(self.run_dir):
                 if last is None or old > last:
                     shutil.rmtree(self.run_dir / rundir.CHECKPOINTS / f"step_{old}")
-            rundir.write_provenance(self.run_dir, {}, {"recipe": self.recipe["seed"]},
+            rundir.write_provenance(self.run_dir, {}, {"recipe": self.recipe.seed},
                                     {"status": STOPPED_BY_GUARDRAIL, "stopped_at_step": step,
                                      "last_passing_checkpoint": (None if last is None else "the initial state (step 0)"
                                                                  if last == 0 else f"checkpoints/step_{last}"),
@@ -612,14 +612,14 @@ class Trainer:
                     if '"guardrail"' in line]
         readings = [r for r in readings if r.get("kind") == "guardrail"]
         return {"battery_sha256": self.guardrail_base.battery_sha256, "base": self.guardrail_base.correct,
-                "total": self.guardrail_base.total, "max_drop": self.recipe["guardrail"]["max_drop"],
+                "total": self.guardrail_base.total, "max_drop": self.recipe.guardrail.max_drop,
                 "final": readings[-1]["correct"] if readings else None,
                 "readings": [[r["step"], r["correct"]] for r in readings]}
 
     def _checkpoint(self, step: int) -> None:
         if self.acc.is_main_process:
             rundir.save_checkpoint(self.run_dir, step, self.looped, self.groups, self.opt, self.opt_names,
-                                   self.sched, dict(self.state), keep=self.recipe["checkpoint"]["keep"],
+                                   self.sched, dict(self.state), keep=self.recipe.checkpoint.keep,
                                    protect=self.state["last_passing_step"])
         self.acc.wait_for_everyone()
 
@@ -677,16 +677,16 @@ class Trainer:
             base_unchanged = True
         if self.acc.is_main_process:
             rundir.save_tensors(self.run_dir / rundir.TRAINABLE, rundir.trained_state(self.looped, self.groups))
-            t, e = self.recipe["task"], self.recipe["eval"]
+            t, e = self.recipe.task, self.recipe.eval
             manifests = {
                 "heldout": {"rows": len(self.heldout), "rows_sha256": rows_sha256(self.heldout),
                             "row_ids_sha256": row_ids_sha256(self.heldout), "split": "test",
-                            "depths": e["depths"], "per_depth": e["per_depth"], "seed": e["seed"]},
-                "train": {"generator": f"workbench.tasks.task_row({t['name']!r})", "split": "train",
+                            "depths": e.depths, "per_depth": e.per_depth, "seed": e.seed},
+                "train": {"generator": f"workbench.tasks.task_row({t.name!r})", "split": "train",
                           "alphabet": self.task_options.get("alphabet"),
-                          "seed": self.recipe["seed"], "rows": self.total * self.recipe["optim"]["batch_size"]},
+                          "seed": self.recipe.seed, "rows": self.total * self.recipe.optim.batch_size},
             }
-            rundir.write_provenance(self.run_dir, manifests, {"recipe": self.recipe["seed"], "eval": e["seed"]},
+            rundir.write_provenance(self.run_dir, manifests, {"recipe": self.recipe.seed, "eval": e.seed},
                                     {"steps": self.total, "wall_s": round(self.state["elapsed_s"], 1),
                                      "processes": self.acc.num_processes, "base_unchanged": base_unchanged,
                                      # bf16 reductions split by thread count: a bit-for-bit rerun needs the same
@@ -727,7 +727,7 @@ def train(recipe_path: str | Path, out: str | Path | None = None,
         {depth: {loop: accuracy}} on the held-out rows (before is None when step 0 was not evaluated).
     """
     recipe_path = resolve("recipe", recipe_path)
-    recipe = load_recipe(recipe_path, overrides)
-    run_dir = Path(out) if out is not None else safe_child("runs", recipe["name"], "recipe name")
+    recipe = Recipe.from_toml(recipe_path, overrides)
+    run_dir = Path(out) if out is not None else safe_child("runs", recipe.name, "recipe name")
     return Trainer(recipe, run_dir, resume=resume, progress=progress, recipe_dir=Path(recipe_path).resolve().parent,
                    inputs=[recipe_path], device=device).run(stop_after=stop_after)
