@@ -1,6 +1,6 @@
 """Multi-process engines under `accelerate launch`: which one a preset asks for, and the FSDP2 plan.
 
-The trainer sums gradients over ranks itself (`Trainer._reduce_grads`), so DDP needs no wrapper:
+The trainer sums gradients over ranks itself (`reduce_grads`), so DDP needs no wrapper:
 N processes compute what one process computes on the same global batch. FSDP2 here shards the
 *frozen* base: every decoder layer outside the looped block becomes its own `fully_shard` unit,
 all-gathered for its one visit per forward and resharded after it. The looped block, the
@@ -60,6 +60,8 @@ def shard_frozen_base(looped) -> dict:
     Raises:
         WorkbenchError: a layer outside the block holds a trained tensor (it would be sharded).
     """
+    # Here, not at the top: a torch built without distributed support (torch.distributed.is_available() False)
+    # has no torch.distributed.fsdp, and only an fsdp2 launch reaches this line.
     from torch.distributed.fsdp import fully_shard
 
     layers = looped.base.model.layers
@@ -78,3 +80,30 @@ def shard_frozen_base(looped) -> dict:
 def full(t: torch.Tensor) -> torch.Tensor:
     """A sharded tensor's full value (a collective: every rank calls it), any other tensor as it is."""
     return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def reduce_grads(acc, params: list[torch.Tensor], loss: torch.Tensor, device) -> torch.Tensor:
+    """Sums the gradients of `params` (in place) and `loss` over the ranks of `acc`; returns the summed loss.
+
+    Each rank's loss is its shard's divided by the global normaliser, so the sums are what one process computes on
+    the whole batch. A tensor no rank touched (a memory gate on a one-loop step) keeps grad None, as in one process.
+    `acc` is an `accelerate.Accelerator` (or anything with `num_processes` and `reduce(tensor, reduction="sum")`).
+    """
+    if acc.num_processes == 1:
+        return loss
+    touched = acc.reduce(torch.tensor([float(p.grad is not None) for p in params], device=device),
+                         reduction="sum")  # NCCL reduces GPU tensors only
+    flat = torch.cat([(torch.zeros_like(p) if p.grad is None else p.grad).flatten() for p in params])
+    flat = acc.reduce(flat, reduction="sum")
+    offset = 0
+    for p, hit in zip(params, touched.tolist()):
+        p.grad = flat[offset: offset + p.numel()].view_as(p).clone() if hit else None
+        offset += p.numel()
+    return acc.reduce(loss, reduction="sum")
+
+
+def any_rank(acc, value: bool, device) -> bool:
+    """Whether `value` is true on any rank of `acc` (a collective: every rank calls it)."""
+    if acc.num_processes == 1:
+        return value
+    return bool(acc.reduce(torch.tensor([float(value)], device=device), reduction="sum").item() > 0)

@@ -1,9 +1,13 @@
 """`train` and its Trainer: setup, stages of steps, checkpoints, the run directory.
 
-It reads like a table of contents: `setup` (recipe → base → surgery → groups →
-held-out rows → run files), `run` (for each step: fresh hashed rows, loss, gradients summed over
-ranks, liveness, clip, step, realized movement; periodic held-out evaluation and checkpoints),
-`finish` (trained tensors, the base-hash assertion for frozen-base runs, provenance).
+It reads like a table of contents: `setup` (recipe → base → surgery → groups → parent →
+held-out rows → run files), `run` (for each step: fresh hashed rows, the stage kind's loss
+(`workbench.train.steps.STEPS`), gradients summed over ranks, liveness, clip, step and realized
+movement; periodic held-out evaluation, guardrail and checkpoints), `finish` (trained tensors,
+the base-hash assertion for frozen-base runs, provenance). The parts a test calls on their own:
+`steps` (one loss per stage kind), `guardrail` (read, judge, record), `sharding.reduce_grads`
+(the gradient sum over ranks), `parent.check_parent` (init_from) and `resume` (run directory
+checks, the newest loadable checkpoint).
 
 Under `accelerate launch` every rank builds the same global batch from hashed seeds and takes
 its shard; each shard's loss is divided by the global normaliser and gradients are summed
@@ -14,7 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import difflib
 import json
 import math
 import random
@@ -23,46 +26,33 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-import tomllib
 import torch
-from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
 from workbench.block_selection import resolve_block
 from workbench.defaults import resolve
 from workbench.devices import device_record, training_accelerator
 from workbench.errors import WorkbenchError
-from workbench.io import gate_output, locked_dir, safe_child, sha256_file, write_bytes_atomic, write_json_atomic
+from workbench.io import gate_output, locked_dir, safe_child, write_bytes_atomic, write_json_atomic
 from workbench.loop.config import LoraSettings, RetrofitConfig
 from workbench.loop.halting import oracle_labels
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.precision import resolve_precision
 from workbench.tasks import build_rows, task_row
-from workbench.tasks.guardrail import guardrail_compare, guardrail_counts
 from workbench.tasks.manifest import row_ids_sha256, rows_sha256
 from workbench.tasks.reader import reads_symbol
 from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
-from workbench.tasks.seeding import row_seed
 from workbench.train import rundir
-from workbench.train.dense import direct_loss, scratchpad_batch, scratchpad_loss
 from workbench.train.evaluate import evaluate, evaluate_dense, park_reading
-from workbench.train.losses import (
-    adapter_disabled,
-    answer_loss,
-    chain_loss,
-    halting_loss,
-    halting_objective,
-    halting_probs,
-    halting_sweep,
-    kl_to_base,
-    make_batch,
-    park_loop_count,
-    sample_loop_counts,
-)
-from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer
-from workbench.train.recipe import DENSE_KINDS, Recipe, TaskTable, dumps
-from workbench.train.sharding import requested_engine, shard_frozen_base
+from workbench.train.guardrail import guardrail_provenance, judge_guardrail, read_guardrail
+from workbench.train.losses import adapter_disabled, halting_sweep, kl_to_base, make_batch
+from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer, step_with_movement
+from workbench.train.parent import Parent, check_parent
+from workbench.train.recipe import DENSE_KINDS, Recipe, Stage, TaskTable, dumps
+from workbench.train.resume import check_run_dir, keep_metrics_through, restore_newest
+from workbench.train.sharding import any_rank, reduce_grads, requested_engine, shard_frozen_base
+from workbench.train.steps import STEPS, StepInputs, hashed_seed
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
 
@@ -97,12 +87,12 @@ def task_options(task: TaskTable, tokenizer) -> dict:
     return {}
 
 
-def _hashed_seed(kind: str, step: int, seed: int) -> int:
-    return row_seed(f"workbench-train-{kind}", "train", 0, 0, step, seed) % (2 ** 63)
-
-
 class Trainer:
-    """One run of one resolved recipe into `run_dir`: setup, train (stages), save."""
+    """One run of one resolved recipe into `run_dir`: setup, train (stages), save.
+
+    Everything the run holds is declared here; `setup` builds the model and what depends on it, `build_optimizer`
+    the optimizer of the current stage kind (main or halting).
+    """
 
     def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, progress: bool = True,
                  recipe_dir: Path | None = None, inputs=(), device=None):
@@ -115,18 +105,42 @@ class Trainer:
         self.stages = recipe.stages
         self.total = sum(s.steps for s in self.stages)
         self.main_total = sum(s.steps for s in self.stages if s.kind != "halting")
+        # What a checkpoint saves and a resume restores.
         self.state = {"live_projections": None, "live_gate": None, "elapsed_s": 0.0, "optimizer": None,
                       "last_passing_step": None}
         self.status = "running"
+        self.gated = False               # run() holds the output gate: setup() does not take it again
+        # Built by setup():
+        self.looped = self.tok = None    # the retrofit and its tokenizer
+        self.block_record: dict | None = None
+        self.base_hash = self.frozen_hash = None
+        self.groups: list[str] = []      # the trained parameter groups (`rundir.trained_groups`)
+        self.parent: Parent | None = None
+        self.task_options: dict = {}
+        self.heldout: list[dict] = []
+        self.precision_record: dict | None = None
+        self.guardrail_base = None       # the base's guardrail counts (None: guardrail off)
+        self.teacher = None              # the frozen base of the preservation KL (None: off)
+        # Built by build_optimizer():
+        self.opt = self.sched = None
+        self.opt_names: list[list[str]] = []
+        self.params: list[torch.nn.Parameter] = []
+        # Shown on the progress bar:
+        self.latest_acc = None           # "worst/mean" held-out cell
+        self.latest_guardrail = None     # "correct/total" at loop 1
         self._sweeps: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # Stage 2's oracle sweeps by stage start
+
+    @property
+    def lineage(self) -> dict | None:
+        return None if self.parent is None else self.parent.lineage
 
     # -------------------------------------------------------------- setup
     def setup(self) -> None:
         r, m = self.recipe, self.recipe.model
-        if not getattr(self, "_gated", False):  # called by hand, not from run(): the gate decides before any write
+        if not self.gated:  # called by hand, not from run(): the gate decides before any write
             with self._gate():
                 pass
-        self._check_run_dir(dumps(r))
+        check_run_dir(self.run_dir, dumps(r), self.resume)
         self.acc.wait_for_everyone()  # every rank checks before the main process writes
         torch.manual_seed(r.seed)  # LoRA's A matrices are drawn from it
         base, self.tok = load_base(m.base, attn_implementation=m.attn)
@@ -139,11 +153,12 @@ class Trainer:
         for p in self.looped.parameters():
             p.requires_grad_(False)
         self.groups = rundir.trained_groups(self.looped.retrofit_config, r.train.block)
-        self.parent, self.lineage = self._check_parent(r.init_from) if r.init_from else (None, None)
+        if r.init_from:
+            self.parent = check_parent(r.init_from, self.recipe_dir, self.base_hash, self.looped.retrofit_config,
+                                       self.groups, halting_only=all(s.kind == "halting" for s in self.stages))
         self.task_options = task_options(r.task, self.tok)
         e = r.eval
-        self.heldout = build_rows(r.task.name, e.depths, e.per_depth, e.seed, split="test",
-                                  **self.task_options)
+        self.heldout = build_rows(r.task.name, e.depths, e.per_depth, e.seed, split="test", **self.task_options)
         if self.acc.is_main_process and not self.resume:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.run_dir / rundir.RETROFIT,
@@ -154,14 +169,14 @@ class Trainer:
         self.acc.wait_for_everyone()
         self._set_precision()
         # The base's reading in the run's own precision (bf16 alone moves it): loop 1 is the base until a parent loads.
-        self.guardrail_base = self._guardrail() if r.guardrail.enabled else None
+        self.guardrail_base = read_guardrail(self.looped, self.tok) if r.guardrail.enabled else None
         self.teacher = self._teacher() if r.preserve.kl_weight > 0 else None  # the base, never the parent
         if r.train.compile:
             # In place (nn.Module.compile), so parameter names and checkpoints are unchanged; after the teacher's copy.
             for layer in self.looped.layers:
                 layer.compile()
         if self.parent is not None:
-            rundir.load_trained(self.looped, self.parent / rundir.TRAINABLE, self.parent_groups)
+            rundir.load_trained(self.looped, self.parent.dir / rundir.TRAINABLE, self.parent.groups)
         if self.engine == "fsdp2":   # last: the frozen layers outside the block sharded, the block kept whole
             self.sharding = shard_frozen_base(self.looped)
 
@@ -186,91 +201,6 @@ class Trainer:
         for p in teacher.parameters():
             p.requires_grad_(False)
         return teacher
-
-    def _guardrail(self):
-        was_training = self.looped.training
-        self.looped.eval()
-        with torch.no_grad():
-            counts = guardrail_counts(self.looped, self.tok)
-        self.looped.train(was_training)
-        return counts
-
-    def _check_parent(self, parent: str) -> tuple[Path, dict]:
-        """Checks a parent run (hashes, same base, split and groups); returns (its directory, the lineage).
-
-        Its tensors are loaded strictly later in `setup`, after the base's guardrail reading."""
-        parent_dir = Path(parent)
-        if not parent_dir.is_absolute() and (self.recipe_dir / parent_dir).is_dir():
-            parent_dir = self.recipe_dir / parent_dir   # relative to the recipe file first, then the cwd
-        if not parent_dir.is_dir():
-            raise WorkbenchError(f"init_from: '{parent}' is not a directory (a finished run or keeper)")
-        prov = rundir.verify_files(parent_dir)
-        record = json.loads((parent_dir / rundir.RETROFIT).read_text())
-        if record["base"]["sha256"] != self.base_hash:
-            raise WorkbenchError(f"init_from: '{parent}' was trained on base {record['base']['sha256'][:12]}..., this "
-                                 f"recipe's base is {self.base_hash[:12]}...")
-        mine = json.loads(json.dumps(self.looped.retrofit_config.to_dict()))
-        # Stage 2 alone may add a halting head to a parent trained without one (RecurTrace App. E freezes
-        # everything else, so the parent's tensors load strictly and the head starts from its own init).
-        adds_head = (mine.get("halting") and not record["settings"].get("halting")
-                     and all(s.kind == "halting" for s in self.stages))
-        compared = ({**mine, "halting": False, "halting_pooling": record["settings"].get("halting_pooling")}
-                    if adds_head else mine)   # the new head's pooling is its own choice
-        if record["settings"] != compared:
-            diff = sorted(k for k in set(mine) | set(record["settings"])
-                          if compared.get(k) != record["settings"].get(k))
-            raise WorkbenchError(f"init_from: '{parent}' has another retrofit ({', '.join(diff)} differ); "
-                                 "the recipe's [model] and [lora] must match the parent's")
-        self.parent_groups = [g for g in self.groups if g != "halting"] if adds_head else self.groups
-        if record["trained_groups"] != self.parent_groups:
-            raise WorkbenchError(f"init_from: '{parent}' trained {record['trained_groups']}, this recipe trains "
-                                 f"{self.groups}")
-        lineage = [{"run": parent, "name": tomllib.loads((parent_dir / rundir.RECIPE).read_text()).get("name"),
-                    "provenance_sha256": sha256_file(parent_dir / rundir.PROVENANCE),
-                    "trainable_sha256": prov["files"][rundir.TRAINABLE], "halting_head_added": bool(adds_head)}]
-        return parent_dir, {"parents": lineage + (prov.get("lineage") or {}).get("parents", [])}
-
-    def _check_run_dir(self, recipe_text: str) -> None:
-        recipe_file = self.run_dir / rundir.RECIPE
-        if self.resume:
-            if not recipe_file.is_file():
-                raise WorkbenchError(f"--resume: '{self.run_dir}' holds no {rundir.RECIPE}; nothing to resume")
-            # Compared after resolving both through this version's defaults, so a run started before a new
-            # option existed (written without its key) resumes when the option keeps its default.
-            try:
-                stored = dumps(Recipe.from_dict(tomllib.loads(recipe_file.read_text())))
-            except (tomllib.TOMLDecodeError, WorkbenchError) as e:
-                raise WorkbenchError(f"--resume: {recipe_file} is not a valid recipe ({e})") from None
-            self._check_resumable()
-            if stored != recipe_text:
-                changed = [a[1:].strip() for a in difflib.unified_diff(stored.splitlines(), recipe_text.splitlines(),
-                                                                       lineterm="", n=0)
-                           if a[:1] in "+-" and a[:3] not in ("+++", "---")]
-                raise WorkbenchError(f"--resume: the resolved recipe differs from {recipe_file} "
-                                     f"({'; '.join(changed[:6])}); resume with the same recipe and --set overrides")
-        elif recipe_file.exists() or (self.run_dir / rundir.CHECKPOINTS).exists():
-            raise WorkbenchError(f"run directory '{self.run_dir}' already holds a run; pass --resume or another --out")
-
-    def _check_resumable(self) -> None:
-        """Refuses a resume that would lose history: a finished run (an exported run, a shipped keeper), or a run
-        with metrics or provenance but no checkpoint to continue from (it would restart at step 0)."""
-        prov_path, metrics = self.run_dir / rundir.PROVENANCE, self.run_dir / rundir.METRICS
-        status = None
-        if prov_path.is_file():
-            try:
-                status = json.loads(prov_path.read_text()).get("status", "finished")
-            except (ValueError, AttributeError, UnicodeDecodeError):
-                status = "unreadable"
-        if status == "finished":
-            raise WorkbenchError(f"--resume: '{self.run_dir}' is a finished run ({rundir.PROVENANCE}); nothing is "
-                                 "left to train and its history is kept: train into another --out (init_from "
-                                 "continues from it)")
-        if not rundir.checkpoints(self.run_dir):
-            lines = len(metrics.read_bytes().splitlines()) if metrics.is_file() else 0
-            if lines or status is not None:
-                raise WorkbenchError(f"--resume: '{self.run_dir}' has no checkpoint to continue from; resuming would "
-                                     f"restart at step 0 and discard its {rundir.METRICS} ({lines} lines): train "
-                                     "into another --out")
 
     def build_optimizer(self, kind: str) -> None:
         """The main optimizer (every trained group but the halting head) or Stage 2's (head only)."""
@@ -304,7 +234,7 @@ class Trainer:
         self.state["stage2_frozen_sha256"] = rundir.state_sha256(self.looped)
 
     # -------------------------------------------------------------- one step
-    def stage_at(self, step: int) -> tuple[int, dict, int]:
+    def stage_at(self, step: int) -> tuple[int, Stage, int]:
         """(stage index, stage, step within the stage) of a global step."""
         start = 0
         for i, s in enumerate(self.stages):
@@ -313,15 +243,15 @@ class Trainer:
             start += s.steps
         raise IndexError(step)
 
-    def rows(self, step: int, stage: dict) -> list[dict]:
+    def rows(self, step: int, stage: Stage) -> list[dict]:
         """The global batch of a step: fresh training rows from hashed seeds, the same on every rank."""
         B, seed = self.recipe.optim.batch_size, self.recipe.seed
-        rng = random.Random(_hashed_seed("depths", step, seed))
+        rng = random.Random(hashed_seed("depths", step, seed))
         depths = rng.choices(stage.depths, weights=stage.depth_weights or None, k=B)
         return [task_row(self.recipe.task.name, d, step * B + i, seed, split="train", **self.task_options)
                 for i, d in enumerate(depths)]
 
-    def _halting_cache(self, start: int, stage: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    def halting_cache(self, start: int, stage: Stage) -> tuple[torch.Tensor, torch.Tensor]:
         """Stage 2's offline sweep (`[halting] sweep` rows), computed once per stage and kept in memory.
 
         The rows are the ones the online Stage 2 would draw at the stage's first steps (`rows`), so the
@@ -352,58 +282,21 @@ class Trainer:
         return losses, z
 
     def step(self, step: int) -> dict:
+        """Trains one step: the stage kind's loss (`STEPS`), gradients over ranks, checks, clip, update; returns
+        the step's metrics.jsonl record."""
         _, stage, local = self.stage_at(step)
         rows = self.rows(step, stage)
-        shard = rows[self.acc.process_index::self.acc.num_processes]
-        end = stage.chain_weight if stage.chain_weight_end is None else stage.chain_weight_end
-        cw = stage.chain_weight + (end - stage.chain_weight) * local / max(stage.steps - 1, 1)
-        batch = make_batch(shard, self.tok, chain_weight=cw, device=self.device,
-                           loops=max(r["depth"] for r in rows))   # the global batch's loops on every rank
-        info: dict = {"chain_weight": cw}
+        x = StepInputs(step, local, stage, rows, rows[self.acc.process_index::self.acc.num_processes],
+                       stage.chain_weight_at(local), self.device, self.tok)
         self.opt.zero_grad(set_to_none=True)
-        if stage.kind == "direct":
-            loops = 1
-            loss = direct_loss(self.looped, batch, denominator=len(rows))
-        elif stage.kind == "scratchpad":
-            loops = 1
-            pad = scratchpad_batch(shard, self.tok, device=self.device)
-            loss, per_pos = scratchpad_loss(self.looped, pad, denominator=sum(r["depth"] for r in rows))
-            info["position_ce"] = [round(float(v), 5) for v in per_pos]
-        elif stage.kind == "chain":
-            loops = max(r["depth"] for r in rows)
-            denom = sum(cw * (r["depth"] - 1) + 1.0 for r in rows)
-            loss, per_loop = chain_loss(self.looped, batch, denominator=denom)
-            info["loop_ce"] = [round(float(v), 5) for v in per_loop]
-        elif stage.kind == "park":
-            loops = park_loop_count(max(r["depth"] for r in rows), self.recipe.sampler.max,
-                                    _hashed_seed("park", step, self.recipe.seed))
-            batch = make_batch(shard, self.tok, chain_weight=cw, device=self.device, park_loops=loops)
-            denom = sum(cw * (r["depth"] - 1) + (loops - r["depth"] + 1) for r in rows)
-            loss, per_loop = chain_loss(self.looped, batch, denominator=denom)
-            info["loop_ce"] = [round(float(v), 5) for v in per_loop]
-        elif stage.kind == "sampled":
-            s = self.recipe.sampler
-            loops = int(sample_loop_counts(1, s.mean, s.sigma, s.max, _hashed_seed("loops", step, 0))[0])
-            loss = answer_loss(self.looped, batch, loops, denominator=len(rows))
-        else:
-            h = self.recipe.halting
-            loops = h.oracle_max
-            if h.sweep:   # the paper's offline sweep: the frozen model's losses and pooled states, cached
-                losses, z = self._halting_cache(step - local, stage)
-                rng = random.Random(_hashed_seed("sweep", step, self.recipe.seed))
-                idx = rng.sample(range(len(losses)), min(len(rows), len(losses)))
-                mine = idx[self.acc.process_index::self.acc.num_processes]
-                loss, extra = halting_objective(losses[mine], halting_probs(self.looped, z[mine]), h,
-                                                denominator=len(idx))
-            else:
-                loss, extra = halting_loss(self.looped, batch, h, denominator=len(rows))
-            info.update(extra)
+        out = STEPS[stage.kind](self, x)
+        loss, loops, info = out.loss, out.loops, {"chain_weight": x.chain_weight, **out.info}
         if self.teacher is not None and stage.kind != "halting":
             kl = kl_to_base(self.looped, self._rehearsal(step), self.teacher)
             info["kl_base"] = round(float(kl.detach()), 6)
             loss = loss + self.recipe.preserve.kl_weight * kl
         loss.backward()
-        total_loss = self._reduce_grads(loss.detach())
+        total_loss = reduce_grads(self.acc, self.params, loss.detach(), self.device)
         if not torch.isfinite(total_loss):
             self._stop_non_finite(step, f"the loss is {float(total_loss)}")
         if stage.kind != "halting" and loops >= 2 and "reentry" in self.groups:
@@ -411,14 +304,12 @@ class Trainer:
         clip = self.recipe.optim.grad_clip if stage.kind != "halting" else 1.0
         grad_rms = group_rms(self.opt, lambda p: p.grad)
         norm = torch.nn.utils.clip_grad_norm_(self.params, clip) if clip > 0 else torch.tensor(float("nan"))
-        before = {id(p): p.detach().clone() for p in self.params}
         lr = {g["name"]: g["lr"] for g in self.opt.param_groups}
-        self.opt.step()
+        move = step_with_movement(self.opt)
         self.sched.step()
         bad = next((self._param_name(p) for p in self.params if not torch.isfinite(p).all()), None)
         if bad is not None:
             self._stop_non_finite(step, f"the update made trained tensor '{bad}' non-finite")
-        move = group_rms(self.opt, lambda p: p.detach() - before[id(p)])
         return {"kind": "train", "step": step + 1, "stage": stage.name or stage.kind, "loops": loops,
                 "loss": float(total_loss), "lr": lr, "grad_norm": float(norm),
                 "grad_rms": grad_rms, "move_rms": move, **info}
@@ -439,21 +330,6 @@ class Trainer:
         texts = rehearsal_texts(step, self.recipe.seed, p.rows, p.sources)
         batch = rehearsal_batch(self.tok, texts, p.positions)
         return {k: v.to(self.device) for k, v in batch.items()}
-
-    def _reduce_grads(self, loss: torch.Tensor) -> torch.Tensor:
-        """Sums gradients and the loss over ranks (each shard's loss is divided by the global total)."""
-        if self.acc.num_processes == 1:
-            return loss
-        # A tensor no rank touched (a memory gate on a one-loop step) keeps grad None, as in one process.
-        touched = self.acc.reduce(torch.tensor([float(p.grad is not None) for p in self.params], device=self.device),
-                                  reduction="sum")  # NCCL reduces GPU tensors only
-        flat = torch.cat([(torch.zeros_like(p) if p.grad is None else p.grad).flatten() for p in self.params])
-        flat = self.acc.reduce(flat, reduction="sum")
-        offset = 0
-        for p, hit in zip(self.params, touched.tolist()):
-            p.grad = flat[offset: offset + p.numel()].view_as(p).clone() if hit else None
-            offset += p.numel()
-        return self.acc.reduce(loss, reduction="sum")
 
     def _check_liveness(self, step: int, info: dict) -> None:
         """W_p / W_s (or alpha) must get gradient on the first step through the re-entry; the gate on a
@@ -480,7 +356,7 @@ class Trainer:
         The run directory is locked meanwhile: a second process training into it is refused."""
         main = self.acc.is_main_process
         # A Trainer set up by hand (setup() before run()) passed the gate in setup() and wrote the directory itself.
-        gate = contextlib.nullcontext() if hasattr(self, "looped") else self._gate()
+        gate = contextlib.nullcontext() if self.looped is not None else self._gate()
         lock = locked_dir(self.run_dir, "run directory") if main else contextlib.nullcontext()
         with gate, lock:
             return self._run(stop_after)
@@ -496,13 +372,11 @@ class Trainer:
         return gate_output(self.run_dir, "train", kind="run", resume=self.resume, reading=reading)
 
     def _run(self, stop_after: int | None) -> dict:
-        if not hasattr(self, "looped"):
-            self._gated = True   # run() holds the gate
+        if self.looped is None:
+            self.gated = True   # run() holds the gate
             self.setup()
         start = self._restore() if self.resume else 0
         t0 = time.perf_counter() - self.state["elapsed_s"]
-        self.latest_acc = None  # "worst/mean" held-out cell, shown on the progress bar
-        self.latest_guardrail = None  # "correct/total" at loop 1
         if start == 0:
             self._evaluate(0)
             if self.recipe.guardrail.enabled and not self._check_guardrail(0):
@@ -551,10 +425,8 @@ class Trainer:
             kinds = self.recipe.kinds
             dense = next((k for k in DENSE_KINDS if k in kinds), None)
             past = self.recipe.sampler.max if "park" in kinds else None   # a park run: also read past d
-            matrix, frame = (evaluate_dense(self.looped, self.tok, self.heldout, dense,
-                                            self.recipe.eval.batch_size)
-                             if dense else evaluate(self.looped, self.tok, self.heldout,
-                                                    self.recipe.eval.batch_size,
+            matrix, frame = (evaluate_dense(self.looped, self.tok, self.heldout, dense, self.recipe.eval.batch_size)
+                             if dense else evaluate(self.looped, self.tok, self.heldout, self.recipe.eval.batch_size,
                                                     answer_loops=self.recipe.sampler.max, past=past))
             cells = [v for row in matrix.values() for v in row.values()]
             self.latest_acc = f"{min(cells):.2f}/{sum(cells) / len(cells):.2f}"  # worst / mean cell
@@ -567,23 +439,14 @@ class Trainer:
         """Scores the guardrail at loop 1 against the base; logs it; returns whether the run may go on."""
         passed = True
         if self.acc.is_main_process or self.sharding:
-            now = self._guardrail()
-            cmp = guardrail_compare(self.guardrail_base, now)
-            passed = cmp.drop_points <= self.recipe.guardrail.max_drop
+            now = read_guardrail(self.looped, self.tok)
+            passed, record = judge_guardrail(self.guardrail_base, now, self.recipe.guardrail.max_drop, step)
             self.latest_guardrail = f"{now.correct}/{now.total}"
-            self._log({"kind": "guardrail", "step": step, "correct": now.correct, "total": now.total,
-                       "base": cmp.before, "drop_points": round(cmp.drop_points, 4), "helped": cmp.helped,
-                       "hurt": cmp.hurt, "p_value": cmp.p_value, "max_drop": self.recipe.guardrail.max_drop,
-                       "passed": passed})
-        passed = bool(self._broadcast(passed))
+            self._log(record)
+        passed = any_rank(self.acc, passed, self.device)
         if passed:
             self.state["last_passing_step"] = step
         return passed
-
-    def _broadcast(self, value: bool) -> bool:
-        if self.acc.num_processes == 1:
-            return value
-        return bool(self.acc.reduce(torch.tensor([float(value)], device=self.device), reduction="sum").item() > 0)
 
     def _stop_by_guardrail(self, step: int) -> dict:
         """Ends a run that lost more than guardrail.max_drop points: no trained tensors at the top level,
@@ -605,16 +468,7 @@ class Trainer:
         return self._summary(step, finished=False)
 
     def _guardrail_record(self) -> dict | None:
-        """The guardrail readings of this run, from metrics.jsonl (the base's and every later one)."""
-        if self.guardrail_base is None:
-            return None
-        readings = [json.loads(line) for line in (self.run_dir / rundir.METRICS).read_text().splitlines()
-                    if '"guardrail"' in line]
-        readings = [r for r in readings if r.get("kind") == "guardrail"]
-        return {"battery_sha256": self.guardrail_base.battery_sha256, "base": self.guardrail_base.correct,
-                "total": self.guardrail_base.total, "max_drop": self.recipe.guardrail.max_drop,
-                "final": readings[-1]["correct"] if readings else None,
-                "readings": [[r["step"], r["correct"]] for r in readings]}
+        return guardrail_provenance(self.guardrail_base, self.run_dir / rundir.METRICS, self.recipe.guardrail.max_drop)
 
     def _checkpoint(self, step: int) -> None:
         if self.acc.is_main_process:
@@ -623,42 +477,24 @@ class Trainer:
                                    protect=self.state["last_passing_step"])
         self.acc.wait_for_everyone()
 
-    def _restore(self) -> int:
-        """Loads the newest intact checkpoint; drops metrics lines logged after it. Returns its step.
+    def _load_checkpoint(self, ckpt: Path) -> dict:
+        """Builds the optimizer the checkpoint was saved with and loads it; returns the state it stored."""
+        self.build_optimizer(rundir.read_checkpoint_state(ckpt)["optimizer"])
+        return rundir.load_checkpoint(ckpt, self.looped, self.groups, self.opt, self.opt_names, self.sched)
 
-        A run without a checkpoint is refused before this (`_check_resumable`: its history would be lost);
-        a checkpoint that fails to load (a file cut short or edited) gives way to the one before it.
+    def _restore(self) -> int:
+        """Loads the newest intact checkpoint (`resume.restore_newest`); drops metrics lines logged after it.
+        Returns its step.
+
+        A run without a checkpoint is refused before this (`resume.check_resumable`: its history would be lost).
         """
-        done = rundir.checkpoints(self.run_dir)
-        step, failures = 0, []
-        for candidate in reversed(done):
-            ckpt = self.run_dir / rundir.CHECKPOINTS / f"step_{candidate}"
-            try:
-                self.build_optimizer(rundir.read_checkpoint_state(ckpt)["optimizer"])
-                self.state.update(rundir.load_checkpoint(ckpt, self.looped, self.groups, self.opt, self.opt_names,
-                                                         self.sched))
-            except (WorkbenchError, OSError, ValueError, KeyError, SafetensorError) as err:
-                first = str(err).splitlines()[0][:120] if str(err) else ""
-                failures.append(f"step_{candidate}: {type(err).__name__}: {first}")
-                continue
-            step = self.state.pop("step")
-            break
-        if done and not step:
-            raise WorkbenchError(f"--resume: no checkpoint of '{self.run_dir}' loads ({'; '.join(failures)[:300]}); "
-                                 "remove the checkpoints directory to start over")
+        step, state, failures = restore_newest(self.run_dir, self._load_checkpoint)
+        self.state.update(state)
         if failures and self.progress:
             tqdm.write(f"--resume: skipped {len(failures)} damaged checkpoint(s): {'; '.join(failures)[:300]}")
         if self.acc.is_main_process:
             rundir.discard_partial_checkpoints(self.run_dir)
-            kept = []
-            for line in (self.run_dir / rundir.METRICS).read_text().split("\n"):
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError:  # empty, or a line cut short by the kill
-                    continue
-                if step and record["step"] <= step:  # from step 0 the run starts over: no line is kept
-                    kept.append(line + "\n")
-            write_bytes_atomic(self.run_dir / rundir.METRICS, "".join(kept).encode())
+            keep_metrics_through(self.run_dir, step)
         self.acc.wait_for_everyone()
         return step
 

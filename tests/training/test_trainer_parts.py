@@ -1,0 +1,189 @@
+"""The trainer's parts, each called on its own without a TOML file: the step table, the guardrail, the gradient sum
+over ranks, the parent check, the checkpoint restore, the movement measured at the optimizer step, and the state a
+Trainer declares before setup."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.training.conftest import TINY_RECIPE
+from workbench.errors import WorkbenchError
+from workbench.loop.config import RetrofitConfig
+from workbench.tasks.guardrail import GuardrailCounts
+from workbench.train import rundir
+from workbench.train.guardrail import guardrail_provenance, judge_guardrail, read_guardrail
+from workbench.train.optim import group_rms, make_optimizer, step_with_movement
+from workbench.train.parent import check_parent
+from workbench.train.recipe import STAGE_KINDS, OptimTable, Recipe
+from workbench.train.resume import keep_metrics_through, restore_newest
+from workbench.train.sharding import any_rank, reduce_grads
+from workbench.train.steps import STEPS
+from workbench.train.trainer import Trainer
+
+
+def test_every_stage_kind_has_one_step_function():
+    assert set(STEPS) == set(STAGE_KINDS)
+
+
+# ----------------------------------------------------------------------------- the guardrail
+def _counts(right: list[bool]) -> GuardrailCounts:
+    return GuardrailCounts(sum(right), len(right), {f"r{i}": v for i, v in enumerate(right)}, "battery")
+
+
+def test_the_guardrail_stops_a_run_past_max_drop_and_records_why(tmp_path):
+    base = _counts([True] * 8 + [False] * 2)
+    passed, record = judge_guardrail(base, _counts([True] * 8 + [False] * 2), max_drop=3.0, step=5)
+    assert passed and record["drop_points"] == 0.0 and record["step"] == 5
+    passed, record = judge_guardrail(base, _counts([False] + [True] * 7 + [False] * 2), max_drop=3.0, step=6)
+    assert not passed and record == {"kind": "guardrail", "step": 6, "correct": 7, "total": 10, "base": 8,
+                                     "drop_points": 10.0, "helped": 0, "hurt": 1, "p_value": record["p_value"],
+                                     "max_drop": 3.0, "passed": False}
+    metrics = tmp_path / "metrics.jsonl"
+    metrics.write_text(json.dumps(record) + "\n" + json.dumps({"kind": "eval", "step": 6}) + "\n")
+    assert guardrail_provenance(base, metrics, 3.0) == {"battery_sha256": "battery", "base": 8, "total": 10,
+                                                        "max_drop": 3.0, "final": 7, "readings": [[6, 7]]}
+    assert guardrail_provenance(None, metrics, 3.0) is None
+
+
+def test_reading_the_guardrail_keeps_the_model_in_training_mode(tiny):
+    from workbench.loop.surgery import retrofit
+
+    looped = retrofit(tiny[0], (2, 4)).train()
+    counts = read_guardrail(looped, tiny[1])
+    assert looped.training and 0 <= counts.correct <= counts.total and counts.total > 0
+
+
+# ----------------------------------------------------------------------------- gradients over ranks
+class TwoRanks:
+    """An accelerator of two ranks that computed the same shard: reduce(sum) doubles."""
+
+    num_processes = 2
+
+    def reduce(self, tensor, reduction):
+        assert reduction == "sum"
+        return tensor * 2
+
+
+def test_reduce_grads_sums_over_ranks_and_keeps_an_untouched_tensor_none():
+    a, b = torch.nn.Parameter(torch.ones(2, 3)), torch.nn.Parameter(torch.ones(4))
+    a.grad = torch.arange(6.0).view(2, 3)
+    total = reduce_grads(TwoRanks(), [a, b], torch.tensor(1.5), "cpu")
+    assert float(total) == 3.0 and torch.equal(a.grad, 2 * torch.arange(6.0).view(2, 3)) and b.grad is None
+    assert any_rank(TwoRanks(), False, "cpu") is False and any_rank(TwoRanks(), True, "cpu") is True
+
+    class OneRank:
+        num_processes = 1
+
+    a.grad = torch.ones(2, 3)
+    assert float(reduce_grads(OneRank(), [a], torch.tensor(1.5), "cpu")) == 1.5 and torch.equal(a.grad, torch.ones(2, 3))
+
+
+# ----------------------------------------------------------------------------- the parent (init_from)
+def test_check_parent_accepts_its_own_retrofit_and_refuses_another(finished_run):
+    record = json.loads((finished_run / rundir.RETROFIT).read_text())
+    config = RetrofitConfig.from_dict(record["settings"])
+    groups, base = record["trained_groups"], record["base"]["sha256"]
+    parent = check_parent(str(finished_run), Path("/nonexistent"), base, config, groups, halting_only=False)
+    assert parent.dir == finished_run and parent.groups == groups
+    (entry,) = parent.lineage["parents"]
+    assert entry["name"] == "tiny" and entry["halting_head_added"] is False
+    with pytest.raises(WorkbenchError, match="was trained on base"):
+        check_parent(str(finished_run), Path("."), "0" * 64, config, groups, halting_only=False)
+    with pytest.raises(WorkbenchError, match=r"another retrofit \(max_loops differ\)"):
+        check_parent(str(finished_run), Path("."), base, RetrofitConfig.from_dict({**record["settings"],
+                                                                                   "max_loops": 5}),
+                     groups, halting_only=False)
+    with pytest.raises(WorkbenchError, match="this recipe trains"):
+        check_parent(str(finished_run), Path("."), base, config, groups[:1], halting_only=False)
+    with pytest.raises(WorkbenchError, match="is not a directory"):
+        check_parent("no-such-run", Path("."), base, config, groups, halting_only=False)
+
+
+def test_a_halting_only_child_may_add_a_head_to_its_parent(finished_run):
+    record = json.loads((finished_run / rundir.RETROFIT).read_text())
+    with_head = RetrofitConfig.from_dict({**record["settings"], "halting": True})
+    groups = [*record["trained_groups"], "halting"]
+    parent = check_parent(str(finished_run), Path("."), record["base"]["sha256"], with_head, groups,
+                          halting_only=True)
+    assert parent.groups == record["trained_groups"] and parent.lineage["parents"][0]["halting_head_added"]
+    with pytest.raises(WorkbenchError, match="another retrofit"):
+        check_parent(str(finished_run), Path("."), record["base"]["sha256"], with_head, groups, halting_only=False)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def test_restore_takes_the_newest_checkpoint_that_loads(tmp_path):
+    for step in (2, 4, 6):
+        (tmp_path / rundir.CHECKPOINTS / f"step_{step}").mkdir(parents=True)
+
+    def load(ckpt: Path) -> dict:
+        if ckpt.name == "step_6":
+            raise OSError("cut short")
+        return {"step": int(ckpt.name[5:]), "elapsed_s": 1.0}
+
+    step, state, failures = restore_newest(tmp_path, load)
+    assert (step, state) == (4, {"elapsed_s": 1.0}) and failures == ["step_6: OSError: cut short"]
+    with pytest.raises(WorkbenchError, match="no checkpoint of .* loads"):
+        restore_newest(tmp_path, lambda ckpt: load(tmp_path / "step_6"))
+    assert restore_newest(tmp_path / "empty", load) == (0, {}, [])
+
+
+def test_metrics_are_cut_back_to_the_restored_step(tmp_path):
+    lines = [json.dumps({"kind": "train", "step": s}) for s in (1, 2, 3)]
+    (tmp_path / rundir.METRICS).write_text("\n".join(lines) + '\n{"kind": "tra')   # the last line cut by a kill
+    keep_metrics_through(tmp_path, 2)
+    assert (tmp_path / rundir.METRICS).read_text() == lines[0] + "\n" + lines[1] + "\n"
+    keep_metrics_through(tmp_path, 0)
+    assert (tmp_path / rundir.METRICS).read_text() == ""
+
+
+# ----------------------------------------------------------------------------- movement
+@pytest.mark.parametrize("name", ["adamw", "sgd"])
+def test_the_movement_is_measured_at_the_step_bit_for_bit(tiny, name):
+    """Stepping one tensor at a time gives the same weights as one step over all of them, and the same RMS of
+    the change as comparing a copy of every tensor taken before the step."""
+    from workbench.loop.surgery import retrofit
+
+    cfg = OptimTable(name=name, lr=1e-2, prelude_lr_mult=10.0 if name == "adamw" else 1.0, weight_decay=0.1)
+    models = [retrofit(tiny[0], (2, 4)), retrofit(__import__("copy").deepcopy(tiny[0]), (2, 4))]
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
+    opts = [make_optimizer(m, ["block", "reentry"], cfg)[0] for m in models]
+    for step in range(3):
+        for m, opt in zip(models, opts):
+            opt.zero_grad(set_to_none=True)
+            torch.manual_seed(step)
+            for i, p in enumerate(q for g in opt.param_groups for q in g["params"]):
+                if i != 1:   # one tensor without gradient: it stays where it is
+                    p.grad = torch.randn_like(p)
+        before = {id(p): p.detach().clone() for g in opts[0].param_groups for p in g["params"]}
+        opts[0].step()
+        copied = group_rms(opts[0], lambda p: p.detach() - before[id(p)])
+        measured = step_with_movement(opts[1])
+        assert measured == copied and measured["block"] > 0
+        assert all(torch.equal(a, b) for a, b in zip(models[0].state_dict().values(), models[1].state_dict().values()))
+        assert [p.grad is None for g in opts[1].param_groups for p in g["params"]] == \
+            [p.grad is None for g in opts[0].param_groups for p in g["params"]]   # gradients handed back
+
+
+def test_a_foreach_optimizer_is_refused():
+    p = torch.nn.Parameter(torch.ones(2))
+    opt = torch.optim.AdamW([{"params": [p], "name": "x"}], foreach=True)
+    with pytest.raises(WorkbenchError, match="per-tensor optimizer"):
+        step_with_movement(opt)
+
+
+# ----------------------------------------------------------------------------- the trainer's state
+def test_a_trainer_declares_everything_before_setup(tmp_path):
+    """State is built in one place: setup() fills in what __init__ declared and adds nothing."""
+    trainer = Trainer(Recipe.from_dict(TINY_RECIPE), tmp_path / "run", progress=False)
+    declared = set(vars(trainer))
+    assert trainer.looped is None and trainer.opt is None
+    trainer.setup()
+    trainer.build_optimizer("main")
+    record = trainer.step(0)
+    assert set(vars(trainer)) == declared and trainer.looped is not None
+    assert record["kind"] == "train" and record["loops"] == 1 and set(record["move_rms"]) >= {"block"}

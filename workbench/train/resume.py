@@ -1,0 +1,115 @@
+"""Starting and resuming a run directory: what may be trained into it, and the newest checkpoint that loads.
+
+- `check_run_dir`: a fresh run needs an empty directory; a resume needs the same resolved recipe, a checkpoint
+  to continue from, and a run that is not finished (its history is kept).
+- `restore_newest`: the newest intact checkpoint (a damaged one gives way to the one before it).
+- `keep_metrics_through`: metrics.jsonl cut back to the restored step, so the resumed run logs each step once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import tomllib
+from safetensors import SafetensorError
+
+from workbench.errors import WorkbenchError
+from workbench.io import write_bytes_atomic
+from workbench.train import rundir
+from workbench.train.recipe import Recipe, dumps
+
+
+def check_run_dir(run_dir: Path, recipe_text: str, resume: bool) -> None:
+    """Refuses to train a fresh run into a directory that holds one, or to resume with another recipe.
+
+    `recipe_text` is the resolved recipe (`recipe.dumps`). A stored recipe is compared after resolving it through
+    this version's defaults, so a run started before a new option existed (written without its key) resumes when
+    the option keeps its default.
+    """
+    recipe_file = Path(run_dir) / rundir.RECIPE
+    if not resume:
+        if recipe_file.exists() or (Path(run_dir) / rundir.CHECKPOINTS).exists():
+            raise WorkbenchError(f"run directory '{run_dir}' already holds a run; pass --resume or another --out")
+        return
+    if not recipe_file.is_file():
+        raise WorkbenchError(f"--resume: '{run_dir}' holds no {rundir.RECIPE}; nothing to resume")
+    try:
+        stored = dumps(Recipe.from_dict(tomllib.loads(recipe_file.read_text())))
+    except (tomllib.TOMLDecodeError, WorkbenchError) as e:
+        raise WorkbenchError(f"--resume: {recipe_file} is not a valid recipe ({e})") from None
+    check_resumable(run_dir)
+    if stored != recipe_text:
+        changed = [a[1:].strip() for a in difflib.unified_diff(stored.splitlines(), recipe_text.splitlines(),
+                                                               lineterm="", n=0)
+                   if a[:1] in "+-" and a[:3] not in ("+++", "---")]
+        raise WorkbenchError(f"--resume: the resolved recipe differs from {recipe_file} "
+                             f"({'; '.join(changed[:6])}); resume with the same recipe and --set overrides")
+
+
+def _status(prov_path: Path) -> str | None:
+    """A run's provenance status ("finished" when the file has none), "unreadable", or None without the file."""
+    if not prov_path.is_file():
+        return None
+    try:
+        prov = json.loads(prov_path.read_text())
+    except (ValueError, UnicodeDecodeError):
+        return "unreadable"
+    return prov.get("status", "finished") if isinstance(prov, dict) else "unreadable"
+
+
+def check_resumable(run_dir: Path) -> None:
+    """Refuses a resume that would lose history: a finished run (an exported run, a shipped keeper), or a run
+    with metrics or provenance but no checkpoint to continue from (it would restart at step 0)."""
+    status, metrics = _status(Path(run_dir) / rundir.PROVENANCE), Path(run_dir) / rundir.METRICS
+    if status == "finished":
+        raise WorkbenchError(f"--resume: '{run_dir}' is a finished run ({rundir.PROVENANCE}); nothing is "
+                             "left to train and its history is kept: train into another --out (init_from "
+                             "continues from it)")
+    if not rundir.checkpoints(run_dir):
+        lines = len(metrics.read_bytes().splitlines()) if metrics.is_file() else 0
+        if lines or status is not None:
+            raise WorkbenchError(f"--resume: '{run_dir}' has no checkpoint to continue from; resuming would "
+                                 f"restart at step 0 and discard its {rundir.METRICS} ({lines} lines): train "
+                                 "into another --out")
+
+
+def restore_newest(run_dir: Path, load: Callable[[Path], dict]) -> tuple[int, dict, list[str]]:
+    """Returns (step, state, failures) of the newest checkpoint `load(checkpoint_dir)` loads; step 0 without one.
+
+    `load` builds what the checkpoint needs and loads it, returning the trainer state it stored (with "step"). A
+    checkpoint that fails to load (a file cut short or edited) is listed in `failures` and the one before it tried.
+
+    Raises:
+        WorkbenchError: there are checkpoints and none of them loads.
+    """
+    done = rundir.checkpoints(run_dir)
+    failures = []
+    for candidate in reversed(done):
+        try:
+            state = load(Path(run_dir) / rundir.CHECKPOINTS / f"step_{candidate}")
+        except (WorkbenchError, OSError, ValueError, KeyError, SafetensorError) as err:  # a damaged checkpoint
+            first = str(err).splitlines()[0][:120] if str(err) else ""
+            failures.append(f"step_{candidate}: {type(err).__name__}: {first}")
+            continue
+        return state.pop("step"), state, failures
+    if done:
+        raise WorkbenchError(f"--resume: no checkpoint of '{run_dir}' loads ({'; '.join(failures)[:300]}); "
+                             "remove the checkpoints directory to start over")
+    return 0, {}, failures
+
+
+def keep_metrics_through(run_dir: Path, step: int) -> None:
+    """Drops metrics.jsonl lines logged after `step` (and lines cut short by a kill); from step 0 none is kept."""
+    kept = []
+    path = Path(run_dir) / rundir.METRICS
+    for line in path.read_text().split("\n"):
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # empty, or a line cut short by the kill
+            continue
+        if step and record["step"] <= step:
+            kept.append(line + "\n")
+    write_bytes_atomic(path, "".join(kept).encode())
