@@ -42,6 +42,7 @@ from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import load_base, weights_sha256
 from workbench.precision import apply_precision
+from workbench.train.sharding import full  # an FSDP2-sharded base hashes its full tensors
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -88,8 +89,6 @@ def base_sha256(base: torch.nn.Module) -> str:
     peft renames a wrapped projection's weight `x.base_layer.weight`; the name is mapped back,
     so the hash of a base with an adapter injected equals the hash of the untouched base.
     """
-    from workbench.train.sharding import full  # an FSDP2-sharded base hashes its full tensors
-
     state = {k.replace(".base_layer.", "."): full(v) for k, v in base.state_dict().items() if "lora_" not in k}
     return weights_sha256(_StateView(state))
 
@@ -97,9 +96,6 @@ def base_sha256(base: torch.nn.Module) -> str:
 def state_sha256(looped: torch.nn.Module, skip: str = "halting.") -> str:
     """Returns `weights_sha256` of every tensor of the retrofit (base, block, re-entry, memory, LoRA) whose name
     does not start with `skip`: Stage 2 asserts with it that only the halting head moved."""
-    from workbench.models import weights_sha256
-    from workbench.train.sharding import full
-
     state = {k: v.reshape(1) if v.dim() == 0 else full(v)  # a scalar (injection's alpha) has no bytes view
              for k, v in looped.state_dict().items() if not k.startswith(skip)}
     return weights_sha256(_StateView(state))
