@@ -49,6 +49,7 @@ def test_every_relative_link_in_the_readme_and_docs_resolves():
     assert len(pages) >= 10 and broken == []
 
 
+@pytest.mark.slow   # loads the embedded SmolLM2-135M in a fresh process (9.9 s quiet)
 def test_the_python_example_runs_as_written(tmp_path):
     code = block("Ten lines of Python", "python")
     assert 10 <= len([line for line in code.splitlines() if line.strip()]) <= 16
