@@ -107,21 +107,6 @@ def chase_inputs(tok, rows: int, alphabet: int = 8, seed: int = 0):
     return enc["input_ids"], enc["attention_mask"], candidate_ids(tok, made[0]["symbols"])
 
 
-def read_last_loop(looped, input_ids, attention_mask, loops: int, candidates: torch.Tensor) -> torch.Tensor:
-    """Returns candidate scores [batch, n_candidates] read at loop `loops` only (the Coda runs once).
-
-    This is a per-depth rerun that reads only its last loop, the cost the layer-count model
-    counts as prelude + t x block + coda. `LoopedLM.read` has no "last loop only" option
-    (it reads every loop), so this drives the model's own loop generator and Coda directly.
-    """
-    positions = looped._read_positions(input_ids, attention_mask, None)       # [b, 1]
-    for t, h, ctx in looped._loop(input_ids, attention_mask, loops):
-        pass
-    gather = positions.unsqueeze(-1).expand(-1, -1, looped.config.hidden_size)
-    normed = looped.loop[str(loops)].hook_readout(looped._coda(loops, h, ctx).gather(1, gather))
-    return normed[:, 0] @ looped.base.lm_head.weight[candidates].T
-
-
 def prime(looped, input_ids, attention_mask) -> None:
     """One untimed loop-1 forward: library start-up and first allocations land here, not in a case."""
     with torch.no_grad():

@@ -33,7 +33,7 @@ TARGET = 0.10  # |measured / predicted - 1|
 def rerun(style: str, looped, ids, mask, t: int, cand: torch.Tensor) -> torch.Tensor:
     """Candidate scores [batch, C] at loop t from one pass of the given rerun style."""
     if style == "last_loop":
-        return common.read_last_loop(looped, ids, mask, t, cand)
+        return looped.read_final(ids, mask, loops=t, candidates=cand)[:, 0]
     if style == "forward":
         return looped(ids, mask, loops=t).logits[:, -1, cand]
     return looped.read(ids, mask, loops=t, candidates=cand).scores[:, -1, 0]

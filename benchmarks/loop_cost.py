@@ -35,7 +35,7 @@ def run(looped, ids, mask, cand, max_t: int, reps: int, warmup: int, progress: b
     cases = {}
     for T in range(1, max_t + 1):
         cases[f"forward@{T}"] = lambda T=T: looped(ids, mask, loops=T)
-        cases[f"last_loop@{T}"] = lambda T=T: common.read_last_loop(looped, ids, mask, T, cand)
+        cases[f"last_loop@{T}"] = lambda T=T: looped.read_final(ids, mask, loops=T, candidates=cand)
     common.prime(looped, ids, mask)
     with torch.no_grad():
         times = common.interleave(cases, reps, warmup, progress, desc=NAME)

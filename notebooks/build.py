@@ -143,7 +143,7 @@ runs the full sweep.
 """),
     code(ROOT),
     code('''from workbench.models import load_base
-from workbench.selection import load_corpus, select_block, task_rows
+from workbench.block_selection import load_corpus, select_block, task_rows
 
 base, tok = load_base("smollm2-135m-instruct")
 texts = load_corpus()[:16]                    # every 4th text is held out for the loss

@@ -7,7 +7,7 @@ Loads every arm (fp32) and, per depth, row and pass, lets each arm answer the sa
 on odd passes): `workbench.dense.interleaved_latency`. On a shared or virtualised CPU the time of one call drifts
 by tens of percent over minutes, so arms timed in separate processes are not comparable; interleaved, the drift hits
 all arms alike. Writes each arm's RUN/RESULTS/latency.parquet (replacing the one scripts/final_answers.py wrote,
-which `workbench.arms.load_arm` and the claims read) and prints the medians and the within-pass ratios to the first
+which `workbench.analysis.arms.load_arm` and the claims read) and prints the medians and the within-pass ratios to the first
 arm. Run it after final_answers.py (the results folder must exist).
 """
 from __future__ import annotations

@@ -15,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from workbench.arms import compare_arms, load_arm
+from workbench.analysis.arms import compare_arms, load_arm
 from workbench.io import write_bytes_atomic
 from workbench.plots.arms import arms_accuracy_figure
 
@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     fig = arms_accuracy_figure(out["depths"], out["arms"], (a.support, b.support),
                                None if out["crossover"] is None or math.isnan(out["crossover"]) else out["crossover"])
     if args.png:
-        from workbench.figures import _Browser
+        from workbench.figures import ExportServer
 
-        with _Browser():
+        with ExportServer():
             fig.write_image(args.out / "arms.png", scale=1, width=900, height=420)
     print(text)
     return 0

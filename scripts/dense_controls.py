@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.arms import compare_arms, load_arm
+from workbench.analysis.arms import compare_arms, load_arm
 from workbench.io import write_bytes_atomic
 from workbench.plots.arms import controls_figure
 
@@ -110,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     clean = json.loads(json.dumps(record, default=float), parse_constant=lambda c: None)
     write_bytes_atomic(args.out / "controls.json", (json.dumps(clean, indent=1, sort_keys=True) + "\n").encode())
     if args.png:
-        from workbench.figures import _Browser
+        from workbench.figures import ExportServer
 
         fig = controls_figure(table, support=max(a.support for a in arms))
-        with _Browser():
+        with ExportServer():
             fig.write_image(args.out / "controls.png", scale=1, width=1100, height=460)
     print(text)
     return 0

@@ -11,7 +11,7 @@ the looped arm's forced-depth call (`read_final(loops=d)`: d loops, the Coda onc
 the scratchpad's prompt pass plus d - 1 cached decode steps. Writes OUT/final.parquet (row_id, depth, target,
 predicted, correct), OUT/latency.parquet and OUT/final.json (kind, support, manifest digest, CPU and threads,
 the fp32 guardrail at loop 1 against the base, also as OUT/identity__guardrail.parquet),
-which `workbench.arms.load_arm` reads beside (or instead of) a depth matrix.
+which `workbench.analysis.arms.load_arm` reads beside (or instead of) a depth matrix.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from workbench.arms import trained_support
+from workbench.analysis.arms import trained_support
 from workbench.dense import KINDS, latency_by_depth, latency_call, read_direct, read_scratchpad
 from workbench.io import write_bytes_atomic
 from workbench.models import load_base

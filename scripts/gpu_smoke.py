@@ -47,7 +47,7 @@ def _losses(run: Path) -> dict[int, float]:
 
 
 def check_identity(device, args) -> str:
-    from workbench.identity import identity_report
+    from workbench.loop.identity import identity_report
     from workbench.models import EMBEDDED_DEFAULT, load_base
     from workbench.train.rundir import read_retrofit
 

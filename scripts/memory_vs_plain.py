@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.analysis.stats import paired_counts
 from workbench.errors import WorkbenchError
 from workbench.io import write_bytes_atomic
-from workbench.stats import mcnemar
 
 
 def paired(plain: pd.DataFrame, memory: pd.DataFrame, by: str) -> pd.DataFrame:
@@ -28,10 +28,9 @@ def paired(plain: pd.DataFrame, memory: pd.DataFrame, by: str) -> pd.DataFrame:
         raise WorkbenchError("the two results do not hold the same rows and loops; read both on one manifest")
     out = []
     for key, g in m.groupby(by):
-        a, b = g["correct_plain"].astype(bool), g["correct_memory"].astype(bool)
-        helped, hurt = int((b & ~a).sum()), int((a & ~b).sum())
-        out.append({by: int(key), "n": len(g), "plain": int(a.sum()), "memory": int(b.sum()), "helped": helped,
-                    "hurt": hurt, "p_mcnemar": mcnemar(helped, hurt)})
+        c = paired_counts(g["correct_plain"].astype(bool), g["correct_memory"].astype(bool))
+        out.append({by: int(key), "n": c.n, "plain": c.a_correct, "memory": c.b_correct, "helped": c.helped,
+                    "hurt": c.hurt, "p_mcnemar": c.p_mcnemar})
     return pd.DataFrame(out)
 
 

@@ -3,7 +3,7 @@
     .venv/bin/python scripts/support_scaling.py [SPECIMEN ...] [--results arms] [--png]
 
 Each specimen holds recipe.toml and a results folder with depth_matrix.parquet. The frontier is recomputed here from
-the rows (`workbench.stats.frontier` at 0.60, 0.71, 0.80) so that every specimen is judged by the same code; a
+the rows (`workbench.analysis.stats.frontier` at 0.60, 0.71, 0.80) so that every specimen is judged by the same code; a
 frontier equal to the deepest depth read while that depth is still above the bar is *censored* (the task has no
 deeper rows: with an alphabet of 8 the chase ends at depth 7). Writes training/support/SCALING.md and, with --png,
 training/support/scaling.png.
@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.arms import BARS, load_arm
+from workbench.analysis.arms import BARS, load_arm
+from workbench.analysis.stats import frontier
 from workbench.plots.arms import PAPER_BAND, frontier_support_figure
-from workbench.stats import frontier
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ["training/keepers/smollm2-chase-s2", "training/keepers/smollm2-chase-s2-seed2", "training/keepers/smollm2-chase-s3",
@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "SCALING.md").write_text(text)
     if a.png:
-        from workbench.figures import _Browser
+        from workbench.figures import ExportServer
 
-        with _Browser():
+        with ExportServer():
             frontier_support_figure(t).write_image(OUT / "scaling.png", scale=1, width=700, height=440)
     print(text)
     return 0

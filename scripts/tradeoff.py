@@ -99,9 +99,9 @@ def main(argv: list[str]) -> None:
     (ATTEMPTS / "TRADEOFF.md").write_text(text)
     print(text)
     if "--png" in argv:
-        from workbench.figures import _Browser
+        from workbench.figures import ExportServer
 
-        with _Browser():
+        with ExportServer():
             figure(runs).write_image(ATTEMPTS / "tradeoff.png", scale=1)
         print(f"wrote {ATTEMPTS / 'tradeoff.png'}")
 

@@ -5,8 +5,8 @@ import torch
 
 from tests.conftest import PROMPTS, perturb
 from workbench.errors import WorkbenchError
-from workbench.identity import base_logits
 from workbench.loop.halting import HaltPolicy, halt_depth
+from workbench.loop.identity import base_logits
 from workbench.loop.surgery import retrofit
 
 T = 5

@@ -1,4 +1,4 @@
-"""Paired arm comparisons (workbench.arms): counts, tests, frontier sensitivity and the crossover on known cases."""
+"""Paired arm comparisons (workbench.analysis.arms): counts, tests, frontier sensitivity and the crossover on known cases."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from workbench.arms import Arm, compare_arms, crossover, trained_support
+from workbench.analysis.arms import Arm, compare_arms, crossover, trained_support
 from workbench.errors import WorkbenchError
 from workbench.plots.arms import arms_accuracy_figure, frontier_support_figure
 

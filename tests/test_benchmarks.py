@@ -9,8 +9,6 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from tests.conftest import perturb
-
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -52,7 +50,7 @@ def test_analytic_flops_equal_torch_flop_counter(bench, tiny):
         assert _counted(lambda: looped.read(ids, mask, loops=4, candidates=cand)) == \
             flops.one_pass_read_flops(s, rows, seq, 4, len(cand))
         assert _counted(lambda: looped(ids, mask, loops=3)) == flops.forward_flops(s, rows, seq, 3)
-        assert _counted(lambda: common.read_last_loop(looped, ids, mask, 3, cand)) == \
+        assert _counted(lambda: looped.read_final(ids, mask, loops=3, candidates=cand)) == \
             flops.last_loop_flops(s, rows, seq, 3, len(cand))
         assert _counted(lambda: looped.read(ids, mask, loops=2, positions=every)) == \
             flops.full_stack_flops(s, rows, seq, 2)
@@ -62,20 +60,6 @@ def test_analytic_flops_equal_torch_flop_counter(bench, tiny):
     for loss, full in ((training_step.trainer_loss, False), (training_step.full_vocab_loss, True)):
         counted = _counted(lambda: training_step.step(loss, looped, batch, opt, params, clip))
         assert counted == flops.train_step_flops(s, b, q, 2, 8, full_vocab=full)
-
-
-def test_last_loop_read_equals_the_one_pass_read(bench, tiny):
-    common = bench("common")
-    from workbench.loop.surgery import retrofit
-
-    looped = retrofit(tiny[0], (1, 4))
-    perturb(looped.reentry)
-    ids, mask, cand = common.chase_inputs(tiny[1], 3)
-    with torch.no_grad():
-        one = looped.read(ids, mask, loops=4, candidates=cand).scores[:, :, 0]
-        for t in range(1, 5):
-            assert torch.allclose(common.read_last_loop(looped, ids, mask, t, cand), one[:, t - 1], atol=1e-5, rtol=0)
-        assert not torch.allclose(one[:, 0], one[:, 3])
 
 
 def test_interleave_alternates_and_discards_warmup(bench):

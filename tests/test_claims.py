@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import tomli_w
 
-from workbench.claims import (
+from workbench.analysis.claims import (
     CLAIMS_FILE,
     build_ledger,
     constant_envelope,

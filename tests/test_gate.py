@@ -86,8 +86,8 @@ def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
 
     import importlib
 
-    for module in ("workbench.train.trainer", "workbench.probes.battery", "workbench.figures", "workbench.claims",
-                   "workbench.report", "workbench.selection", "workbench.identity", "workbench.tasks.manifest",
+    for module in ("workbench.train.trainer", "workbench.probes.battery", "workbench.figures", "workbench.analysis.claims",
+                   "workbench.report", "workbench.block_selection", "workbench.loop.identity", "workbench.tasks.manifest",
                    "workbench.train.rundir"):
         importlib.import_module(module)  # imported before the patch: none binds the patched load_base for good
     monkeypatch.setattr(io.Gate, "_decide", reached)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from tests.conftest import PROMPTS, TINY
-from workbench.identity import base_logits, identity_report, max_abs_diff
+from workbench.loop.identity import base_logits, identity_report, max_abs_diff
 from workbench.loop.surgery import attach_lora, retrofit
 from workbench.models import load_base
 

@@ -111,11 +111,10 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.selection", "workbench.precision",
-         "workbench.identity")
+MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.block_selection", "workbench.precision")
 PRESENTATION = ("workbench.plots", "workbench.report", "workbench.figures")
-COMPUTE = ("workbench.loop", "workbench.selection", "workbench.probes", "workbench.train", "workbench.tasks",
-           "workbench.headlines", "workbench.stats", "workbench.results")
+COMPUTE = ("workbench.loop", "workbench.block_selection", "workbench.probes", "workbench.train", "workbench.tasks",
+           "workbench.analysis")
 
 
 def test_presentation_is_a_leaf():
@@ -128,9 +127,19 @@ def test_presentation_is_a_leaf():
             assert not sorted(d for d in reachable(graph, name) if d.startswith(PRESENTATION)), name
 
 
+def test_analysis_reads_what_the_probes_wrote_and_imports_no_probe_presentation_or_cli():
+    """Analysis sits under the probes' results: a probe's headline function is handed in, never looked up."""
+    graph = import_graph(PACKAGE)
+    outside = ("workbench.probes", *PRESENTATION, "workbench.commands", "workbench.cli")
+    analysis = [name for name in graph if name.startswith("workbench.analysis")]
+    assert {"workbench.analysis.stats", "workbench.analysis.headlines", "workbench.analysis.claims"} <= set(analysis)
+    for name in analysis:
+        assert not sorted(d for d in reachable(graph, name) if d.startswith(outside)), name
+
+
 def test_the_looped_model_imports_no_probes_training_presentation_or_cli():
     graph = import_graph(PACKAGE)
-    outside = ("workbench.probes", "workbench.train", "workbench.selection", *PRESENTATION, "workbench.commands",
+    outside = ("workbench.probes", "workbench.train", "workbench.block_selection", *PRESENTATION, "workbench.commands",
                "workbench.cli")
     for name in graph:
         if name.startswith("workbench.loop"):

@@ -1,6 +1,6 @@
 """Chance and the demo warning under a battery's headlines, on planted rows and summaries."""
 
-from workbench.readings import battery_notes, chance
+from workbench.analysis.readings import battery_notes, chance
 
 
 def rows(n_symbols: int, k: int = 3) -> list[dict]:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from workbench.claims import ledger_html
+from workbench.analysis.claims import ledger_html
 from workbench.errors import WorkbenchError
 from workbench.report import render_report
 

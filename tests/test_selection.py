@@ -11,15 +11,8 @@ import typer
 from kneed import KneeLocator
 from typer.testing import CliRunner
 
-import workbench.selection as selection
-from workbench.commands.select_block import SELECTION_HTML, SELECTION_JSON
-from workbench.commands.select_block import select_block as select_block_command
-from workbench.errors import WorkbenchError
-from workbench.loop.positions import last_real_token, position_ids
-from workbench.loop.surgery import retrofit
-from workbench.models import load_base
-from workbench.plots.selection import curve_frame, windows_frame
-from workbench.selection import (
+import workbench.block_selection as selection
+from workbench.block_selection import (
     BlockSelection,
     angular_distance_between,
     angular_distances,
@@ -34,6 +27,13 @@ from workbench.selection import (
     split_texts,
     window_ablation,
 )
+from workbench.commands.select_block import SELECTION_HTML, SELECTION_JSON
+from workbench.commands.select_block import select_block as select_block_command
+from workbench.errors import WorkbenchError
+from workbench.loop.positions import last_real_token, position_ids
+from workbench.loop.surgery import retrofit
+from workbench.models import load_base
+from workbench.plots.selection import curve_frame, windows_frame
 from workbench.tasks.guardrail import guardrail_rows
 
 TEXTS = [

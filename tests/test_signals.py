@@ -113,7 +113,7 @@ def test_ctrl_c_during_train_exits_130_and_resume_finishes(tmp_path):
 
 def test_failed_check_exits_1(capsys, monkeypatch):
     """`identity` when loop 1 differs from the base: the command's own status reaches the shell."""
-    import workbench.identity as module
+    import workbench.loop.identity as module
 
     monkeypatch.setattr(module, "identity_report", lambda *a, **k: [
         {"reentry": "bridge", "memory": False, "lora": False, "max_abs_diff": 0.5}])

@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 from scipy.stats import binomtest, fisher_exact
 
+from workbench.analysis.stats import fisher, frontier, mcnemar, paired_bootstrap, paired_compare, paired_counts
 from workbench.errors import WorkbenchError
-from workbench.stats import fisher, frontier, mcnemar, paired_bootstrap, paired_compare
 from workbench.tasks.reader import ReadResult
 
 
@@ -37,6 +37,29 @@ def test_mcnemar_agrees_with_scipy_binomtest():
 def test_mcnemar_rejects_negative_counts():
     with pytest.raises(WorkbenchError):
         mcnemar(-1, 2)
+
+
+def test_paired_counts_on_a_constructed_case():
+    # 12 rows: both right on 4, neither on 2, only B on 5 (helped), only A on 1 (hurt)
+    a = [1] * 4 + [0] * 2 + [0] * 5 + [1] * 1
+    b = [1] * 4 + [0] * 2 + [1] * 5 + [0] * 1
+    c = paired_counts(a, b)
+    assert (c.n, c.a_correct, c.b_correct, c.helped, c.hurt) == (12, 5, 9, 5, 1)
+    assert (c.tied, c.both, c.neither) == (6, 4, 2)
+    assert c.p_mcnemar == pytest.approx(2 * (1 + 6) / 64, rel=1e-12)  # 2·P(X <= 1), X ~ Bin(6, 1/2)
+    swapped = paired_counts(b, a)  # A's view: helped and hurt trade places, the p does not move
+    assert (swapped.helped, swapped.hurt, swapped.p_mcnemar) == (1, 5, c.p_mcnemar)
+    rows = pd.Series(b, index=range(12), dtype=float)  # 0/1 floats and bools count alike
+    assert paired_counts(pd.Series(a, index=range(12)).astype(bool), rows) == c
+
+
+def test_paired_counts_refuses_rows_that_are_not_the_same():
+    with pytest.raises(WorkbenchError, match="equal length"):
+        paired_counts([1, 0, 1], [1, 0])
+    with pytest.raises(WorkbenchError, match="indexes differ"):
+        paired_counts(pd.Series([1, 0], index=[0, 1]), pd.Series([1, 0], index=[1, 0]))
+    with pytest.raises(WorkbenchError, match="0/1"):
+        paired_counts([1, 2], [1, 0])
 
 
 def test_fisher_hand_cases_and_the_papers_gate():
@@ -159,7 +182,7 @@ def test_paired_compare_refuses_different_manifests_and_short_reads():
 
 
 def test_the_paired_difference_interval_covers_and_stays_inside_its_range():
-    from workbench.stats import paired_difference
+    from workbench.analysis.stats import paired_difference
 
     d, lo, hi = paired_difference(30, 35, 21, 138)           # head alone 30, fixed alone 35, of 224
     assert d == pytest.approx(-5 / 224) and lo < d < hi and -0.1 < lo < -0.08 and 0.04 < hi < 0.06

@@ -88,7 +88,7 @@ def installed(wheel, tmp_path_factory):
 
 def test_the_installed_workbench_runs_with_its_defaults(installed, tmp_path):
     script, env, site = installed
-    from workbench.claims import VERDICTS, build_ledger
+    from workbench.analysis.claims import VERDICTS, build_ledger
 
     res = subprocess.run([script, "claims"], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr[-2000:]

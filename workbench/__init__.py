@@ -48,15 +48,15 @@ _EXPORTS: dict[str, str] = {
     "load_run": "workbench.runs",
     "resolve_run": "workbench.runs",
     # checks and probes
-    "identity_report": "workbench.identity",
-    "select_block": "workbench.selection",
+    "identity_report": "workbench.loop.identity",
+    "select_block": "workbench.block_selection",
     "probe": "workbench.api",
     "probe_names": "workbench.api",
     "load_battery": "workbench.probes.battery",
     "run_battery": "workbench.probes.battery",
-    "load_results": "workbench.results",
-    "read_summary": "workbench.results",
-    "build_ledger": "workbench.claims",
+    "load_results": "workbench.analysis.results",
+    "read_summary": "workbench.analysis.results",
+    "build_ledger": "workbench.analysis.claims",
     "WorkbenchError": "workbench.errors",
 }
 
@@ -110,20 +110,20 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load lazily
+    from workbench.analysis.claims import build_ledger
+    from workbench.analysis.results import load_results, read_summary
     from workbench.api import probe, probe_names
-    from workbench.claims import build_ledger
+    from workbench.block_selection import select_block
     from workbench.errors import WorkbenchError
-    from workbench.identity import identity_report
     from workbench.loop.config import LoraSettings, RetrofitConfig
     from workbench.loop.halting import HaltPolicy
     from workbench.loop.hooks import hook_name, loop_hook_names, stack_loops
+    from workbench.loop.identity import identity_report
     from workbench.loop.looped import LoopedLM
     from workbench.loop.surgery import attach_lora, parameter_report, retrofit
     from workbench.models import load_base, load_looped
     from workbench.probes.battery import load_battery, run_battery
-    from workbench.results import load_results, read_summary
     from workbench.runs import load_run, resolve_run
-    from workbench.selection import select_block
     from workbench.tasks import build_rows
     from workbench.tasks.manifest import read_manifest, write_manifest
     from workbench.tasks.reader import read_answers, read_rows

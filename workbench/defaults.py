@@ -80,6 +80,14 @@ def in_checkout() -> bool:
     return (DATA / "training").is_symlink()
 
 
+def data_root() -> Path:
+    """The folder laid out as the repository (`training/keepers/<specimen>/`, `probes/`, `figures/`), found by
+    real paths: the checkout's own root when the package runs from one (it holds pyproject.toml and training/
+    beside workbench/), else the package's data (`DATA`: an installed wheel holds copies there)."""
+    checkout = Path(__file__).resolve().parent.parent
+    return checkout if (checkout / "pyproject.toml").is_file() and (checkout / "training").is_dir() else DATA
+
+
 def data_dirs() -> list[Path]:
     """Where specimens are looked for by name: `$WORKBENCH_DATA` (a checkout's root, or any directory laid
     out like it: `training/keepers/<name>/`) first when set, then the package's own data."""

@@ -58,6 +58,14 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     return torch.device("cuda", index)
 
 
+def device_of(model) -> torch.device:
+    """The device of the model's parameters (the CPU for a parameterless stand-in)."""
+    try:
+        return next(model.parameters()).device
+    except (AttributeError, StopIteration):
+        return resolve_device("cpu")
+
+
 def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU's model name."""
     import torch

@@ -19,11 +19,11 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from workbench.analysis.results import load_results
 from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
 from workbench.io import dir_inputs, gate_output, mark_output, read_toml, safe_child, write_bytes_atomic
 from workbench.plots.registry import FIGURES, build, figure_key, find_builder
-from workbench.results import load_results
 
 FORMATS = ("pdf", "svg", "png", "html")
 WIDTHS_IN = {"single": 3.5, "double": 7.0}
@@ -176,7 +176,7 @@ def _write_one(fig: go.Figure, spec: FigureSpec, fmt: str, folder: Path, dpi: in
     return [image, table]
 
 
-class _Browser:
+class ExportServer:
     """One kaleido/Chromium server for every static export in the `with` block."""
 
     def __enter__(self):
@@ -221,7 +221,7 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
              for n in (f"{s.stem}.{fmt}", f"{s.stem}.csv")]
     gate = gate_output(out, "figures", kind="file", overwrite=True, names=names, reading=dir_inputs(*results))
     loaded = [(Path(r), load_results(r)) for r in results]
-    with _Browser() if fmt != "html" else contextlib.nullcontext():
+    with ExportServer() if fmt != "html" else contextlib.nullcontext():
         for path, tables in loaded:
             folder = Path(out) / path.resolve().name
             gate.recheck()

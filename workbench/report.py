@@ -5,7 +5,7 @@ that draws it. The page records any JavaScript error in `#js-errors` and, once e
 is drawn, writes the count of drawn figures into `#render-status`, so a headless browser can
 check the page without a debugger.
 
-The page reads like a results section: each probe's headline (`workbench.headlines`) with its
+The page reads like a results section: each probe's headline (`workbench.analysis.headlines`) with its
 sentence, numbers, n and 95% intervals; with a control (`control=`), the control's numbers beside
 them with paired tests over the shared rows; the claims ledger rows when the directory holds a
 `claims.json`; and a caption under every figure saying what it shows and what the mechanism predicts.
@@ -21,13 +21,20 @@ from pathlib import Path
 import pandas as pd
 from plotly.offline import get_plotlyjs
 
+from workbench.analysis.headlines import (
+    compare_headlines,
+    fmt,
+    fmt_number,
+    headlines_from_summary,
+    headlines_from_tables,
+)
+from workbench.analysis.readings import battery_notes
+from workbench.analysis.results import compare_results, load_results, read_summary
 from workbench.errors import WorkbenchError
-from workbench.headlines import compare_headlines, fmt, fmt_number, headlines_from_summary, headlines_from_tables
 from workbench.io import write_bytes_atomic
 from workbench.plots.registry import build_all, part_names
 from workbench.plots.selection import angular_distance_figure
-from workbench.readings import battery_notes
-from workbench.results import compare_results, load_results, read_summary
+from workbench.probes import PROBES, get_probe
 
 REPORT = "report.html"
 BLOCK_SELECTION = "block_selection.json"
@@ -212,11 +219,11 @@ def report_headlines(results_dir: str | os.PathLike, tables: dict[str, pd.DataFr
     tables = load_results(results_dir) if tables is None else tables
     summary = read_summary(results_dir) if summary is None else summary
     try:
-        stored = headlines_from_summary(summary)
+        stored = headlines_from_summary(summary, PROBES)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise WorkbenchError(f"{Path(results_dir) / 'summary.json'}: its stored headlines are malformed "
                              f"({type(err).__name__}: {str(err)[:80]})") from None
-    return {**stored, **headlines_from_tables(tables)}
+    return {**stored, **headlines_from_tables(tables, {n: get_probe(n).headline for n in PROBES if n in tables})}
 
 
 def headline_table(headlines: dict, control: dict | None = None, skipped: dict | None = None) -> str:

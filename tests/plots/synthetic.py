@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from workbench.stats import frontier
+from workbench.analysis.stats import frontier
 
 SYMBOLS = list("ABCDEFGHIJKLMNOP")
 BLOCK = (10, 16)

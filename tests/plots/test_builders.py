@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 import pytest
 import synthetic
 
+from workbench.analysis.stats import frontier as frontier_depth
 from workbench.errors import WorkbenchError
 from workbench.plots import (
     THEME,
@@ -28,7 +29,6 @@ from workbench.plots import (
     overshoot_figure,
     splice_figure,
 )
-from workbench.stats import frontier as frontier_depth
 
 
 def named(fig: go.Figure, name: str):

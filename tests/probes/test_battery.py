@@ -8,13 +8,13 @@ import pandas as pd
 import pytest
 import tomli_w
 
+from tests.executors import PerfectExecutor, ShuffledExecutor
+from workbench.analysis.results import compare_results
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file
 from workbench.probes import parse_only
 from workbench.probes.battery import load_battery, load_checkpoint, run_battery
-from workbench.results import compare_results
 from workbench.tasks import build_rows
-from workbench.tasks.executors import PerfectExecutor, ShuffledExecutor
 from workbench.tasks.manifest import read_manifest, write_manifest
 from workbench.tasks.reader import read_rows
 

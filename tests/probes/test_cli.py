@@ -50,7 +50,8 @@ def test_probe_and_compare_on_the_embedded_default(tmp_path):
 
 def test_probe_prints_headline_tables_within_100_columns_and_json_on_request(tmp_path):
     """`workbench probe` and `workbench compare` on a tiny retrofit: rich tables, never truncated JSON; --json."""
-    from workbench.headlines import headlines_from_summary
+    from workbench.analysis.headlines import headlines_from_summary
+    from workbench.probes import PROBES
 
     battery = tmp_path / "tiny.toml"
     battery.write_text(tomli_w.dumps({
@@ -65,7 +66,7 @@ def test_probe_prints_headline_tables_within_100_columns_and_json_on_request(tmp
     lines = res.stdout.splitlines()
     assert max(len(line) for line in lines) <= 100 and "{" not in res.stdout
     summary = json.loads((tmp_path / "a" / "summary.json").read_text())
-    heads = headlines_from_summary(summary)
+    heads = headlines_from_summary(summary, PROBES)
     assert list(heads) == ["identity", "depth_matrix", "overshoot"]
     flat = " ".join(res.stdout.split())
     for head in heads.values():

@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
+from tests.executors import ParkingExecutor, PerfectExecutor, ShuffledExecutor
 from workbench.probes import depth_matrix, overshoot
-from workbench.tasks.executors import ParkingExecutor, PerfectExecutor, ShuffledExecutor
 
 
 def test_perfect_executor_scores_a_full_depth_matrix(tok, rows):

@@ -10,9 +10,9 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from tests.executors import ParkingExecutor, PerfectExecutor, ShuffledExecutor
 from tests.probes.machines import TableMachine
-from workbench.errors import WorkbenchError
-from workbench.headlines import (
+from workbench.analysis.headlines import (
     Headline,
     clustered_mean,
     compare_headlines,
@@ -23,9 +23,9 @@ from workbench.headlines import (
     print_headlines,
     proportion,
 )
+from workbench.analysis.stats import bootstrap_mean, wilson
+from workbench.errors import WorkbenchError
 from workbench.probes import depth_matrix, logit_lens, overshoot, splice
-from workbench.stats import bootstrap_mean, wilson
-from workbench.tasks.executors import ParkingExecutor, PerfectExecutor, ShuffledExecutor
 
 
 @pytest.mark.parametrize("k,n,low,high", [
@@ -155,10 +155,15 @@ def test_splice_headline_reports_the_predicted_class(tok, rows, mode, span, verd
 def test_headlines_round_trip_and_print_within_100_columns(tok, rows):
     tables = {**depth_matrix.run(PerfectExecutor(tok), tok, rows, support=2),
               **overshoot.run(PerfectExecutor(tok), tok, rows, extra=3)}
-    heads = headlines_from_tables(tables)
-    assert list(heads) == ["depth_matrix", "overshoot"]
+    heads = headlines_from_tables(tables, {"depth_matrix": depth_matrix.headline, "overshoot": overshoot.headline,
+                                           "splice": splice.headline})
+    assert list(heads) == ["depth_matrix", "overshoot"]  # a probe without its table is left out
+    only = headlines_from_tables(tables, {"overshoot": overshoot.headline})  # only the probes handed in, in their order
+    assert list(only) == ["overshoot"] and only["overshoot"].to_dict() == heads["overshoot"].to_dict()
     summary = json.loads(json.dumps({"probes": {n: {"headline": h.to_dict()} for n, h in heads.items()}}))
     back = headlines_from_summary(summary)
+    assert list(back) == ["depth_matrix", "overshoot"]  # no order given: sorted
+    assert list(headlines_from_summary(summary, ["overshoot", "depth_matrix"])) == ["overshoot", "depth_matrix"]
     assert {n: h.to_dict() for n, h in back.items()} == {n: h.to_dict() for n, h in heads.items()}
     buf = io.StringIO()
     print_headlines(back, {"halting": "no halting head"}, out=Console(file=buf, width=100))

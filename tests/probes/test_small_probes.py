@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import torch
 
+from tests.executors import PerfectExecutor, parse_chase
 from workbench.loop.looped import LoopReadout
 from workbench.loop.surgery import attach_lora, retrofit
 from workbench.models import load_base
 from workbench.probes import NotApplicable, gradient_audit, halting, identity, latency
-from workbench.tasks.executors import PerfectExecutor, parse_chase
 
 
 class HaltingPerfect(PerfectExecutor):

@@ -4,9 +4,9 @@ the line. Calibrated like the symbol reader: a solver of the prompt text scores 
 import pytest
 import torch
 
+from tests.executors import AnswerExecutor, solve_arith, solve_prompt
 from workbench.errors import WorkbenchError
 from workbench.tasks import build_rows
-from workbench.tasks.executors import AnswerExecutor, solve_arith, solve_prompt
 from workbench.tasks.reader import answer_batch, answer_token_ids, read_answers, read_rows, reads_symbol
 
 

@@ -4,9 +4,9 @@ import re
 
 import pytest
 
+from tests.executors import ReadoutExecutor
+from workbench.analysis.stats import mcnemar
 from workbench.errors import WorkbenchError
-from workbench.stats import mcnemar
-from workbench.tasks.executors import ReadoutExecutor
 from workbench.tasks.guardrail import (
     GuardrailCounts,
     guardrail_compare,

@@ -5,9 +5,9 @@ import pandas as pd
 import pytest
 import torch
 
+from tests.executors import ParkingExecutor, PerfectExecutor, Readout, ShuffledExecutor
 from workbench.errors import WorkbenchError
 from workbench.tasks import build_rows
-from workbench.tasks.executors import ParkingExecutor, PerfectExecutor, Readout, ShuffledExecutor
 from workbench.tasks.manifest import rows_sha256
 from workbench.tasks.reader import candidate_ids, encode_prompts, read_rows
 

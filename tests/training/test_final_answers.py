@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workbench.arms import compare_arms, load_arm
+from workbench.analysis.arms import compare_arms, load_arm
 from workbench.models import load_base
 from workbench.plots.arms import controls_figure
 from workbench.tasks.chase import chase_rows

@@ -1,4 +1,4 @@
-"""`workbench claims`: the claims ledger from the committed specimens (workbench.claims)."""
+"""`workbench claims`: the claims ledger from the committed specimens (workbench.analysis.claims)."""
 
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ def claims(
     claims_file: Optional[Path] = typer.Option(None, "--claims", help="A claims TOML file (default: the "
                                                "packaged workbench/data/claims.toml)."),
     root: Optional[Path] = typer.Option(None, "--root", help="Where the specimens named in the claims file live "
-                                        "(default: the package data, workbench/data/, which mirrors the repository)."),
+                                        "(default: the checkout's root, or an installed package's data, which mirrors it)."),
     quiet: bool = QUIET,
     as_json: bool = JSON,
 ) -> None:
     """Print the claims ledger: each paper claim, the paper's number, ours, the comparison and a verdict."""
-    from workbench.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, build_ledger, write_ledger
+    from workbench.analysis.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, build_ledger, write_ledger
     from workbench.io import gate_output
 
     gate = None if out is None else gate_output(out, "claims", kind="file", names=LEDGER_FILES, overwrite=True,

@@ -71,14 +71,14 @@ def demo(
 def _run(ui: Output, staging: Path, out: Path, train_steps: int, eval_per_depth: int, skip_selection: bool,
          device: str = "auto"):
     """The demo's steps, written into `staging` (which becomes `out`); returns (headline, battery summary)."""
+    from workbench.block_selection import select_block
     from workbench.devices import device_record, resolve_device
-    from workbench.identity import identity_report
     from workbench.io import write_json_atomic
+    from workbench.loop.identity import identity_report
     from workbench.models import EMBEDDED_DEFAULT, load_base
     from workbench.probes.battery import run_battery
     from workbench.report import write_report
     from workbench.runs import read_retrofit
-    from workbench.selection import select_block
 
     say = ui.step   # the steps are the demo's progress: with --json on stderr, with --quiet nowhere
     start = time.perf_counter()

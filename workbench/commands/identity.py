@@ -27,9 +27,9 @@ def identity(
     from rich import box
     from rich.table import Table
 
+    from workbench.analysis.headlines import console
     from workbench.devices import device_record, resolve_device
-    from workbench.headlines import console
-    from workbench.identity import IDENTITY_PROMPTS, identity_report
+    from workbench.loop.identity import IDENTITY_PROMPTS, identity_report
     from workbench.models import load_base
     from workbench.native import native_family
 

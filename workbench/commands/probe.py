@@ -54,11 +54,12 @@ def print_summary(summary: dict) -> None:
     """Prints a battery summary: each probe's headline as one table within 100 columns."""
     import textwrap
 
-    from workbench.headlines import headlines_from_summary, print_headlines
+    from workbench.analysis.headlines import headlines_from_summary, print_headlines
+    from workbench.probes import PROBES
 
     skipped = {n: p["reason"] for n, p in summary["probes"].items() if p.get("status") == "not_applicable"}
-    print_headlines(headlines_from_summary(summary), skipped)
-    from workbench.readings import battery_notes
+    print_headlines(headlines_from_summary(summary, PROBES), skipped)
+    from workbench.analysis.readings import battery_notes
 
     for note in battery_notes(summary):
         typer.echo(textwrap.fill(f"note: {note}", 100))

@@ -20,9 +20,9 @@ def report(
 ) -> None:
     """Write the HTML report of a results directory: headlines with intervals (beside a control), the claims
     ledger when present, captioned figures, provenance; works offline."""
+    from workbench.analysis.results import load_results
     from workbench.io import dir_inputs, gate_output
     from workbench.report import REPORT, write_report
-    from workbench.results import load_results
 
     gate = gate_output(out or results_dir / REPORT, "report", kind="file", overwrite=True,  # before any work
                        reading=dir_inputs(results_dir, control, exclude=(REPORT,)))

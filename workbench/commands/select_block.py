@@ -37,11 +37,11 @@ def select_block(
     as_json: bool = JSON,
 ) -> None:
     """Find the loopable span (angular distance + Kneedle) and rank windows in it by loop-2 damage."""
+    from workbench.block_selection import load_corpus
+    from workbench.block_selection import select_block as run_selection
     from workbench.devices import device_record, resolve_device
     from workbench.models import load_base, weights_sha256
     from workbench.plots.selection import angular_distance_figure
-    from workbench.selection import load_corpus
-    from workbench.selection import select_block as run_selection
 
     ui = Output(quiet, as_json)
     run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from workbench.identity import IDENTITY_PROMPTS
+from workbench.loop.identity import IDENTITY_PROMPTS
 from workbench.loop.positions import position_ids
 from workbench.models import load_looped
 

@@ -1,7 +1,7 @@
 """Arms side by side: final-answer accuracy by depth for each arm, the trained support shaded, the frontier bar and
 the crossover marked; and frontier against support with the paper's 1.44-1.50 band (retrofit paper Sec. 8.1, 9.4).
 
-Draws only what `workbench.arms` computed (no model code, no statistics here)."""
+Draws only what `workbench.analysis.arms` computed (no model code, no statistics here)."""
 
 from __future__ import annotations
 

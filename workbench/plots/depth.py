@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from workbench.analysis.stats import FRONTIER_BAR
+from workbench.analysis.stats import frontier as frontier_depth
 from workbench.plots.base import SEQUENTIAL, hline, require, wilson
 from workbench.plots.theme import COLORWAY, apply_theme
-from workbench.stats import FRONTIER_BAR
-from workbench.stats import frontier as frontier_depth
 
 DIAGONAL = "diagonal (t = d)"
 
@@ -90,7 +90,7 @@ def frontier_figure(df: pd.DataFrame, frontier: pd.DataFrame | None = None, bar:
     Args:
         df: the depth_matrix table.
         frontier: the depth_matrix__frontier table (bar, frontier, support, ...); the frontier is
-            computed with `workbench.stats.frontier` when it is absent.
+            computed with `workbench.analysis.stats.frontier` when it is absent.
         bar: the registered bar (0.71); 0.60 and 0.80 are shown as sensitivity in the title.
     """
     require(df, ["row_id", "depth", "loop", "correct"], "depth_matrix")

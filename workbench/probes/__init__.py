@@ -5,7 +5,7 @@ Every probe module has
     run(model, tokenizer, rows, **options) -> DataFrame | {"<name>": df, "<name>__<part>": df2, ...}
     summarize(tables: dict[str, DataFrame]) -> dict      # numbers for summary.json, with "headline"
     headline(tables: dict[str, DataFrame]) -> Headline   # a few named numbers with n, 95% intervals
-                                                         # and one sentence (`workbench.headlines`)
+                                                         # and one sentence (`workbench.analysis.headlines`)
 
 `model` is a `LoopedLM` (or a stand-in with its `read` signature and hook names), `rows` are
 manifest rows (`workbench.tasks`); nothing is read from globals. A probe that does not apply

@@ -38,6 +38,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.analysis.readings import chance
 from workbench.defaults import EMBEDDED_DEFAULT, resolve, resolve_run, shipped_keepers
 from workbench.devices import device_record, resolve_device
 from workbench.errors import WorkbenchError
@@ -57,7 +58,6 @@ from workbench.native import native_family
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
-from workbench.readings import chance
 from workbench.runs import (
     PROVENANCE,
     RETROFIT,

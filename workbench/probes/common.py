@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.tasks.chase import TEMPLATES
 from workbench.tasks.reader import encode_prompts, row_candidates
@@ -168,14 +169,6 @@ def split_rows(rows: list[dict], fraction: float, seed: int) -> tuple[list[dict]
         first += idx[:k]
         second += idx[k:]
     return [rows[i] for i in sorted(first)], [rows[i] for i in sorted(second)]
-
-
-def device_of(model) -> torch.device:
-    """The device of the model's parameters (CPU for parameterless stand-ins)."""
-    try:
-        return next(model.parameters()).device
-    except (AttributeError, StopIteration):
-        return torch.device("cpu")
 
 
 

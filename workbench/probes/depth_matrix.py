@@ -17,9 +17,9 @@ import math
 
 import pandas as pd
 
-from workbench.headlines import Headline, fmt, measured, proportion, ranges, span
+from workbench.analysis.headlines import Headline, fmt, measured, proportion, ranges, span
+from workbench.analysis.stats import frontier
 from workbench.probes.common import require_symbols
-from workbench.stats import frontier
 from workbench.tasks.reader import read_rows
 
 BARS = (0.60, 0.71, 0.80)

@@ -28,11 +28,12 @@ from scipy.linalg import subspace_angles
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
+from workbench.analysis.headlines import Headline, measured
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, measured
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
-from workbench.probes.common import batches, check_loops, device_of
+from workbench.probes.common import batches, check_loops
 
 POSITIONS = ("all", "read")
 

@@ -37,8 +37,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workbench.analysis.headlines import Headline, counted, measured
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, counted, measured
 from workbench.loop.hooks import hook_name
 from workbench.probes.common import check_loops, require_symbols
 from workbench.probes.passes import read_passes

@@ -40,15 +40,15 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from workbench.analysis.headlines import Headline, measured, proportion
+from workbench.analysis.stats import paired_counts
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, measured, proportion
 from workbench.probes.common import check_loops, require_symbols, split_rows
 from workbench.probes.halting import RULES as HEAD_RULES
 from workbench.probes.halting import THRESHOLDS as HEAD_THRESHOLDS
 from workbench.probes.halting import _depths as head_depths
 from workbench.probes.halting import load_head
 from workbench.probes.passes import read_passes
-from workbench.stats import mcnemar
 
 RULES = ("stable", "kl", "entropy_drop", "step", "step_second", "max_prob")
 ABOVE = ("stable", "max_prob")   # rules that stop when the statistic is at least the threshold; the others at most
@@ -217,12 +217,13 @@ def match_and_test(table: pd.DataFrame, depths: dict, correct: np.ndarray, cal: 
         d_rule, d_ref = _depth_of(depths, p["method"], p["threshold"]), _depth_of(depths, ref, r["threshold"])
         ok_rule = correct[np.arange(len(d_rule)), d_rule - 1][rep]
         ok_ref = correct[np.arange(len(d_ref)), d_ref - 1][rep]
-        rule_only, ref_only = int((ok_rule & ~ok_ref).sum()), int((ok_ref & ~ok_rule).sum())
+        counts = paired_counts(ok_ref, ok_rule)  # B = the rule: helped = rows only the rule gets right
+        rule_only, ref_only = counts.helped, counts.hurt
         tests.append({"reference": ref, "rule": p["method"], "rule_threshold": float(p["threshold"]),
                       "ref_threshold": float(r["threshold"]), "n": int(rep.sum()),
                       "rule_mean_loops": float(d_rule[rep].mean()), "ref_mean_loops": float(d_ref[rep].mean()),
                       "rule_accuracy": float(ok_rule.mean()), "ref_accuracy": float(ok_ref.mean()),
-                      "rule_only": rule_only, "ref_only": ref_only, "p_mcnemar": mcnemar(rule_only, ref_only)})
+                      "rule_only": rule_only, "ref_only": ref_only, "p_mcnemar": counts.p_mcnemar})
     return pd.DataFrame.from_records(matched), pd.DataFrame.from_records(tests)
 
 

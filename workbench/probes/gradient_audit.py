@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from workbench.analysis.headlines import Headline, measured
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, measured
 from workbench.probes.common import require_chase
 from workbench.train.audit import gradient_audit
 

@@ -42,14 +42,14 @@ import pandas as pd
 import tomllib
 import torch
 
+from workbench.analysis.headlines import Headline, measured, proportion
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, measured, proportion
 from workbench.loop.halting import HaltPolicy, halt_depth
 from workbench.probes import NotApplicable
 from workbench.probes.common import (
     batches,
     check_loops,
-    device_of,
     read_final,
     row_candidates,
     shared_candidates,

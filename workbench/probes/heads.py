@@ -26,11 +26,12 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.analysis.headlines import Headline, counted, measured
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, counted, measured
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
-from workbench.probes.common import batches, check_loops, device_of, iterate, line_spans, require_chase
+from workbench.probes.common import batches, check_loops, iterate, line_spans, require_chase
 
 
 def run(model, tokenizer, rows: list[dict], layers=None, ratio: float = 3.0, min_frac: float = 0.5,

@@ -8,7 +8,7 @@ Rows (`variant`):
                         training made otherwise;
     adapter_off_vs_base the same with the LoRA adapter disabled (only when the model has one):
                         must be 0.0, the "detachable adapter" guarantee;
-    fresh               `workbench.identity.identity_report` on a freshly loaded base at the
+    fresh               `workbench.loop.identity.identity_report` on a freshly loaded base at the
                         probed model's block: every re-entry design, memory off/on, with and
                         without LoRA (expected 0.0).
 `adapter` says what the block's adapter was for that row: "trained", "untrained" (B = 0),
@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.headlines import Headline, Number, fmt, measured, pair, proportion
-from workbench.identity import (
+from workbench.analysis.headlines import Headline, Number, fmt, measured, pair, proportion
+from workbench.analysis.stats import paired_counts
+from workbench.devices import device_of
+from workbench.loop.identity import (
     IDENTITY_PROMPTS,
     adapter_state,
     adapters_disabled,
@@ -39,7 +41,6 @@ from workbench.identity import (
 )
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
-from workbench.probes.common import device_of
 from workbench.tasks.guardrail import MAX_DROP_POINTS, guardrail_counts
 
 COLUMNS = ["variant", "reentry", "memory", "lora", "adapter", "max_abs_diff"]
@@ -181,8 +182,7 @@ def _guardrail(g: pd.DataFrame, words: list[str]) -> list[Number]:
                        g["checkpoint_correct"], expect="at most 3 points below the base")
     change = pair(before, after)
     p = change.p_mcnemar
-    helped = int((g["checkpoint_correct"] & ~g["base_correct"]).sum())
-    hurt = int((g["base_correct"] & ~g["checkpoint_correct"]).sum())
+    counts = paired_counts(g["base_correct"], g["checkpoint_correct"])
     diff = Number("guardrail_change", f"guardrail change, checkpoint − base (McNemar p = {p:.2g})", change.diff,
                   len(g), change.low, change.high, "paired bootstrap", "difference",
                   "≥ −0.03 (the paper's stop: a drop over 3 points)")
@@ -191,7 +191,7 @@ def _guardrail(g: pd.DataFrame, words: list[str]) -> list[Number]:
     verdict = (f": a drop of {drop:.0f} points, past the paper's {MAX_DROP_POINTS:.0f}-point stop"
                if drop > MAX_DROP_POINTS else f": within the paper's {MAX_DROP_POINTS:.0f}-point stop")
     words.append(f"the arithmetic guardrail at loop 1 reads {k1}/{len(g)} = {after.text()} on the checkpoint "
-                 f"against {k0}/{len(g)} = {before.text()} on the base (change {diff.text()}; {helped} rows gained, "
-                 f"{hurt} lost, McNemar p = {p:.2g})"
+                 f"against {k0}/{len(g)} = {before.text()} on the base (change {diff.text()}; {counts.helped} rows gained, "
+                 f"{counts.hurt} lost, McNemar p = {p:.2g})"
                  + verdict)
     return [before, after, diff]

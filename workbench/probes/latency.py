@@ -26,8 +26,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from workbench.headlines import Headline, measured
-from workbench.probes.common import check_loops, device_of, row_candidates, shared_candidates, token_lengths
+from workbench.analysis.headlines import Headline, measured
+from workbench.devices import device_of
+from workbench.probes.common import check_loops, row_candidates, shared_candidates, token_lengths
 from workbench.tasks.reader import encode_prompts
 
 

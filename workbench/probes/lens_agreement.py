@@ -48,14 +48,15 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.analysis.headlines import Headline, clustered_mean, measured, ranges
+from workbench.analysis.stats import bootstrap_mean, wilson
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, clustered_mean, measured, ranges
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import (
     batches,
     check_loops,
-    device_of,
     iterate_from,
     require_symbols,
     row_candidates,
@@ -64,7 +65,6 @@ from workbench.probes.common import (
 )
 from workbench.probes.logit_lens import fit_tuned
 from workbench.probes.passes import read_passes
-from workbench.stats import bootstrap_mean, wilson
 from workbench.tasks.reader import encode_prompts
 
 LENSES = ("logit", "coda", "tuned")

@@ -27,11 +27,12 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
+from workbench.analysis.headlines import Headline, counted, ranges
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, counted, ranges
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
-from workbench.probes.common import batches, check_loops, device_of, iterate, require_chase, split_rows
+from workbench.probes.common import batches, check_loops, iterate, require_chase, split_rows
 
 TARGETS = {"x_prev": -1, "x_t": 0, "x_next": 1}
 

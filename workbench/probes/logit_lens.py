@@ -24,13 +24,13 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.analysis.headlines import Headline, clustered_mean, ranges
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
-from workbench.headlines import Headline, clustered_mean, ranges
 from workbench.loop.hooks import hook_name, stack_loops
 from workbench.probes.common import (
     batches,
     check_loops,
-    device_of,
     require_symbols,
     row_candidates,
     shared_candidates,

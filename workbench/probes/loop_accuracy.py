@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.headlines import Headline, proportion, ranges
+from workbench.analysis.headlines import Headline, proportion, ranges
 from workbench.probes.common import check_loops, read_final
 
 DEFAULT_LOOPS = 8

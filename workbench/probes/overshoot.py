@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.headlines import Headline, clustered_mean, proportion, ranges
+from workbench.analysis.headlines import Headline, clustered_mean, proportion, ranges
 from workbench.probes.common import check_loops, iterate, require_chase
 from workbench.tasks.reader import read_rows
 

@@ -18,9 +18,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from workbench.devices import device_of
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
-from workbench.probes.common import _extra_heads, batches, device_of, row_candidates, shared_candidates
+from workbench.probes.common import _extra_heads, batches, row_candidates, shared_candidates
 
 
 @dataclass

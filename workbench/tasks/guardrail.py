@@ -13,8 +13,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from workbench.analysis.stats import paired_counts
 from workbench.errors import WorkbenchError
-from workbench.stats import mcnemar
 from workbench.tasks.manifest import rows_sha256
 from workbench.tasks.reader import read_rows
 
@@ -101,9 +101,8 @@ def guardrail_compare(before: GuardrailCounts, after: GuardrailCounts) -> Guardr
     """
     if before.battery_sha256 != after.battery_sha256 or before.per_row.keys() != after.per_row.keys():
         raise WorkbenchError("refusing to compare guardrail results from different batteries")
-    helped = sum(not before.per_row[r] and after.per_row[r] for r in before.per_row)
-    hurt = sum(before.per_row[r] and not after.per_row[r] for r in before.per_row)
-    return GuardrailComparison(before.correct, after.correct, before.total, helped, hurt, mcnemar(helped, hurt))
+    c = paired_counts([before.per_row[r] for r in before.per_row], [after.per_row[r] for r in before.per_row])
+    return GuardrailComparison(before.correct, after.correct, before.total, c.helped, c.hurt, c.p_mcnemar)
 
 
 def passes(before: GuardrailCounts, after: GuardrailCounts, max_drop: float = MAX_DROP_POINTS) -> bool:

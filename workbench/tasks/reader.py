@@ -13,7 +13,7 @@ follows `Answer:`) at the last prompt token of loop t, through the model's one-p
 (`model.read(..., loops=T, candidates=...)`); the prediction is the argmax over the row's
 symbols. Training targets, every probe, final answers and the capability guardrail all go
 through `score_prompts`. Before its verdicts are trusted the reader is calibrated: a
-perfect executor (`workbench.tasks.executors`) must score exactly 100% through it.
+perfect executor (`tests/executors.py`) must score exactly 100% through it.
 
 Prompts are encoded as raw text, without the chat template: the task surface is the text
 the retrofit is trained on, and a chat wrapper would only add a fixed system preamble.
@@ -30,6 +30,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.tasks.manifest import rows_sha256
 
@@ -81,13 +82,6 @@ def encode_prompts(tokenizer, prompts: list[str]):
     return tokenizer(list(prompts), return_tensors="pt", padding=True, padding_side="left")
 
 
-def _device(model) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except (AttributeError, StopIteration):
-        return torch.device("cpu")
-
-
 @torch.no_grad()
 def score_prompts(model, tokenizer, prompts: list[str], candidates: list[torch.Tensor], loops: int,
                   batch_size: int = 16, progress: bool = False) -> np.ndarray:
@@ -109,7 +103,7 @@ def score_prompts(model, tokenizer, prompts: list[str], candidates: list[torch.T
     lengths = [len(tokenizer.encode(p)) for p in prompts]
     order = np.argsort(lengths, kind="stable")
     scores = np.zeros((len(prompts), loops, len(candidates[0])), dtype=np.float32)
-    device = _device(model)
+    device = device_of(model)
     for start in tqdm(range(0, len(order), batch_size), disable=not progress, desc="read"):
         idx = order[start:start + batch_size]
         enc = encode_prompts(tokenizer, [prompts[i] for i in idx]).to(device)
@@ -272,7 +266,7 @@ class AnswerRead:
 def answer_batches(model, tokenizer, rows: list[dict], loops: int, batch_size: int, progress: bool = False):
     """Yields (row indices, `answer_batch` on the model's device), rows batched by prompt length; a batch is
     split further so that full-vocabulary scores at the answer positions stay under `READ_BYTES`."""
-    device = _device(model)
+    device = device_of(model)
     longest = max(len(answer_token_ids(tokenizer, r)) for r in rows)
     step = max(1, min(batch_size, READ_BYTES // (4 * loops * longest * len(tokenizer))))
     order = np.argsort([len(tokenizer.encode(r["prompt"])) for r in rows], kind="stable")

@@ -52,7 +52,7 @@ SCHEMA: dict = {
     "init_from": "",                 # a finished run or keeper directory to continue from ("" = fresh)
     "model": {
         "base": EMBEDDED_DEFAULT,
-        "block": "10:16",            # "A:B", or "auto" (workbench.selection.resolve_block)
+        "block": "10:16",            # "A:B", or "auto" (workbench.block_selection.resolve_block)
         "reentry": "bridge",         # "bridge" | "inject"
         "memory": False,
         "memory_window": 3,

@@ -27,6 +27,7 @@ import torch
 from safetensors import SafetensorError
 from tqdm.auto import tqdm
 
+from workbench.block_selection import resolve_block
 from workbench.defaults import resolve
 from workbench.dense import direct_loss, scratchpad_batch, scratchpad_loss
 from workbench.devices import device_record, training_accelerator
@@ -37,7 +38,6 @@ from workbench.loop.halting import oracle_labels
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.precision import resolve_precision
-from workbench.selection import resolve_block
 from workbench.tasks import build_rows, task_row
 from workbench.tasks.guardrail import guardrail_compare, guardrail_counts
 from workbench.tasks.manifest import row_ids_sha256, rows_sha256
@@ -131,7 +131,7 @@ class Trainer:
         torch.manual_seed(r["seed"])  # LoRA's A matrices are drawn from it
         base, self.tok = load_base(m["base"], attn_implementation=m["attn"])
         block, self.block_record = m["block"], {"source": "given", "block": m["block"]}
-        if block == "auto":  # angular distance + Kneedle + window ablation (`workbench.selection`)
+        if block == "auto":  # angular distance + Kneedle + window ablation (`workbench.block_selection`)
             block, self.block_record = resolve_block(base, self.tok, block)
         self.base_hash = rundir.base_sha256(base)
         self.looped = retrofit(base, retrofit_config(r, block))  # LoRA's A matrices are drawn last

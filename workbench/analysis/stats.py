@@ -30,6 +30,58 @@ def mcnemar(helped: int, hurt: int) -> float:
     return min(1.0, 2.0 * float(sps.binom.cdf(min(helped, hurt), n, 0.5)))
 
 
+@dataclass(frozen=True)
+class PairedCounts:
+    """Right/wrong counts of two systems A and B on the same rows, with the exact McNemar p of the discordant ones.
+
+    `helped` counts the rows only B gets right, `hurt` the rows only A gets right ("B's view").
+    """
+
+    n: int
+    a_correct: int
+    b_correct: int
+    helped: int
+    hurt: int
+    p_mcnemar: float
+
+    @property
+    def tied(self) -> int:
+        """Rows both get right or both get wrong."""
+        return self.n - self.helped - self.hurt
+
+    @property
+    def both(self) -> int:
+        """Rows both get right."""
+        return self.a_correct - self.hurt
+
+    @property
+    def neither(self) -> int:
+        """Rows both get wrong."""
+        return self.n - self.a_correct - self.helped
+
+
+def paired_counts(a, b) -> PairedCounts:
+    """Returns the paired counts of A and B (B's view: helped = B right and A wrong) with the exact McNemar p.
+
+    Args:
+        a, b: per-row correctness (bool or 0/1), length R, the same rows in the same order; two pandas Series
+            must carry the same index.
+
+    Raises:
+        WorkbenchError: the two are not the same rows (lengths or indexes differ) or hold values other than 0/1.
+    """
+    if isinstance(a, pd.Series) and isinstance(b, pd.Series) and not a.index.equals(b.index):
+        raise WorkbenchError("paired counts need the same rows in the same order; the two indexes differ")
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise WorkbenchError(f"paired counts need two 1-D arrays of equal length, got {a.shape} and {b.shape}")
+    if not np.isin(a, (0, 1)).all() or not np.isin(b, (0, 1)).all():
+        raise WorkbenchError("paired counts need 0/1 (or bool) correctness per row")
+    a, b = a.astype(bool), b.astype(bool)
+    helped, hurt = int((b & ~a).sum()), int((a & ~b).sum())
+    return PairedCounts(len(a), int(a.sum()), int(b.sum()), helped, hurt, mcnemar(helped, hurt))
+
+
 def fisher(a_correct: int, a_total: int, b_correct: int, b_total: int, alternative: str = "two-sided") -> float:
     """Returns Fisher's exact p for the 2x2 table of correct/wrong counts of A and B.
 
@@ -194,15 +246,6 @@ def _final(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _counts(depth, g: pd.DataFrame) -> dict:
-    helped = int((g["correct_b"] & ~g["correct_a"]).sum())
-    hurt = int((g["correct_a"] & ~g["correct_b"]).sum())
-    return {
-        "depth": depth,
-        "n": len(g),
-        "a_correct": int(g["correct_a"].sum()),
-        "b_correct": int(g["correct_b"].sum()),
-        "helped": helped,
-        "hurt": hurt,
-        "tied": len(g) - helped - hurt,
-        "p_mcnemar": mcnemar(helped, hurt),
-    }
+    c = paired_counts(g["correct_a"], g["correct_b"])
+    return {"depth": depth, "n": c.n, "a_correct": c.a_correct, "b_correct": c.b_correct, "helped": c.helped,
+            "hurt": c.hurt, "tied": c.tied, "p_mcnemar": c.p_mcnemar}

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.analysis.stats import paired_compare
 from workbench.errors import WorkbenchError
-from workbench.stats import paired_compare
 
 SUMMARY = "summary.json"
 
@@ -55,7 +55,7 @@ def read_summary(results_dir: str | os.PathLike) -> dict:
 
 @dataclass
 class _Result:
-    """A results directory's depth matrix as `workbench.stats.paired_compare` takes it."""
+    """A results directory's depth matrix as `workbench.analysis.stats.paired_compare` takes it."""
 
     manifest_sha256: str
     table: pd.DataFrame

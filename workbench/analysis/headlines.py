@@ -14,6 +14,10 @@ claims ledger all read the same objects. Intervals, where a number has one:
 
 A `Number` keeps its per-row values (`units`, never written to JSON), so two specimens probed on
 the same rows can be compared number by number (`compare_headlines`).
+
+This module reads what the probes wrote and never imports them: `headlines_from_tables` is handed
+each probe's `headline` function by its caller (the report, `workbench compare`), which takes them
+from the probe registry.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import html
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -30,9 +34,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from workbench.probes import PROBES, get_probe
-from workbench.results import load_results
-from workbench.stats import bootstrap_mean, mcnemar, paired_bootstrap, wilson
+from workbench.analysis.stats import bootstrap_mean, paired_bootstrap, paired_counts, wilson
 
 LEVEL = 0.95
 N_BOOT = 4_000
@@ -270,9 +272,7 @@ def pair(a: Number, b: Number, seed: int = 0) -> Pairing:
     p = None
     binary = set(np.unique(np.concatenate([ua.to_numpy(), ub.to_numpy()]))) <= {0.0, 1.0}
     if binary and clusters is None:
-        helped = int(((ub == 1) & (ua == 0)).sum())
-        hurt = int(((ua == 1) & (ub == 0)).sum())
-        p = mcnemar(helped, hurt)
+        p = paired_counts(ua.to_numpy(), ub.to_numpy()).p_mcnemar
     return Pairing(a.key, iv.estimate, iv.low, iv.high, p, int(len(ua)))
 
 
@@ -303,28 +303,30 @@ def compare_headlines(a: Mapping[str, Headline], b: Mapping[str, Headline]) -> l
 
 
 # ----------------------------------------------------------------------------- reading results
-def headlines_from_tables(tables: Mapping[str, pd.DataFrame]) -> dict[str, Headline]:
-    """Returns {probe: Headline} for every probe whose main table is present, in battery order."""
-    out = {}
-    for name in PROBES:
-        if name in tables:
-            module = get_probe(name)
-            parts = {k: v for k, v in tables.items() if k == name or k.startswith(name + "__")}
-            out[name] = module.headline(parts)
-    return out
+HeadlineOf = Callable[[Mapping[str, pd.DataFrame]], Headline]  # a probe's `headline(tables)`
 
 
-def headlines_from_summary(summary: Mapping) -> dict[str, Headline]:
-    """Returns {probe: Headline} from a summary.json's stored headlines (no per-row values), in battery order."""
+def headlines_from_tables(tables: Mapping[str, pd.DataFrame], probes: Mapping[str, HeadlineOf]) -> dict[str, Headline]:
+    """Returns {probe: Headline} recomputed from the tables (with per-row values) for every probe of `probes` whose
+    main table is present, in the order of `probes`.
+
+    Args:
+        tables: {table name: DataFrame} of a results directory (`workbench.analysis.results.load_results`).
+        probes: {probe name: that probe's `headline` function}; the caller takes them from the probe registry
+            (`workbench.probes.get_probe(name).headline`), which analysis does not import.
+    """
+    return {name: headline({k: v for k, v in tables.items() if k == name or k.startswith(name + "__")})
+            for name, headline in probes.items() if name in tables}
+
+
+def headlines_from_summary(summary: Mapping, order: Iterable[str] = ()) -> dict[str, Headline]:
+    """Returns {probe: Headline} from a summary.json's stored headlines (no per-row values): the probes named in
+    `order` first, in that order (the battery order, `workbench.probes.PROBES`), then the others sorted."""
     probes = summary.get("probes") or {}
-    order = [n for n in PROBES if n in probes] + sorted(n for n in probes if n not in PROBES)
-    return {name: Headline.from_dict(probes[name]["headline"]) for name in order
+    order = list(order)
+    names = [n for n in order if n in probes] + sorted(n for n in probes if n not in order)
+    return {name: Headline.from_dict(probes[name]["headline"]) for name in names
             if isinstance(probes[name], Mapping) and "headline" in probes[name]}
-
-
-def read_headlines(results_dir) -> dict[str, Headline]:
-    """Returns {probe: Headline} of a results directory, recomputed from its tables (with per-row values)."""
-    return headlines_from_tables(load_results(results_dir))
 
 
 # ----------------------------------------------------------------------------- the terminal
@@ -394,4 +396,4 @@ def _escape(text: str) -> str:
 
 __all__ = ["Headline", "Number", "Pairing", "clustered_mean", "compare_headlines", "counted", "headlines_from_summary",
            "headlines_from_tables", "measured", "pair", "print_comparison", "print_headlines", "proportion",
-           "read_headlines", "span"]
+           "span"]

@@ -21,9 +21,9 @@ from pathlib import Path
 import pandas as pd
 import tomllib
 
+from workbench.analysis.results import read_table
+from workbench.analysis.stats import fisher, frontier, paired_counts
 from workbench.errors import WorkbenchError
-from workbench.results import read_table
-from workbench.stats import fisher, frontier, mcnemar
 
 BARS = (0.60, 0.71, 0.80)
 
@@ -114,14 +114,13 @@ def compare_arms(a: Arm, b: Arm) -> dict:
         raise WorkbenchError(f"arms '{a.name}' and '{b.name}' were read on different manifests")
 
     def counts(depth, g):
-        ca, cb, n = int(g["correct_a"].sum()), int(g["correct_b"].sum()), len(g)
-        helped = int((g["correct_b"] & ~g["correct_a"]).sum())
-        hurt = int((g["correct_a"] & ~g["correct_b"]).sum())
+        c = paired_counts(g["correct_a"], g["correct_b"])
+        ca, cb, n = c.a_correct, c.b_correct, c.n
         return {"depth": depth, "n": n, "a_correct": ca, "b_correct": cb,
                 "a_acc": ca / n, "b_acc": cb / n,
                 "p_fisher_a_greater": fisher(ca, n, cb, n, "greater"),
                 "p_fisher_b_greater": fisher(cb, n, ca, n, "greater"),
-                "b_helped": helped, "b_hurt": hurt, "p_mcnemar": mcnemar(helped, hurt)}
+                "b_helped": c.helped, "b_hurt": c.hurt, "p_mcnemar": c.p_mcnemar}
 
     per_depth = pd.DataFrame([counts(int(d), g) for d, g in paired.groupby("depth")])
     support = max(a.support, b.support)

@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from kneed import KneeLocator
 from tqdm.auto import tqdm
 
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.config import parse_block
 from workbench.loop.positions import last_real_token, position_ids
@@ -37,7 +38,7 @@ from workbench.loop.surgery import check_block, retrofit
 from workbench.models import decoder_layers
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.guardrail import guardrail_rows
-from workbench.tasks.reader import _device, read_rows
+from workbench.tasks.reader import read_rows
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -105,7 +106,7 @@ def angular_distances(model, tokenizer, texts: list[str], batch_size: int = 8,
         raise WorkbenchError("angular_distances needs at least one text; got none")
     total = torch.zeros(len(decoder_layers(model)), dtype=torch.float64)
     bar = tqdm(total=len(texts), desc="angular distance", unit="text", disable=not progress)
-    for enc in _batches(tokenizer, texts, batch_size, max_tokens, _device(model)):
+    for enc in _batches(tokenizer, texts, batch_size, max_tokens, device_of(model)):
         x_in, x_out = final_token_states(model, enc.input_ids, enc.attention_mask)
         total += angular_distance_between(x_in, x_out).sum(dim=0).cpu()
         bar.update(enc.input_ids.shape[0])
@@ -234,7 +235,7 @@ def window_ablation(model, tokenizer, windows: list[tuple[int, int]], heldout: l
     """
     if not windows:
         raise WorkbenchError("window_ablation needs at least one window; got none")
-    encodings = list(_batches(tokenizer, heldout, batch_size, max_tokens, _device(model)))
+    encodings = list(_batches(tokenizer, heldout, batch_size, max_tokens, device_of(model)))
     results = []
     base_loss = None
     for a, b in tqdm(windows, desc="window ablation", unit="window", disable=not progress):

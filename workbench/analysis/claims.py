@@ -34,15 +34,16 @@ from pathlib import Path
 import pandas as pd
 from scipy import stats as sps
 
-from workbench.arms import compare_arms, load_arm
+from workbench.analysis.arms import compare_arms, load_arm
+from workbench.analysis.headlines import ranges
+from workbench.analysis.results import read_table
+from workbench.analysis.stats import PairedCounts, fisher, paired_counts, paired_difference
+from workbench.defaults import DATA, data_root
 from workbench.errors import WorkbenchError
-from workbench.headlines import ranges
 from workbench.io import read_json, read_toml, write_bytes_atomic
-from workbench.results import read_table
-from workbench.stats import fisher, mcnemar, paired_difference
 
-CLAIMS_FILE = Path(__file__).resolve().parent / "data" / "claims.toml"
-ROOT = Path(__file__).parent / "data"   # the repository's layout: training/keepers/<specimen> (workbench.defaults)
+CLAIMS_FILE = DATA / "claims.toml"
+ROOT = data_root()   # the checkout's root, or an installed package's data: training/keepers/<specimen>
 BATTERY = "battery"
 ALPHA = 0.05
 VERDICTS = ("reproduced", "not reproduced", "not comparable")
@@ -175,13 +176,11 @@ def _censored(diagonal: dict, frontier: dict) -> list[str]:
 def guardrail(specimen: Path, claim: dict) -> dict:
     """Base vs specimen on the arithmetic guardrail at loop 1, row-paired (identity probe's table)."""
     f = _table(specimen, "identity__guardrail", claim.get("results", BATTERY))
-    base, ours = int(f["base_correct"].sum()), int(f["checkpoint_correct"].sum())
-    helped = int((~f["base_correct"] & f["checkpoint_correct"]).sum())
-    hurt = int((f["base_correct"] & ~f["checkpoint_correct"]).sum())
-    n = len(f)
-    return {"counts": [[base, n], [ours, n]], "drop": 100.0 * (base - ours) / n, "helped": helped, "hurt": hurt,
-            "p": mcnemar(helped, hurt), "rows": n,
-            "text": f"base {base}/{n} -> {ours}/{n} ({helped} helped, {hurt} hurt, McNemar p = {mcnemar(helped, hurt):.3g})"}
+    c = paired_counts(f["base_correct"], f["checkpoint_correct"])
+    base, ours, n = c.a_correct, c.b_correct, c.n
+    return {"counts": [[base, n], [ours, n]], "drop": 100.0 * (base - ours) / n, "helped": c.helped, "hurt": c.hurt,
+            "p": c.p_mcnemar, "rows": n,
+            "text": f"base {base}/{n} -> {ours}/{n} ({c.helped} helped, {c.hurt} hurt, McNemar p = {c.p_mcnemar:.3g})"}
 
 
 def _identity(specimen: Path, variant: str) -> dict:
@@ -328,11 +327,10 @@ def support_scaling(specimen: Path, claim: dict) -> dict:
     return out
 
 
-def _paired(a: pd.Series, b: pd.Series) -> dict:
+def _paired(c: PairedCounts) -> dict:
     """Paired counts of A and B right/wrong on the same rows, in B's view (as the arms comparisons), exact McNemar."""
-    helped, hurt = int((b & ~a).sum()), int((a & ~b).sum())
-    return {"n": len(a), "a_correct": int(a.sum()), "b_correct": int(b.sum()), "b_helped": helped, "b_hurt": hurt,
-            "p_mcnemar": mcnemar(helped, hurt)}
+    return {"n": c.n, "a_correct": c.a_correct, "b_correct": c.b_correct, "b_helped": c.helped, "b_hurt": c.hurt,
+            "p_mcnemar": c.p_mcnemar}
 
 
 def _halting(specimen: Path, claim: dict) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -444,9 +442,9 @@ def halting_head_vs_fixed(specimen: Path, claim: dict) -> dict:
     fixed = fixed.loc[head.index]
     a, b = head["correct"].astype(bool), fixed["correct"].astype(bool)
     k, loops = int(fixed["loops"].iloc[0]), float(head["loops"].mean())
-    p = _paired(a, b)
-    helped, hurt = p["b_helped"], p["b_hurt"]
-    diff = paired_difference(hurt, helped, int((a & b).sum()), int((~a & ~b).sum()))
+    c = paired_counts(a, b)
+    p, helped, hurt = _paired(c), c.helped, c.hurt
+    diff = paired_difference(hurt, helped, c.both, c.neither)
     by_k = {int(r.mean_loops): float(r.accuracy) for r in curve[curve["method"] == "fixed_k"].itertuples()}
     envelope, policy = constant_envelope(by_k, loops)
     track = _depth_tracking(head)
@@ -579,7 +577,7 @@ def memory_vs_plain(specimen: Path, claim: dict) -> dict:
     a, b = mem["correct"].astype(bool), plain["correct"].astype(bool)
     per = {int(d): (int(a[g.index].sum()), int(b[g.index].sum()), len(g)) for d, g in mem.groupby("depth")}
     detail = ", ".join(f"d{d} {x}/{n} vs {y}/{n}" for d, (x, y, n) in per.items())
-    p = _paired(a, b)
+    p = _paired(paired_counts(a, b))
     out = {"compared": p, "rows": len(a),
            "text": f"loops = depth, memory {p['a_correct']}/{p['n']} vs plain {p['b_correct']}/{p['n']} ({detail})"}
     if failed:
@@ -588,7 +586,7 @@ def memory_vs_plain(specimen: Path, claim: dict) -> dict:
     if claim.get("no_model_rule"):
         rows = _manifest_rows(specimen, results, root)
         name, right = no_model_rule([rows[i] for i in mem.index], claim["no_model_rule"])
-        vs = _paired(right.loc[mem.index], a)          # B = memory: helped = rows only memory gets right
+        vs = _paired(paired_counts(right.loc[mem.index], a))          # B = memory: helped = rows only memory gets right
         out["no_model"] = {"rule": name, "correct": int(right.sum()), "n": len(right), "vs_memory": vs}
         out["text"] += f"; the best rule with no model ({name}) {int(right.sum())}/{len(right)}"
         if not (vs["b_helped"] > vs["b_hurt"] and vs["p_mcnemar"] < ALPHA):
