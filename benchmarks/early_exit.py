@@ -5,7 +5,7 @@
 `LoopedLM.adaptive_read` drops rows that stopped from the batch, so later loops, their memory
 and the Coda run only on the rows still going. Cases, each on the same batch of chase rows with
 a budget of T loops (an inject + memory + halting retrofit; the head's probabilities are set by
-hooks on `loop.{t}.halt.hook_prob`, so who stops is fixed, not learned):
+hooks on the halting head (`hook_name("halt", t)`), so who stops is fixed, not learned):
 
 - `fixed`: tau = 0, every row runs T loops (what a fixed-depth run computes);
 - `half_at_1`: half the rows stop after loop 1, the other half run T loops;
@@ -23,6 +23,9 @@ import time
 import common
 import torch
 
+from workbench.loop.halting import HaltPolicy
+from workbench.loop.hooks import hook_name
+
 NAME = "early_exit"
 FULL = dict(rows=8, loops=8, alphabet=8, reps=5, warmup=1)
 QUICK = dict(rows=4, loops=4, alphabet=8, reps=2, warmup=1)
@@ -30,8 +33,6 @@ QUICK = dict(rows=4, loops=4, alphabet=8, reps=2, warmup=1)
 
 def run(looped, ids, mask, cand, loops: int, reps: int, warmup: int, progress: bool = True) -> dict:
     """Times the three cases side by side; returns work counts, wall / CPU ratios and the layer-model prediction."""
-    from workbench.loop.halting import HaltPolicy
-
     rows = ids.shape[0]
     stop_first = {"fixed": [], "half_at_1": list(range(rows // 2)), "all_at_1": list(range(rows))}
 
@@ -42,8 +43,8 @@ def run(looped, ids, mask, cand, loops: int, reps: int, warmup: int, progress: b
                 out[stop_first[name]] = 0.0
                 return out
             policy = HaltPolicy(tau=0.0 if name == "fixed" else 0.5, max_loops=loops)
-            go_on = [(f"loop.{t}.halt.hook_prob", lambda p, hook: torch.ones_like(p)) for t in range(2, loops + 1)]
-            with looped.hooks(fwd_hooks=[("loop.1.halt.hook_prob", probs), *go_on]):
+            go_on = [(hook_name("halt", t), lambda p, hook: torch.ones_like(p)) for t in range(2, loops + 1)]
+            with looped.hooks(fwd_hooks=[(hook_name("halt", 1), probs), *go_on]):
                 return looped.adaptive_read(ids, mask, policy=policy, candidates=cand)
         return fn
 

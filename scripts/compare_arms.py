@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     fig = arms_accuracy_figure(out["depths"], out["arms"], (a.support, b.support),
                                None if out["crossover"] is None or math.isnan(out["crossover"]) else out["crossover"])
     if args.png:
-        from workbench.figures import ExportServer
+        from workbench.plots.browser import Browser
 
-        with ExportServer():
+        with Browser():
             fig.write_image(args.out / "arms.png", scale=1, width=900, height=420)
     print(text)
     return 0

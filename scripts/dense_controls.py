@@ -110,10 +110,10 @@ def main(argv: list[str] | None = None) -> int:
     clean = json.loads(json.dumps(record, default=float), parse_constant=lambda c: None)
     write_bytes_atomic(args.out / "controls.json", (json.dumps(clean, indent=1, sort_keys=True) + "\n").encode())
     if args.png:
-        from workbench.figures import ExportServer
+        from workbench.plots.browser import Browser
 
         fig = controls_figure(table, support=max(a.support for a in arms))
-        with ExportServer():
+        with Browser():
             fig.write_image(args.out / "controls.png", scale=1, width=1100, height=460)
     print(text)
     return 0

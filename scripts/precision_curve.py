@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     if a.png:
         import plotly.graph_objects as go
 
-        from workbench.figures import ExportServer
+        from workbench.plots.browser import Browser
         from workbench.plots.theme import COLORWAY, apply_theme
 
         fig = go.Figure()
@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         fig.update_xaxes(title="step")
         fig.update_layout(title=f"Same recipe, same batches: fp32 (solid) vs bf16 (dashed); loop 2 installs at "
                                 f"{inst['fp32']} / {inst['bf16']}", width=900, height=420)
-        with ExportServer():
+        with Browser():
             apply_theme(fig).write_image(a.out / "curve.png", scale=1)
     return 0
 

@@ -77,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "SCALING.md").write_text(text)
     if a.png:
-        from workbench.figures import ExportServer
+        from workbench.plots.browser import Browser
 
-        with ExportServer():
+        with Browser():
             frontier_support_figure(t).write_image(OUT / "scaling.png", scale=1, width=700, height=440)
     print(text)
     return 0

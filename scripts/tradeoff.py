@@ -99,9 +99,9 @@ def main(argv: list[str]) -> None:
     (ATTEMPTS / "TRADEOFF.md").write_text(text)
     print(text)
     if "--png" in argv:
-        from workbench.figures import ExportServer
+        from workbench.plots.browser import Browser
 
-        with ExportServer():
+        with Browser():
             figure(runs).write_image(ATTEMPTS / "tradeoff.png", scale=1)
         print(f"wrote {ATTEMPTS / 'tradeoff.png'}")
 

@@ -66,3 +66,17 @@ def test_a_mistyped_keeper_lists_the_shipped_ones():
 
     with pytest.raises(WorkbenchError, match="shipped keeper's name: smollm2-chase, smollm2-chase-anneal"):
         load_run("smollm2-chas")
+
+
+def test_the_data_root_is_the_checkout_itself_in_a_checkout_and_the_package_data_installed(wheel_data, monkeypatch):
+    checkout = Path(__file__).resolve().parents[1]
+    monkeypatch.setattr(defaults, "__file__", str(checkout / "workbench" / "defaults.py"))
+    assert defaults.data_root() == checkout and not (defaults.data_root() / "training").is_symlink()
+    monkeypatch.setattr(defaults, "__file__", str(wheel_data.parent / "defaults.py"))  # site-packages/workbench/
+    assert defaults.data_root() == wheel_data
+
+
+def test_the_claims_ledger_reads_the_checkout_not_a_link():
+    from workbench.analysis import claims
+
+    assert claims.ROOT == Path(__file__).resolve().parents[1]

@@ -86,8 +86,8 @@ def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
 
     import importlib
 
-    for module in ("workbench.train.trainer", "workbench.probes.battery", "workbench.figures", "workbench.analysis.claims",
-                   "workbench.report", "workbench.block_selection", "workbench.loop.identity", "workbench.tasks.manifest",
+    for module in ("workbench.train.trainer", "workbench.probes.battery", "workbench.plots.export", "workbench.analysis.claims",
+                   "workbench.plots.report", "workbench.block_selection", "workbench.loop.identity", "workbench.tasks.manifest",
                    "workbench.train.rundir"):
         importlib.import_module(module)  # imported before the patch: none binds the patched load_base for good
     monkeypatch.setattr(io.Gate, "_decide", reached)
@@ -112,8 +112,8 @@ def results(tmp_path, tiny_run, tiny_manifest):  # noqa: F811
 
 
 def subprocess_free_probe(run, manifest, out):
+    from workbench.plots.report import write_report
     from workbench.probes.battery import run_battery
-    from workbench.report import write_report
 
     run_battery(str(run), "default", out, rows=str(manifest), only=["depth_matrix"], progress=False,
                 finish=lambda staging: write_report(staging, shown_as=out))

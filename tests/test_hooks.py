@@ -1,5 +1,9 @@
 """Hook names are a public contract (docs/hooks.md): one hook point per site and loop."""
 
+import ast
+import re
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -139,3 +143,53 @@ def test_nnsight_reads_and_patches_per_loop_state(tiny, batch):
         expected = looped(ids, loops=3).logits
     assert torch.allclose(logits, expected, atol=1e-6)
     assert not torch.allclose(logits, looped(ids, loops=3).logits)
+
+
+# ----------------------------------------------------------------------------- names come from hooks.py only
+ROOT = Path(__file__).resolve().parents[1]
+PLACEHOLDER = r"(?:\d+|\w+|\{[^{}]*\})"  # a number, a gate letter, or an f-string / str.format field
+HAND_WRITTEN = re.compile("|".join(
+    r"(?<![\w.])" + re.sub(r"\\\{\w+\\\}", lambda _: PLACEHOLDER, re.escape(pattern)) + r"(?![\w])"
+    for pattern in SITES.values()))
+
+
+def _code_strings(source: str):
+    """(line, text) of every string literal that is not a docstring; an f-string's fields read as "{}"."""
+    tree = ast.parse(source)
+    skip = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                skip.add(id(first.value))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            skip.update(id(v) for v in node.values)
+            yield node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            yield node.lineno, node.value
+
+
+def hand_written_hook_names(source: str) -> list[tuple[int, str]]:
+    """(line, name) of every hook name spelled out in code: what `hook_name` should have built."""
+    return [(line, m.group(0)) for line, text in _code_strings(source) for m in HAND_WRITTEN.finditer(text)]
+
+
+def test_the_scan_finds_hand_written_hook_names():
+    source = ('def f(t, model):\n    """Reads loop.{t}.hook_state (a docstring may say it)."""\n'
+              '    a = [(f"loop.{t}.halt.hook_prob", g) for t in range(3)]\n'
+              '    b = "loop.1.block.3.attn.hook_pattern"\n'
+              '    c = "loop.{}.hook_readout".format(t)\n'
+              '    return hook_name("state", t), "hook_state"  # a module attribute name is no hook name\n')
+    assert hand_written_hook_names(source) == [(3, "loop.{}.halt.hook_prob"), (4, "loop.1.block.3.attn.hook_pattern"),
+                                              (5, "loop.{}.hook_readout")]
+
+
+def test_no_hook_name_is_spelled_by_hand_outside_hooks_py():
+    """Every hook name in the library, the benchmarks and the scripts is built by `hook_name` (docs/hooks.md)."""
+    files = [f for f in [*ROOT.glob("workbench/**/*.py"), *ROOT.glob("benchmarks/*.py"), *ROOT.glob("scripts/*.py")]
+             if f != ROOT / "workbench" / "loop" / "hooks.py"]
+    assert len(files) > 100
+    found = [f"{f.relative_to(ROOT)}:{line}: {name}" for f in files for line, name in hand_written_hook_names(f.read_text())]
+    assert found == []

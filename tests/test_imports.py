@@ -112,7 +112,7 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
 
 
 MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.block_selection", "workbench.precision")
-PRESENTATION = ("workbench.plots", "workbench.report", "workbench.figures")
+PRESENTATION = ("workbench.plots",)  # plots, the report (plots.report) and the paper figures (plots.export)
 COMPUTE = ("workbench.loop", "workbench.block_selection", "workbench.probes", "workbench.train", "workbench.tasks",
            "workbench.analysis")
 

@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 from workbench.analysis.headlines import headlines_from_tables
 from workbench.commands.report import report as report_command
 from workbench.errors import WorkbenchError
-from workbench.plots import FIGURES, build_all
+from workbench.plots import build_all, captions, figures
 from workbench.plots.registry import figure_key
+from workbench.plots.report import BLOCK_SELECTION_CAPTION, write_report
 from workbench.probes import PROBES, get_probe
-from workbench.report import FIGURE_CAPTIONS, write_report
 
 
 def _synthetic():
@@ -179,12 +179,13 @@ def test_headline_section_in_headless_chromium_holds_the_declared_headlines(page
 
 @pytest.mark.slow  # the browser: reads the page headless Chromium rendered
 def test_every_figure_has_a_caption(page):
-    keys = [figure_key(b) for bs in FIGURES.values() for b in bs] + ["block_selection", "identity"]
-    assert set(keys) <= set(FIGURE_CAPTIONS)
+    caption = {**captions(), "block_selection": BLOCK_SELECTION_CAPTION}
+    keys = [figure_key(b) for bs in figures().values() for b in bs] + ["block_selection", "identity"]
+    assert set(keys) <= set(caption)
     text = page.read_text()
     for key in keys:
         assert f"data-figure='{key}'" in text
-        assert "Predicted:" in FIGURE_CAPTIONS[key]
+        assert "Predicted:" in caption[key]
 
 
 def test_claims_ledger_rows_appear_with_their_verdicts(tmp_path):

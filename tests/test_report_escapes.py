@@ -15,7 +15,7 @@ import pytest
 
 from workbench.analysis.claims import ledger_html
 from workbench.errors import WorkbenchError
-from workbench.report import render_report
+from workbench.plots.report import render_report
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECIMEN = ROOT / "training" / "keepers" / "smollm2-chase-anneal" / "battery"

@@ -24,10 +24,11 @@ import numpy as np
 import pandas as pd
 import torch
 
+from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.positions import position_ids
 from workbench.precision import autocast
-from workbench.tasks.reader import _device, candidate_ids, encode_prompts
+from workbench.tasks.reader import candidate_ids, encode_prompts
 
 KINDS = ("direct", "scratchpad")
 
@@ -109,7 +110,7 @@ def read_direct(looped, tokenizer, rows: list[dict], batch_size: int = 16) -> pd
     preds = []
     for i in range(0, len(rows), batch_size):
         chunk = rows[i:i + batch_size]
-        device = _device(looped)
+        device = device_of(looped)
         enc = {k: v.to(device) for k, v in encode_prompts(tokenizer, [r["prompt"] for r in chunk]).items()}
         cands = torch.stack([candidate_ids(tokenizer, r["symbols"]) for r in chunk]).to(device)
         r = looped.read(enc["input_ids"], attention_mask=enc["attention_mask"], loops=1, candidates=cands)
@@ -122,7 +123,7 @@ def read_direct(looped, tokenizer, rows: list[dict], batch_size: int = 16) -> pd
 def _decode(looped, tokenizer, chunk: list[dict], steps: int) -> list[list[int]]:
     """Greedy decoding of `steps` symbols for each row (restricted to its symbols), KV-cached; symbol indices."""
     base = looped.base
-    device = _device(looped)
+    device = device_of(looped)
     enc = encode_prompts(tokenizer, [r["prompt"] for r in chunk])
     cands = torch.stack([candidate_ids(tokenizer, r["symbols"]) for r in chunk]).to(device)
     ids, mask = enc["input_ids"].to(device), enc["attention_mask"].to(device)

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from workbench.commands.figures import figures as figures_command
 from workbench.errors import WorkbenchError
-from workbench.figures import FigureSpec, default_spec, export_figures, figure_data, load_spec, paper_figure
 from workbench.plots import depth_matrix_figure, heads_figure
+from workbench.plots.export import FigureSpec, default_spec, export_figures, figure_data, load_spec, paper_figure
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -4,6 +4,7 @@ and that its HTML draws in headless Chromium whatever order the figures' scripts
 import plotly.graph_objects as go
 import plotly.io as pio
 import pytest
+from kaleido.errors import ChromeNotFoundError
 
 import workbench.plots.notebook as notebook
 from tests.cdp import Browser
@@ -53,12 +54,24 @@ def test_the_bundle_holds_the_mime_type_html_and_png(kaleido_server):
 
 def test_no_browser_means_no_png_and_no_error(monkeypatch):
     def broken(*args, **kwargs):
-        raise RuntimeError("no chromium here")
+        raise ChromeNotFoundError("no chromium here")  # what kaleido raises without a browser
 
     monkeypatch.setattr(pio, "to_image", broken)
     renderer = notebook.WorkbenchRenderer()
     assert set(renderer.to_mimebundle(_fig("x"))) == {PLOTLY_MIME, "text/html"}
     assert renderer._state["png_broken"]
+
+
+def test_an_error_that_is_not_the_browsers_is_raised_and_keeps_pngs_on(monkeypatch):
+    """Only kaleido's own errors turn PNGs off for the kernel: a bug in a figure shows where it happens."""
+    def bug(*args, **kwargs):
+        raise ValueError("Invalid property specified for object of type plotly.graph_objs.Layout")
+
+    monkeypatch.setattr(pio, "to_image", bug)
+    renderer = notebook.WorkbenchRenderer()
+    with pytest.raises(ValueError, match="Invalid property"):
+        renderer.to_mimebundle(_fig("x"))
+    assert not renderer._state["png_broken"]
 
 
 @pytest.mark.slow  # the browser: headless Chromium

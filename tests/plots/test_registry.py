@@ -3,23 +3,40 @@
 import pytest
 
 from workbench.errors import WorkbenchError
-from workbench.plots import FIGURES, build_all, figure_key, find_builder
-from workbench.plots.registry import builder_parts, part_names
+from workbench.plots import build_all, captions, figure_key, figures, find_builder
+from workbench.plots.registry import ORDER, builder_parts, part_names, resolve
+from workbench.plots.report import section_heads
 from workbench.probes import PROBES
-from workbench.report import FIGURE_CAPTIONS, SECTIONS
+from workbench.probes.spec import Figure
 
 
 def test_every_probe_result_has_figures_with_unique_names():
-    """Read from the probe registry and the report, not from a list kept beside FIGURES: a probe added without
-    figures, a figure without a caption or a report section, or two builders with one name fail here."""
-    assert set(FIGURES) == set(PROBES) - {"identity"}  # identity is shown as a table in the report
-    keys = [figure_key(b) for bs in FIGURES.values() for b in bs]
+    """Read from the probes' declarations: a probe without figures (or a table caption), a figure without a
+    caption, a probe without a report section, or two builders with one name fail here."""
+    registry = figures()
+    assert set(registry) == set(PROBES) - {"identity"}  # identity is shown as a table in the report
+    keys = [figure_key(b) for bs in registry.values() for b in bs]
     assert len(keys) == len(set(keys))
-    assert [k for k in keys if k not in FIGURE_CAPTIONS] == []
-    assert [r for r in FIGURES if r not in SECTIONS] == []
-    for result, builders in FIGURES.items():
+    assert [k for k in [*keys, "identity"] if not captions().get(k)] == []
+    assert [r for r in PROBES if r not in section_heads()] == []
+    for result, builders in registry.items():
         for b in builders:
             assert find_builder(figure_key(b)) == (result, b)
+
+
+def test_the_presentation_order_names_only_probes():
+    """A name left in ORDER after its probe is gone (or misspelt) would be skipped without a word."""
+    assert len(ORDER) == len(set(ORDER)) and [n for n in ORDER if n not in PROBES] == []
+    assert list(section_heads())[1:] == list(ORDER)  # after the block selection; every probe is named today
+
+
+def test_a_figure_naming_a_missing_builder_is_one_line():
+    with pytest.raises(WorkbenchError, match="'workbench.plots.lens' has no function 'lens_figure'"):
+        resolve(Figure("workbench.plots.lens:lens_figure", "caption"))
+    with pytest.raises(WorkbenchError, match="no module 'workbench.plots.lense'"):
+        resolve(Figure("workbench.plots.lense:logit_lens_figure", "caption"))
+    with pytest.raises(WorkbenchError, match="is not 'module:name_figure'"):
+        Figure("workbench.plots.lens.logit_lens_figure", "caption")
 
 
 def test_parts_are_the_dataframe_parameters():
@@ -32,7 +49,7 @@ def test_parts_are_the_dataframe_parameters():
 
 def test_build_all_renders_what_is_present(tables):
     built = build_all(tables)
-    assert [k for _, k, _ in built] == [figure_key(b) for bs in FIGURES.values() for b in bs]  # every figure, in order
+    assert [k for _, k, _ in built] == [figure_key(b) for bs in figures().values() for b in bs]  # every figure, in order
     # A required part absent: that figure is skipped, the others stay.
     partial = {k: v for k, v in tables.items() if k != "heads__summary"}
     keys = [k for _, k, _ in build_all(partial)]
@@ -46,5 +63,5 @@ def test_build_all_renders_what_is_present(tables):
 
 
 def test_unknown_figure_is_an_error():
-    with pytest.raises(WorkbenchError, match="figure 'fronteir' is unknown; accepted: logit_lens"):
+    with pytest.raises(WorkbenchError, match="figure 'fronteir' is unknown; accepted: logit_lens, lens_agreement, "):
         find_builder("fronteir")

@@ -4,7 +4,7 @@ import json
 
 import synthetic
 
-from workbench.report import write_report
+from workbench.plots.report import write_report
 
 
 def test_the_title_names_the_checkpoint_and_battery_and_provenance_comes_last(tmp_path):

@@ -12,14 +12,21 @@ import tomli_w
 import torch
 from typer.testing import CliRunner
 
+from tests.conftest import perturb
 from workbench.cli import app
-from workbench.figures import export_figures, load_spec
+from workbench.errors import WorkbenchError
+from workbench.loop.surgery import retrofit
+from workbench.models import load_base
 from workbench.plots import halting_figure
+from workbench.plots.export import export_figures, load_spec
 from workbench.plots.halting import CHOSEN, METHODS
 from workbench.plots.registry import build
-from workbench.report import load_results
+from workbench.plots.report import load_results
+from workbench.probes.halting import load_head
+from workbench.runs import PROVENANCE, RECIPE, RETROFIT, TRAINABLE, base_sha256
 from workbench.tasks import build_rows
 from workbench.tasks.manifest import write_manifest
+from workbench.train.rundir import retrofit_record, save_tensors, write_provenance
 from workbench.train.trainer import train
 
 BUDGET = 4
@@ -123,28 +130,46 @@ def test_the_report_and_the_paper_figure_carry_the_curve(results, tmp_path):
         assert sorted(zip(shown["x"].astype(float), shown["y"])) == sorted(zip(g["mean_loops"], g["accuracy"]))
 
 
-def test_a_head_from_another_stage1_model_is_refused_and_a_matching_one_loads(tmp_path):
-    from safetensors.torch import save_file
-
-    from tests.conftest import perturb
-    from workbench.errors import WorkbenchError
-    from workbench.loop.surgery import retrofit
-    from workbench.models import load_base
-    from workbench.probes.halting import load_head
-
-    looped = retrofit(load_base("tiny-llama")[0], "2:4", reentry="inject", memory=True, halting=True, max_loops=3)
-    state = {n: p.detach().clone().contiguous() for n, p in looped.named_parameters()
-             if n.startswith(("memory.", "reentry.", "halting."))}
+def _head_run(looped, run_dir, pooling: str = "mean"):
+    """A finished Stage 2 run directory holding an ACT head for `looped` (its files and their provenance)."""
+    run_dir.mkdir(exist_ok=True)
+    groups = ["reentry", "memory", "halting"]
+    state = {n: p.detach().clone().contiguous() for n, p in looped.named_parameters() if n.startswith(
+        tuple(f"{g}." for g in groups))}
     state["halting.proj.bias"] = state["halting.proj.bias"] + 1.0          # a head trained with ACT on this model
-    save_file(state, str(tmp_path / "trainable.safetensors"))
-    (tmp_path / "recipe.toml").write_text('[halting]\nobjective = "act"\n')
-    head, objective = load_head(looped, tmp_path)
+    save_tensors(run_dir / TRAINABLE, state)
+    (run_dir / RECIPE).write_text('[halting]\nobjective = "act"\n')
+    record = retrofit_record(looped, "tiny-llama", base_sha256(looped.base), groups)
+    record["settings"]["halting_pooling"] = pooling
+    (run_dir / RETROFIT).write_text(json.dumps(record))
+    write_provenance(run_dir, manifests={}, seeds={})
+    return state
+
+
+def test_a_head_from_another_stage1_model_is_refused_and_a_matching_one_loads(tmp_path):
+    looped = retrofit(load_base("tiny-llama")[0], "2:4", reentry="inject", memory=True, halting=True, max_loops=3)
+    state = _head_run(looped, tmp_path / "act")
+    head, objective = load_head(looped, tmp_path / "act")
     assert objective == "act" and torch.equal(head.proj.bias, state["halting.proj.bias"])
     assert not torch.equal(head.proj.bias, looped.halting.proj.bias)       # a copy: the model's own head is kept
     assert head.pooling == "mean"
-    (tmp_path / "retrofit.json").write_text(json.dumps({"settings": {"halting_pooling": "last"}}))
-    head, _ = load_head(looped, tmp_path)                                  # a head that pools the last token
+    _head_run(looped, tmp_path / "last", pooling="last")
+    head, _ = load_head(looped, tmp_path / "last")                         # a head that pools the last token
     assert head.pooling == "last" and looped.halting.pooling == "mean"
     perturb(looped.memory, 0.01)
     with pytest.raises(WorkbenchError, match=r"trained on another Stage 1 model \(memory\..* differs\)"):
+        load_head(looped, tmp_path / "act")
+
+
+def test_a_tampered_head_is_refused_by_the_run_directory_checks(tmp_path):
+    """A head's tensors are read as `load_run` reads a run's: through provenance.json's hashes."""
+    looped = retrofit(load_base("tiny-llama")[0], "2:4", reentry="inject", memory=True, halting=True, max_loops=3)
+    state = _head_run(looped, tmp_path)
+    state["halting.proj.bias"] = state["halting.proj.bias"] * 100.0       # edited after the run finished
+    save_tensors(tmp_path / TRAINABLE, state)
+    with pytest.raises(WorkbenchError) as err:
+        load_head(looped, tmp_path)
+    assert str(err.value) == f"{tmp_path / TRAINABLE}: SHA-256 differs from the one recorded in {PROVENANCE}"
+    (tmp_path / PROVENANCE).unlink()
+    with pytest.raises(WorkbenchError, match=f"is not a finished run directory: {PROVENANCE} is missing"):
         load_head(looped, tmp_path)

@@ -76,8 +76,8 @@ def _run(ui: Output, staging: Path, out: Path, train_steps: int, eval_per_depth:
     from workbench.io import write_json_atomic
     from workbench.loop.identity import identity_report
     from workbench.models import EMBEDDED_DEFAULT, load_base
+    from workbench.plots.report import write_report
     from workbench.probes.battery import run_battery
-    from workbench.report import write_report
     from workbench.runs import read_retrofit
 
     say = ui.step   # the steps are the demo's progress: with --json on stderr, with --quiet nowhere

@@ -25,7 +25,7 @@ def figures(
 ) -> None:
     """Export the figures of each results directory, with the numbers each one shows as CSV beside it."""
     from workbench.errors import WorkbenchError
-    from workbench.figures import DPI, export_figures, load_spec
+    from workbench.plots.export import DPI, export_figures, load_spec
 
     specs, spec_dpi = load_spec(spec) if spec is not None else (None, DPI)
     if not results:

@@ -36,9 +36,9 @@ def probe(
     as_json: bool = JSON,
 ) -> None:
     """Run the probe battery on a checkpoint: one parquet per probe table, summary.json, report.html."""
+    from workbench.plots.report import write_report
     from workbench.probes import parse_only
     from workbench.probes.battery import run_battery
-    from workbench.report import write_report
 
     ui = Output(quiet, as_json)
     summary = run_battery(checkpoint, battery, out, rows=rows, only=parse_only(only), overwrite=overwrite, seed=seed,

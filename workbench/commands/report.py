@@ -22,7 +22,7 @@ def report(
     ledger when present, captioned figures, provenance; works offline."""
     from workbench.analysis.results import load_results
     from workbench.io import dir_inputs, gate_output
-    from workbench.report import REPORT, write_report
+    from workbench.plots.report import REPORT, write_report
 
     gate = gate_output(out or results_dir / REPORT, "report", kind="file", overwrite=True,  # before any work
                        reading=dir_inputs(results_dir, control, exclude=(REPORT,)))

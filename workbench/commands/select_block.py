@@ -41,7 +41,7 @@ def select_block(
     from workbench.block_selection import select_block as run_selection
     from workbench.devices import device_record, resolve_device
     from workbench.models import load_base, weights_sha256
-    from workbench.plots.selection import angular_distance_figure
+    from workbench.plots.block_selection import angular_distance_figure
 
     ui = Output(quiet, as_json)
     run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written

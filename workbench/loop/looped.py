@@ -26,7 +26,7 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 from workbench.errors import WorkbenchError
 from workbench.loop.attention import pattern_hook
 from workbench.loop.config import RetrofitConfig
-from workbench.loop.hooks import StrictHookNames
+from workbench.loop.hooks import StrictHookNames, hook_name
 from workbench.loop.positions import last_real_token, position_ids
 from workbench.precision import autocast
 
@@ -162,7 +162,7 @@ class LoopedLM(StrictHookNames, HookedRootModule):
         unknown = [n for n in names if isinstance(n, str) and n not in self.hook_dict]
         if unknown:
             raise WorkbenchError(f"hook '{unknown[0]}' does not exist on this retrofit (loops 1..{self.max_loops}); "
-                                 "names look like loop.1.hook_state or loop.2.block.12.hook_resid_post")
+                                 f"names look like {hook_name('state', 1)} or {hook_name('block_resid', 2, self.a)}")
 
     def _check_loops(self, loops: int) -> None:
         if not isinstance(loops, int) or not 1 <= loops <= self.max_loops:

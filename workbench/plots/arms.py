@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+from plotly.subplots import make_subplots
 
 from workbench.plots.base import hline, nested, require, wilson
 from workbench.plots.theme import COLORWAY, INK, apply_theme
@@ -104,8 +105,6 @@ def controls_figure(table: pd.DataFrame, support: int, bar: float = 0.71) -> go.
         table: one row per (arm, depth): arm, kind (looped / direct / scratchpad), depth, correct, n, median_s.
         support: the trained support shaded in panel A (the arms compared share it).
     """
-    from plotly.subplots import make_subplots
-
     require(table, ["arm", "kind", "depth", "correct", "n", "median_s"], "controls")
     fig = make_subplots(rows=1, cols=2, horizontal_spacing=0.1,
                         subplot_titles=("A. accuracy by depth", "B. accuracy against latency (batch 1)"))

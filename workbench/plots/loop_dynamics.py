@@ -7,7 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from workbench.plots.base import nested, require
+from workbench.plots.base import nested, require, wilson
 from workbench.plots.halting import halting_figure
 from workbench.plots.theme import COLORWAY, apply_theme
 
@@ -66,8 +66,6 @@ def lens_causal_figure(df: pd.DataFrame, causal: pd.DataFrame) -> go.Figure:
     """Where the lenses disagree: the share of spliced cells whose reading each lens predicts B's read from,
     per kind of disagreement (logit ≠ coda, or only the tuned lens differs) and splice offset j (coincidences
     left out), with 95% Wilson intervals."""
-    from workbench.plots.base import wilson
-
     require(causal, ["j", "coincide", *[f"carried_{x}" for x in LENSES]], "lens_agreement__causal")
     kept = causal[~causal["coincide"].astype(bool)]
     fig = go.Figure()

@@ -28,6 +28,8 @@ import plotly.io as pio
 from plotly.io._base_renderers import MimetypeRenderer, PlotlyRenderer
 from plotly.offline import get_plotlyjs
 
+from workbench.plots.browser import browser_errors
+
 NAME = "workbench"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 QUEUE = "workbenchPlotlyQueue"  # figures drawn before plotly.js arrived wait here
@@ -78,15 +80,14 @@ def figure_html(fig_dict: dict, png: bytes | None = None, div_id: str | None = N
 
 
 def _execution() -> tuple[str | None, str | None]:
-    """Returns (cell id, message id) of the request the kernel is executing, or Nones outside a kernel."""
+    """Returns (cell id, message id) of the request the kernel is executing, or Nones outside a kernel (no IPython,
+    or a kernel without `get_parent`: every figure is then "the first")."""
     try:
-        from IPython import get_ipython
-
-        kernel = getattr(get_ipython(), "kernel", None)
-        parent = kernel.get_parent() if kernel is not None else None
-    except Exception:  # no IPython, or a kernel without get_parent: every figure is then "the first"
-        parent = None
-    parent = parent or {}
+        from IPython import get_ipython  # noqa: PLC0415 -- optional (the dev extra), and slow to import
+    except ImportError:
+        return None, None
+    get_parent = getattr(getattr(get_ipython(), "kernel", None), "get_parent", None)
+    parent = (get_parent() if get_parent is not None else None) or {}
     return (parent.get("metadata") or {}).get("cellId"), (parent.get("header") or {}).get("msg_id")
 
 
@@ -118,14 +119,19 @@ class WorkbenchRenderer(MimetypeRenderer):
         if not self.png or self._state["png_broken"]:
             return None
         try:
-            import kaleido
+            import kaleido  # noqa: PLC0415 -- optional (the dev extra)
 
+            errors = browser_errors()
+        except ImportError:  # no kaleido: the HTML and the Plotly mime type still carry the figure
+            self._state["png_broken"] = True
+            return None
+        try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "server already open", "kopts ignored with a server"
                 kaleido.start_sync_server(silence_warnings=True)  # one browser for the kernel's figures
                 height = (fig_dict.get("layout") or {}).get("height") or DEFAULT_HEIGHT
                 return pio.to_image(fig_dict, format="png", width=self.png_width, height=height, validate=False)
-        except Exception:  # no Chromium, no kaleido, a sandbox: the HTML and the Plotly mime type still carry it
+        except errors:  # no Chromium, a sandbox: kaleido's own errors; anything else is a bug to see
             self._state["png_broken"] = True
             return None
 
@@ -141,11 +147,10 @@ class WorkbenchRenderer(MimetypeRenderer):
 
 def _in_kernel() -> bool:
     try:
-        from IPython import get_ipython
-
-        return type(get_ipython()).__module__.startswith("ipykernel.")
-    except Exception:
+        from IPython import get_ipython  # noqa: PLC0415 -- optional (the dev extra), and slow to import
+    except ImportError:
         return False
+    return type(get_ipython()).__module__.startswith("ipykernel.")
 
 
 def register() -> None:

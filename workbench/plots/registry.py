@@ -1,13 +1,17 @@
-"""Which figures each probe result gets: `FIGURES` maps a result name to its builders.
+"""Which figures each probe result gets, read from the probes' declarations (`ProbeSpec.figures`).
 
 A builder takes the result's table as its first argument. Its other DataFrame parameters
 name parts of the result and receive those tables: `top` of "logit_lens" receives the
 `logit_lens__top` table. A part parameter without a default is required: the builder is
 skipped when that part is absent; one with a default is passed only when present.
+
+A probe names its builders ("workbench.plots.lens:logit_lens_figure"); they are imported here, when
+a figure is wanted, so the probes never import plotting code.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Callable, Mapping
 
@@ -15,45 +19,53 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench.errors import WorkbenchError
-from workbench.plots.audit import gradient_audit_figure, latency_figure
-from workbench.plots.classes import (
-    overshoot_cost_figure,
-    overshoot_figure,
-    splice_figure,
-)
-from workbench.plots.depth import depth_matrix_figure, frontier_figure
-from workbench.plots.drift import drift_figure, drift_heads_figure
-from workbench.plots.halting import halting_figure
-from workbench.plots.heads import head_concentration_figure, heads_figure
-from workbench.plots.lens import lens_agreement_figure, logit_lens_figure
-from workbench.plots.linear_probe import linear_probe_figure
-from workbench.plots.loop_accuracy import loop_accuracy_figure
-from workbench.plots.loop_dynamics import (
-    dynamics_figure,
-    dynamics_heads_figure,
-    exit_rules_figure,
-    lens_causal_figure,
-    lens_passes_figure,
-)
+from workbench.probes import PROBES, get_probe
+from workbench.probes.spec import Figure, ProbeSpec
 
 Builder = Callable[..., go.Figure]
 
-FIGURES: dict[str, list[Builder]] = {
-    "logit_lens": [logit_lens_figure, lens_agreement_figure],
-    "depth_matrix": [depth_matrix_figure, frontier_figure],
-    "loop_accuracy": [loop_accuracy_figure],
-    "overshoot": [overshoot_figure, overshoot_cost_figure],
-    "splice": [splice_figure],
-    "heads": [heads_figure, head_concentration_figure],
-    "linear_probe": [linear_probe_figure],
-    "drift": [drift_figure, drift_heads_figure],
-    "halting": [halting_figure],
-    "lens_agreement": [lens_passes_figure, lens_causal_figure],
-    "dynamics": [dynamics_figure, dynamics_heads_figure],
-    "exit_rules": [exit_rules_figure],
-    "gradient_audit": [gradient_audit_figure],
-    "latency": [latency_figure],
-}
+# The order the report shows the probes' sections in and `workbench figures` exports their figures: the
+# report reads like a results section. A probe not named here follows them, in `PROBES` order.
+ORDER = ("identity", "logit_lens", "depth_matrix", "overshoot", "splice", "heads", "linear_probe", "drift", "halting",
+         "lens_agreement", "dynamics", "exit_rules", "gradient_audit", "latency", "loop_accuracy")
+
+
+def probe_specs() -> list[ProbeSpec]:
+    """Returns every probe's declaration, in `ORDER` (then the probes it does not name, in `PROBES` order)."""
+    names = [n for n in ORDER if n in PROBES] + [n for n in PROBES if n not in ORDER]
+    return [get_probe(n) for n in names]
+
+
+def resolve(figure: Figure) -> Builder:
+    """Returns the builder function a probe's `Figure` names.
+
+    Raises:
+        WorkbenchError: the module or the function does not exist.
+    """
+    module, _, name = figure.builder.partition(":")
+    try:
+        builder = getattr(importlib.import_module(module), name, None)
+    except ModuleNotFoundError as err:
+        raise WorkbenchError(f"figure builder '{figure.builder}': no module '{err.name}'") from None
+    if not callable(builder):
+        raise WorkbenchError(f"figure builder '{figure.builder}': '{module}' has no function '{name}'")
+    return builder
+
+
+def figures() -> dict[str, list[Builder]]:
+    """Returns {result name: [builder, ...]}: the figures of every probe that declares some, in `ORDER`."""
+    return {spec.name: [resolve(f) for f in spec.figures] for spec in probe_specs() if spec.figures}
+
+
+def captions() -> dict[str, str]:
+    """Returns {figure name: its caption} over every probe's figures, and {probe: caption} for a probe shown
+    as its main table (`ProbeSpec.table_caption`)."""
+    out = {}
+    for spec in probe_specs():
+        out.update({figure_key(resolve(f)): f.caption for f in spec.figures})
+        if spec.table_caption is not None:
+            out[spec.name] = spec.table_caption
+    return out
 
 
 def figure_key(builder: Builder) -> str:
@@ -70,7 +82,7 @@ def builder_parts(result: str, builder: Builder) -> dict[str, tuple[str, bool]]:
 
 def part_names(result: str) -> set[str]:
     """Returns the part tables the builders of `result` read (e.g. {"logit_lens__top"})."""
-    return {part for b in FIGURES.get(result, []) for part, _ in builder_parts(result, b).values()}
+    return {part for b in figures().get(result, []) for part, _ in builder_parts(result, b).values()}
 
 
 def build(result: str, builder: Builder, tables: Mapping[str, pd.DataFrame], **options) -> go.Figure | None:
@@ -95,7 +107,7 @@ def build_all(tables: Mapping[str, pd.DataFrame], only: list[str] | None = None)
         only: figure names to build (default: all), in registry order.
     """
     out = []
-    for result, builders in FIGURES.items():
+    for result, builders in figures().items():
         if result not in tables:
             continue
         for builder in builders:
@@ -109,9 +121,10 @@ def build_all(tables: Mapping[str, pd.DataFrame], only: list[str] | None = None)
 
 def find_builder(name: str) -> tuple[str, Builder]:
     """Returns (result, builder) for a figure name such as "frontier"; WorkbenchError if unknown."""
-    for result, builders in FIGURES.items():
+    registry = figures()
+    for result, builders in registry.items():
         for builder in builders:
             if figure_key(builder) == name:
                 return result, builder
-    known = ", ".join(figure_key(b) for bs in FIGURES.values() for b in bs)
+    known = ", ".join(figure_key(b) for bs in registry.values() for b in bs)
     raise WorkbenchError(f"figure '{name}' is unknown; accepted: {known}")

@@ -6,22 +6,25 @@ Every probe module has
     summarize(tables: dict[str, DataFrame]) -> dict      # numbers for summary.json, with "headline"
     headline(tables: dict[str, DataFrame]) -> Headline   # a few named numbers with n, 95% intervals
                                                          # and one sentence (`workbench.analysis.headlines`)
+    SPEC = ProbeSpec(name, run, summarize, headline, title, about, figures)   # `workbench.probes.spec`:
+                                                         # its report section and figures, declared here
 
 `model` is a `LoopedLM` (or a stand-in with its `read` signature and hook names), `rows` are
 manifest rows (`workbench.tasks`); nothing is read from globals. A probe that does not apply
 to a model (the halting probe on a model without a halting head) raises `NotApplicable`.
 Result schemas: the module docstrings; the CLI (`workbench probe`) writes each table as
-`DIR/<table>.parquet` through `workbench.probes.battery`.
+`DIR/<table>.parquet` through `workbench.probes.battery`. Adding a probe: its module, its test and
+its entry in `PROBES` (docs/adding-a-probe.md).
 """
 
 from __future__ import annotations
 
 import importlib
-from types import ModuleType
 
 from workbench.errors import WorkbenchError
+from workbench.probes.spec import ProbeSpec
 
-# name -> module path; the order is the order a battery runs them in when it names them all
+# name -> module path: a probe's one entry outside its module; the headlines come in this order
 PROBES: dict[str, str] = {
     name: f"workbench.probes.{name}"
     for name in ("identity", "depth_matrix", "loop_accuracy", "overshoot", "logit_lens", "splice", "heads",
@@ -34,15 +37,18 @@ class NotApplicable(Exception):
     """Raised by a probe whose question does not apply to the given model (the reason is the message)."""
 
 
-def get_probe(name: str) -> ModuleType:
-    """Returns the module of probe `name`.
+def get_probe(name: str) -> ProbeSpec:
+    """Returns probe `name`'s declaration: its module's `SPEC` (run, summarize, headline, section, figures).
 
     Raises:
-        WorkbenchError: an unknown probe name, listing the known ones.
+        WorkbenchError: an unknown probe name, listing the known ones, or a module without its `SPEC`.
     """
     if name not in PROBES:
         raise WorkbenchError(f"probe '{name}' is unknown; known probes: {', '.join(PROBES)}")
-    return importlib.import_module(PROBES[name])
+    spec = getattr(importlib.import_module(PROBES[name]), "SPEC", None)
+    if not isinstance(spec, ProbeSpec) or spec.name != name:
+        raise WorkbenchError(f"{PROBES[name]} declares no SPEC = ProbeSpec(name=\"{name}\", ...) (docs/adding-a-probe.md)")
+    return spec
 
 
 def parse_only(only: str | None) -> list[str] | None:

@@ -13,7 +13,7 @@ A battery is a TOML file, or the name of a shipped one (`default`: workbench/dat
                                        # the halting probe's `heads` (run directories) are read beside the file
 
 The results directory gets `<table>.parquet` per table and `summary.json` (`workbench probe`
-then adds report.html with `workbench.report`: computation never draws). It is written into a
+then adds report.html with `workbench.plots.report`: computation never draws). It is written into a
 staging directory and moved into place at the end, so a failed battery leaves nothing behind. `summary.json`:
 
     probes      {probe: {headline numbers..., "wall_s": s}} or {"status": "not_applicable", "reason"}

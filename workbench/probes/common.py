@@ -11,8 +11,16 @@ import torch
 
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
+from workbench.loop.hooks import hook_name
+from workbench.probes import NotApplicable
 from workbench.tasks.chase import TEMPLATES
-from workbench.tasks.reader import encode_prompts, row_candidates
+from workbench.tasks.reader import (
+    answer_batches,
+    answer_logprobs,
+    encode_prompts,
+    reads_symbol,
+    row_candidates,
+)
 
 
 def iterate(row: dict, t: int) -> str:
@@ -33,8 +41,6 @@ def iterate_from(row: dict, x: str, j: int) -> str:
 def require_chase(rows: list[dict], probe: str) -> None:
     """Raises NotApplicable unless every row is a function-table row (chase or p-hop, which is a chase over
     two-letter codes) with its table: the probe needs f."""
-    from workbench.probes import NotApplicable
-
     bad = [r["row_id"] for r in rows if r.get("task") not in ("chase", "phop") or "table" not in r]
     if bad:
         raise NotApplicable(f"the {probe} probe needs function-table rows (chase, phop); row '{bad[0]}' is not one")
@@ -42,9 +48,6 @@ def require_chase(rows: list[dict], probe: str) -> None:
 
 def require_symbols(rows: list[dict], probe: str) -> None:
     """Raises NotApplicable when a row's answer is not one single-token symbol (state tracking, arithmetic)."""
-    from workbench.probes import NotApplicable
-    from workbench.tasks.reader import reads_symbol
-
     bad = [r["row_id"] for r in rows if not reads_symbol(r)]
     if bad:
         raise NotApplicable(f"the {probe} probe reads single-token symbols per loop; row '{bad[0]}' has a "
@@ -73,10 +76,8 @@ def read_final(model, tokenizer, rows: list[dict], loops: int, batch_size: int =
 
     Symbol rows are scored over their symbols; multi-token answers exactly (`read_answers`' rule).
     `heads` ({name: HaltingHead}) are more halting heads read on the same loop states (hooks on
-    `loop.{t}.hook_state`), e.g. ACT and PonderNet heads trained on the same frozen model.
+    `hook_name("state", t)`), e.g. ACT and PonderNet heads trained on the same frozen model.
     """
-    from workbench.tasks.reader import answer_batches, answer_logprobs, reads_symbol
-
     symbol = [reads_symbol(r) for r in rows]
     if len(set(symbol)) != 1:
         raise WorkbenchError("rows mix single-token symbol answers and multi-token answers; read them apart")
@@ -128,7 +129,7 @@ def _extra_heads(model, heads: dict, attention_mask, T: int):
         return h
 
     out: dict = {}
-    with model.hooks(fwd_hooks=[(f"loop.{t}.hook_state", reader) for t in range(1, T + 1)]):
+    with model.hooks(fwd_hooks=[(hook_name("state", t), reader) for t in range(1, T + 1)]):
         yield out
     out.update({name: torch.stack(v, dim=1) for name, v in got.items()})
 

@@ -20,6 +20,7 @@ import pandas as pd
 from workbench.analysis.headlines import Headline, fmt, measured, proportion, ranges, span
 from workbench.analysis.stats import frontier
 from workbench.probes.common import require_symbols
+from workbench.probes.spec import Figure, ProbeSpec
 from workbench.tasks.reader import read_rows
 
 BARS = (0.60, 0.71, 0.80)
@@ -183,3 +184,18 @@ def _round(x: float) -> float | None:
 
 def _num(x: float) -> float | None:
     return None if math.isnan(x) else round(float(x), 4)
+
+
+SPEC = ProbeSpec(
+    name="depth_matrix", run=run, summarize=summarize, headline=headline,
+    title="Depth × loop accuracy and the frontier",
+    about="Active-label accuracy at every loop t ≤ d; the diagonal is the final answer.",
+    figures=(
+        Figure("workbench.plots.depth:depth_matrix_figure",
+               "Active-label accuracy at every loop t ≤ d, the diagonal outlined. Predicted: every cell near 1 within "
+               "the trained support, the diagonal falling only past it."),
+        Figure("workbench.plots.depth:frontier_figure",
+               "Final-answer accuracy per depth with Wilson 95% intervals and the bar. Predicted: the diagonal "
+               "crosses the bar past the trained support (frontier / support > 1; the paper: 1.44-1.50)."),
+    ),
+)

@@ -34,6 +34,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops
+from workbench.probes.spec import Figure, ProbeSpec
 
 POSITIONS = ("all", "read")
 
@@ -214,3 +215,18 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
                      f"partition null at {len(above)} of {len(conc)} loops")
     sentence = ("; ".join(words) + ".") if words else "No drift measured."
     return Headline("drift", numbers, sentence[0].upper() + sentence[1:])
+
+
+SPEC = ProbeSpec(
+    name="drift", run=run, summarize=summarize, headline=headline,
+    title="Subspace drift",
+    about="How far each loop's state subspace moves, and where the drift concentrates.",
+    figures=(
+        Figure("workbench.plots.drift:drift_figure",
+               "Principal angles between the loop states' subspaces, loop to loop and against loop 1. Predicted: "
+               "large early steps that settle as the loop converges."),
+        Figure("workbench.plots.drift:drift_heads_figure",
+               "Each head's share of the drift outside loop 1's subspace. Predicted: concentrated in a few heads if "
+               "specific heads carry the update."),
+    ),
+)

@@ -49,6 +49,7 @@ from workbench.probes.halting import THRESHOLDS as HEAD_THRESHOLDS
 from workbench.probes.halting import _depths as head_depths
 from workbench.probes.halting import load_head
 from workbench.probes.passes import read_passes
+from workbench.probes.spec import Figure, ProbeSpec
 
 RULES = ("stable", "kl", "entropy_drop", "step", "step_second", "max_prob")
 ABOVE = ("stable", "max_prob")   # rules that stop when the statistic is at least the threshold; the others at most
@@ -310,3 +311,17 @@ def _rule_depths(rep: pd.DataFrame, pick) -> pd.Series | None:
     t_min = int(pick["t_min"])
     d = stop_depth(wide.to_numpy(float), float(pick["threshold"]), pick["method"] in ABOVE, t_min)
     return pd.Series(ok.to_numpy()[np.arange(len(d)), d - 1].astype(float), index=ok.index)
+
+
+SPEC = ProbeSpec(
+    name="exit_rules", run=run, summarize=summarize, headline=headline,
+    title="Post-hoc exit rules",
+    about="Exit rules read off the passes (argmax stability, KL, entropy, step size and its second difference, max "
+          "probability) swept on calibration rows, against fixed depths, the oracle and the learned halting heads.",
+    figures=(
+        Figure("workbench.plots.loop_dynamics:exit_rules_figure",
+               "Accuracy against mean loops for every post-hoc rule swept over its threshold, beside fixed depths, "
+               "the oracle and the learned heads; diamonds: each rule at the reference's mean loops. Predicted: a "
+               "confidence readout at least as good as the learned gate at matched compute (arXiv 2607.20519)."),
+    ),
+)

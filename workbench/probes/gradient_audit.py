@@ -18,6 +18,7 @@ import pandas as pd
 from workbench.analysis.headlines import Headline, measured
 from workbench.errors import WorkbenchError
 from workbench.probes.common import require_chase
+from workbench.probes.spec import Figure, ProbeSpec
 from workbench.train.audit import gradient_audit
 
 
@@ -86,3 +87,15 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
                 + (f"; nothing reaches the {', '.join(zero)}" if zero else "")
                 + f"; autograd agrees with finite differences to a relative error of {float(fd['rel_error']):.2g}.")
     return Headline("gradient_audit", numbers, sentence)
+
+
+SPEC = ProbeSpec(
+    name="gradient_audit", run=run, summarize=summarize, headline=headline,
+    title="Gradient audit",
+    about="Gradient reaching each parameter group per loop, checked against finite differences.",
+    figures=(
+        Figure("workbench.plots.audit:gradient_audit_figure",
+               "Gradient RMS reaching each parameter group from each loop's loss. Predicted: the re-entry reached "
+               "only from loop 2 on; block and Coda from every loop."),
+    ),
+)

@@ -33,7 +33,6 @@ Tables:
 from __future__ import annotations
 
 import copy
-import json
 import time
 from pathlib import Path
 
@@ -41,6 +40,8 @@ import numpy as np
 import pandas as pd
 import tomllib
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
 from workbench.analysis.headlines import Headline, measured, proportion
 from workbench.devices import device_of
@@ -55,6 +56,9 @@ from workbench.probes.common import (
     shared_candidates,
     split_rows,
 )
+from workbench.probes.spec import Figure, ProbeSpec
+from workbench.runs import RECIPE, TRAINABLE, read_retrofit, verify_files
+from workbench.tasks.reader import answer_batches, answer_logprobs, reads_symbol
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RULES = {"oracle": "threshold", "act": "mass", "pondernet": "cdf"}
@@ -116,17 +120,21 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds
 def load_head(model, run_dir) -> tuple[torch.nn.Module, str]:
     """Returns (a copy of the model's halting head holding a Stage 2 run's weights, that run's objective).
 
+    The run directory is read through its checks first, as `load_run` reads one: every file's SHA-256
+    against provenance.json (`verify_files`) and the retrofit record's fields (`read_retrofit`).
+
     Raises:
-        WorkbenchError: a run whose other trained tensors differ from the model's (another Stage 1 model).
+        WorkbenchError: not a finished run directory, a file that differs from its recorded hash, an unreadable
+            tensor file, or a run whose other trained tensors differ from the model's (another Stage 1 model).
     """
-    from safetensors.torch import load_file
-
-    from workbench.runs import RECIPE, TRAINABLE
-
     run_dir = Path(run_dir)
-    if not (run_dir / TRAINABLE).is_file():
-        raise WorkbenchError(f"halting head '{run_dir}' is not a finished run directory (no {TRAINABLE})")
-    tensors = load_file(str(run_dir / TRAINABLE))
+    verify_files(run_dir)
+    record, _ = read_retrofit(run_dir)
+    try:
+        tensors = load_file(str(run_dir / TRAINABLE))
+    except (SafetensorError, OSError) as err:  # recorded so at write time: the hash cannot tell
+        raise WorkbenchError(f"{run_dir / TRAINABLE}: not a readable safetensors file "
+                             f"({str(err).splitlines()[0][:120]})") from None
     own = dict(model.named_parameters())
     differ = [n for n, v in tensors.items() if not n.startswith("halting.")
               and (n not in own or not torch.equal(own[n].detach().float().cpu(), v.float()))]
@@ -135,9 +143,7 @@ def load_head(model, run_dir) -> tuple[torch.nn.Module, str]:
                              "heads are compared on one frozen model")
     head = copy.deepcopy(model.halting)
     head.load_state_dict({n.removeprefix("halting."): v for n, v in tensors.items() if n.startswith("halting.")})
-    if (run_dir / "retrofit.json").is_file():   # a head may pool otherwise than the model's own (mean / last)
-        head.pooling = json.loads((run_dir / "retrofit.json").read_text())["settings"].get("halting_pooling",
-                                                                                          head.pooling)
+    head.pooling = record["settings"].get("halting_pooling", head.pooling)  # a head may pool otherwise (mean / last)
     objective = tomllib.loads((run_dir / RECIPE).read_text()).get("halting", {}).get("objective", "oracle")
     return head.to(device_of(model)).eval(), objective
 
@@ -202,8 +208,6 @@ def _rows_table(rows: list[dict], read, reported: set[int], T: int) -> pd.DataFr
 def _adaptive(model, tokenizer, rows: list[dict], picks: dict, read, rep: list[int], T: int, t_min: int,
               batch_size: int) -> pd.DataFrame:
     """The chosen head policy through real early exit, beside fixed depths run the same way, timed in one run."""
-    from workbench.tasks.reader import answer_batches, answer_logprobs, reads_symbol
-
     tau = float(picks["head"]["threshold"])
     best_k = int(picks["fixed_k"]["mean_loops"])
     expected = picks["head"]["_depth"][rep]
@@ -278,3 +282,19 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
     sentence = ("; ".join(words) + " (thresholds chosen on calibration rows, read on the others).") if words \
         else "No halting result."
     return Headline("halting", numbers, sentence[0].upper() + sentence[1:])
+
+
+SPEC = ProbeSpec(
+    name="halting", run=run, summarize=summarize, headline=headline,
+    title="Halting",
+    about="The compute-accuracy curve: accuracy against mean loops for every fixed depth, the oracle, the halting "
+          "heads over their thresholds and a confidence exit, chosen on calibration rows and read on the others; hard "
+          "and easy rows' mean depth.",
+    figures=(
+        Figure("workbench.plots.halting:halting_figure",
+               "Accuracy against mean loops per method, the calibration picks ringed, the best fixed depth marked; "
+               "right: mean loops of rows wrong (hard) and right (easy) at loop 1. Predicted: the distilled head "
+               "above the best fixed depth at about its compute, spending more loops on hard rows; ACT and PonderNet "
+               "collapsing to one loop (RecurTrace Fig. 1)."),
+    ),
+)

@@ -32,6 +32,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, iterate, line_spans, require_chase
+from workbench.probes.spec import Figure, ProbeSpec
 
 
 def run(model, tokenizer, rows: list[dict], layers=None, ratio: float = 3.0, min_frac: float = 0.5,
@@ -185,3 +186,18 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
                 f"concentrates above its circular-shift null at {len(above)} of {len(loops)} loops"
                 + (f" ({', '.join(map(str, above))})" if above else "") + ".")
     return Headline("heads", numbers, sentence)
+
+
+SPEC = ProbeSpec(
+    name="heads", run=run, summarize=summarize, headline=headline,
+    title="Head specialisation",
+    about="Attention mass from the read position onto the table line of the current symbol, per loop, layer and head.",
+    figures=(
+        Figure("workbench.plots.heads:heads_figure",
+               "Attention mass from the read position onto the table line of x_{t−1}, per layer and head, per loop. "
+               "Predicted: a few bright heads per loop, the ones doing the lookup."),
+        Figure("workbench.plots.heads:head_concentration_figure",
+               "Concentration of that mass across heads against a circular-shift null. Predicted: above the null at "
+               "every loop."),
+    ),
+)

@@ -41,6 +41,7 @@ from workbench.loop.identity import (
 )
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
+from workbench.probes.spec import ProbeSpec
 from workbench.tasks.guardrail import MAX_DROP_POINTS, guardrail_counts
 
 COLUMNS = ["variant", "reentry", "memory", "lora", "adapter", "max_abs_diff"]
@@ -195,3 +196,14 @@ def _guardrail(g: pd.DataFrame, words: list[str]) -> list[Number]:
                  f"{counts.hurt} lost, McNemar p = {p:.2g})"
                  + verdict)
     return [before, after, diff]
+
+
+SPEC = ProbeSpec(
+    name="identity", run=run, summarize=summarize, headline=headline,
+    title="Loop-1 identity",
+    about="max |Δlogit| at loop 1 against a plain forward: 0.0 exactly in fp32 for the checkpoint against its own "
+          "weights and for fresh retrofits; against the untouched base it measures how much training changed loop 1.",
+    table_caption="max |Δlogit| at loop 1 per comparison. Predicted: 0.0 against the model's own weights, with the "
+                  "adapter disabled and for every fresh retrofit; non-zero against the base only with a trained "
+                  "adapter.",
+)

@@ -29,6 +29,7 @@ import torch
 from workbench.analysis.headlines import Headline, measured
 from workbench.devices import device_of
 from workbench.probes.common import check_loops, row_candidates, shared_candidates, token_lengths
+from workbench.probes.spec import Figure, ProbeSpec
 from workbench.tasks.reader import encode_prompts
 
 
@@ -130,3 +131,15 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
                 f"pass is {float(reruns['ratio']):.2f}× cheaper than rerunning to each depth (the layer count predicts "
                 f"{float(reruns['predicted_ratio']):.2f}×); wall-clock ratios on a shared machine are noisy.")
     return Headline("latency", numbers, sentence)
+
+
+SPEC = ProbeSpec(
+    name="latency", run=run, summarize=summarize, headline=headline,
+    title="Latency",
+    about="Measured cost ratios against the ratios the layer count predicts.",
+    figures=(
+        Figure("workbench.plots.audit:latency_figure",
+               "Measured cost ratios against the layer-count prediction. Predicted: measured ≈ predicted, one forced "
+               "read several times cheaper than reruns."),
+    ),
+)

@@ -33,6 +33,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, iterate, require_chase, split_rows
+from workbench.probes.spec import Figure, ProbeSpec
 
 TARGETS = {"x_prev": -1, "x_t": 0, "x_next": 1}
 
@@ -164,3 +165,15 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
     sentence = (f"A logistic probe on loop t's state at the read position (t = {ranges(f['loop'])}, held-out rows) "
                 f"decodes " + "; ".join(words) + ".") if words else "No linear probe was fitted on the loop state."
     return Headline("linear_probe", numbers, sentence)
+
+
+SPEC = ProbeSpec(
+    name="linear_probe", run=run, summarize=summarize, headline=headline,
+    title="Linear probes",
+    about="Decodability of x_{t−1}, x_t, x_{t+1} from the loop state against a label-permutation null.",
+    figures=(
+        Figure("workbench.plots.linear_probe:linear_probe_figure",
+               "Held-out accuracy of linear probes for x_{t−1}, x_t, x_{t+1} from loop t's state, dashed: the "
+               "permutation null. Predicted: x_t decodable above the null at every loop."),
+    ),
+)

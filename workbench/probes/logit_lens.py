@@ -36,6 +36,7 @@ from workbench.probes.common import (
     shared_candidates,
     split_rows,
 )
+from workbench.probes.spec import Figure, ProbeSpec
 
 LENSES = ("coda", "raw", "tuned")
 
@@ -203,3 +204,18 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
                      f"(row, loop) entries from {n_rows} rows" + "".join(f"; {w}" for w in words[1:]))
     sentence += "."
     return Headline("logit_lens", numbers, sentence)
+
+
+SPEC = ProbeSpec(
+    name="logit_lens", run=run, summarize=summarize, headline=headline,
+    title="Per-loop logit lens",
+    about="Which chain symbol each loop's readout holds, through the Coda and the raw and tuned lenses.",
+    figures=(
+        Figure("workbench.plots.lens:logit_lens_figure",
+               "Probability of each chain symbol x_k at every loop, averaged per depth. Predicted: a bright diagonal "
+               "k = t, one lookup per loop."),
+        Figure("workbench.plots.lens:lens_agreement_figure",
+               "Per lens, the probability of x_t and of x_{t+1} at loop t. Predicted: the Coda reads x_t; a lens that "
+               "already reads x_{t+1} would show the next step forming early."),
+    ),
+)

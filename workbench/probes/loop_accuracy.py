@@ -16,6 +16,7 @@ import pandas as pd
 
 from workbench.analysis.headlines import Headline, proportion, ranges
 from workbench.probes.common import check_loops, read_final
+from workbench.probes.spec import Figure, ProbeSpec
 
 DEFAULT_LOOPS = 8
 
@@ -68,3 +69,16 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
         sentence = (f"The final answer reads {first.text()} at 1 loop and {best.text()} at "
                     f"{best.key.removeprefix('loop_')} loops, the best of 1..{len(numbers)} ({where}).")
     return Headline("loop_accuracy", numbers, sentence)
+
+
+SPEC = ProbeSpec(
+    name="loop_accuracy", run=run, summarize=summarize, headline=headline,
+    title="Accuracy by loop count",
+    about="The final answer read after every loop count, for any task: the fixed depths of the compute-accuracy "
+          "curve.",
+    figures=(
+        Figure("workbench.plots.loop_accuracy:loop_accuracy_figure",
+               "Final-answer accuracy after t loops, per depth and over all rows. Predicted: rising with loops until "
+               "each depth's answer is reached, then flat if the state persists (RecurTrace Table 5)."),
+    ),
+)

@@ -17,6 +17,7 @@ import pandas as pd
 
 from workbench.analysis.headlines import Headline, clustered_mean, proportion, ranges
 from workbench.probes.common import check_loops, iterate, require_chase
+from workbench.probes.spec import Figure, ProbeSpec
 from workbench.tasks.reader import read_rows
 
 
@@ -96,3 +97,18 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
     if coincide:
         sentence += f"; {coincide} extra loops where the chain returns to x_d count as iterate"
     return Headline("overshoot", [iterate_all, park_all, *at.values()], sentence + ".")
+
+
+SPEC = ProbeSpec(
+    name="overshoot", run=run, summarize=summarize, headline=headline,
+    title="Overshoot",
+    about="Rows forced past their depth: iterate the rule, park on the answer, or neither.",
+    figures=(
+        Figure("workbench.plots.classes:overshoot_figure",
+               "Class of the read symbol at each loop past the depth. Predicted: mostly iterate (the rule keeps being "
+               "applied; the paper: 93%), little park."),
+        Figure("workbench.plots.classes:overshoot_cost_figure",
+               "Accuracy on the answer x_d at loop d + k. Predicted: it falls once the loop runs past d, since the "
+               "loop iterates instead of holding the answer."),
+    ),
+)

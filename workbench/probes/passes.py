@@ -12,6 +12,7 @@ halting head and of any extra heads. Nothing is rerun per pass (`lens_agreement`
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -67,8 +68,6 @@ def read_passes(model, tokenizer, rows: list[dict], loops: int, batch_size: int 
         patterns: reduce the read-position attention rows of `layers` to consecutive-pass divergences.
         heads: {name: HaltingHead} read on every pass's state beside the model's own head.
     """
-    import time
-
     T, R = loops, len(rows)
     device = device_of(model)
     layers = [int(i) for i in layers]
@@ -76,6 +75,7 @@ def read_passes(model, tokenizer, rows: list[dict], loops: int, batch_size: int 
     caught_layers: dict[int, np.ndarray] = {}
     js: dict[int, np.ndarray] = {}
     halts: dict[str, np.ndarray] = {}
+    readouts = {hook_name("readout", t) for t in range(1, T + 1)}  # [B, P, D]: the last read position is ours
     start = time.perf_counter()
     for idx, enc in tqdm(list(batches(tokenizer, rows, batch_size, device)), disable=not progress, desc=desc):
         mask = enc["attention_mask"]
@@ -84,7 +84,7 @@ def read_passes(model, tokenizer, rows: list[dict], loops: int, batch_size: int 
         got: dict[str, torch.Tensor] = {}
 
         def at_read(x, hook):  # [B, S, D] residuals and [B, P, D] readouts
-            got[hook.name] = (x[:, -1] if hook.name.endswith("hook_readout") else x[batch, read_pos]).double().cpu()
+            got[hook.name] = (x[:, -1] if hook.name in readouts else x[batch, read_pos]).double().cpu()
 
         def pattern_row(x, hook):  # [B, H, q, k] -> the read position's row, [B, H, k]
             got[hook.name] = x[batch, :, read_pos, :].double().cpu()

@@ -50,6 +50,7 @@ from workbench.probes.common import (
     shared_candidates,
     token_lengths,
 )
+from workbench.probes.spec import Figure, ProbeSpec
 from workbench.tasks.reader import encode_prompts
 
 SITES = ("state", "block_resid", "reentry_input")
@@ -261,3 +262,15 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 def _and(items: list[str]) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+SPEC = ProbeSpec(
+    name="splice", run=run, summarize=summarize, headline=headline,
+    title="Counterfactual splice",
+    about="Row B's state spliced into row A at loop k0, classified j loops later.",
+    figures=(
+        Figure("workbench.plots.classes:splice_figure",
+               "Class fractions j loops after splicing row B's state into row A at loop k0. Predicted: lawful (A's "
+               "table applied to B's symbol) at the read position; B's orbit when every position is spliced."),
+    ),
+)

@@ -2,8 +2,8 @@
 with the CSV of the numbers it shows beside it.
 
 Static images go through kaleido and the system Chromium; one browser serves every export of
-a call (`kaleido.start_sync_server`). Nothing here downloads a browser: a missing Chromium is
-an error that says how to install one.
+a call (`workbench.plots.browser.Browser`). Nothing here downloads a browser: a missing Chromium
+is an error that says how to install one.
 """
 
 from __future__ import annotations
@@ -23,7 +23,8 @@ from workbench.analysis.results import load_results
 from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
 from workbench.io import dir_inputs, gate_output, mark_output, read_toml, safe_child, write_bytes_atomic
-from workbench.plots.registry import FIGURES, build, figure_key, find_builder
+from workbench.plots.browser import Browser
+from workbench.plots.registry import build, figure_key, figures, find_builder
 
 FORMATS = ("pdf", "svg", "png", "html")
 WIDTHS_IN = {"single": 3.5, "double": 7.0}
@@ -50,7 +51,7 @@ class FigureSpec:
 
 def default_spec() -> list[FigureSpec]:
     """Returns every registered figure at double-column width."""
-    return [FigureSpec(figure_key(b), WIDTHS_IN["double"], HEIGHTS_IN["double"]) for bs in FIGURES.values() for b in bs]
+    return [FigureSpec(figure_key(b), WIDTHS_IN["double"], HEIGHTS_IN["double"]) for bs in figures().values() for b in bs]
 
 
 def load_spec(path: str | os.PathLike) -> tuple[list[FigureSpec], int]:
@@ -176,29 +177,6 @@ def _write_one(fig: go.Figure, spec: FigureSpec, fmt: str, folder: Path, dpi: in
     return [image, table]
 
 
-class ExportServer:
-    """One kaleido/Chromium server for every static export in the `with` block."""
-
-    def __enter__(self):
-        import kaleido
-
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                kaleido.start_sync_server(silence_warnings=True)
-        except Exception as err:  # choreographer raises its own types when no browser is found
-            first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
-            raise WorkbenchError(f"static export (pdf, svg, png) needs Chromium, which kaleido could not start ({first}); "
-                                 "install it with `make browser` in a checkout (Debian's package, needs root) or put a "
-                                 "chromium on PATH; --format html needs no browser") from None
-        return self
-
-    def __exit__(self, *exc):
-        import kaleido
-
-        kaleido.stop_sync_server(silence_warnings=True)
-
-
 def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str | os.PathLike = "figures/out",
                    spec: list[FigureSpec] | None = None, dpi: int = DPI) -> Export:
     """Writes each spec'd figure of each results directory to `out/<results name>/<figure>.<fmt>` plus a CSV.
@@ -221,7 +199,7 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
              for n in (f"{s.stem}.{fmt}", f"{s.stem}.csv")]
     gate = gate_output(out, "figures", kind="file", overwrite=True, names=names, reading=dir_inputs(*results))
     loaded = [(Path(r), load_results(r)) for r in results]
-    with ExportServer() if fmt != "html" else contextlib.nullcontext():
+    with Browser() if fmt != "html" else contextlib.nullcontext():
         for path, tables in loaded:
             folder = Path(out) / path.resolve().name
             gate.recheck()

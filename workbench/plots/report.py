@@ -32,107 +32,19 @@ from workbench.analysis.readings import battery_notes
 from workbench.analysis.results import compare_results, load_results, read_summary
 from workbench.errors import WorkbenchError
 from workbench.io import write_bytes_atomic
-from workbench.plots.registry import build_all, part_names
-from workbench.plots.selection import angular_distance_figure
+from workbench.plots.block_selection import angular_distance_figure
+from workbench.plots.registry import build_all, captions, part_names, probe_specs
 from workbench.probes import PROBES, get_probe
 
 REPORT = "report.html"
 BLOCK_SELECTION = "block_selection.json"
 
-SECTIONS = {
-    "block_selection": ("Block selection", "Angular distance between adjacent layers, the Kneedle knees and the "
-                                           "damage of each ablated window: where the loop was cut."),
-    "identity": ("Loop-1 identity", "max |Δlogit| at loop 1 against a plain forward: 0.0 exactly in fp32 for the "
-                                    "checkpoint against its own weights and for fresh retrofits; against the "
-                                    "untouched base it measures how much training changed loop 1."),
-    "logit_lens": ("Per-loop logit lens", "Which chain symbol each loop's readout holds, through the Coda and the "
-                                          "raw and tuned lenses."),
-    "depth_matrix": ("Depth × loop accuracy and the frontier", "Active-label accuracy at every loop t ≤ d; the "
-                                                               "diagonal is the final answer."),
-    "overshoot": ("Overshoot", "Rows forced past their depth: iterate the rule, park on the answer, or neither."),
-    "splice": ("Counterfactual splice", "Row B's state spliced into row A at loop k0, classified j loops later."),
-    "heads": ("Head specialisation", "Attention mass from the read position onto the table line of the current "
-                                     "symbol, per loop, layer and head."),
-    "linear_probe": ("Linear probes", "Decodability of x_{t−1}, x_t, x_{t+1} from the loop state against a "
-                                      "label-permutation null."),
-    "drift": ("Subspace drift", "How far each loop's state subspace moves, and where the drift concentrates."),
-    "halting": ("Halting", "The compute-accuracy curve: accuracy against mean loops for every fixed depth, the "
-                           "oracle, the halting heads over their thresholds and a confidence exit, chosen on "
-                           "calibration rows and read on the others; hard and easy rows' mean depth."),
-    "lens_agreement": ("Lens agreement per pass", "Logit, coda and tuned lens at every pass against the row's "
-                                                  "x_t, the final output and each other; where they disagree, "
-                                                  "which lens's reading a splice into another row carries."),
-    "dynamics": ("Loop dynamics", "Step size, step angle and distance to the last state per pass and block layer, "
-                                  "each head's attention divergence between passes, and each row classed settling, "
-                                  "marginal or drifting past its depth."),
-    "exit_rules": ("Post-hoc exit rules", "Exit rules read off the passes (argmax stability, KL, entropy, step size "
-                                          "and its second difference, max probability) swept on calibration rows, "
-                                          "against fixed depths, the oracle and the learned halting heads."),
-    "gradient_audit": ("Gradient audit", "Gradient reaching each parameter group per loop, checked against "
-                                         "finite differences."),
-    "latency": ("Latency", "Measured cost ratios against the ratios the layer count predicts."),
-    "loop_accuracy": ("Accuracy by loop count", "The final answer read after every loop count, for any task: the "
-                                               "fixed depths of the compute-accuracy curve."),
-}
-
-# One line per figure: what it shows, then what the looped mechanism predicts if it is there.
-FIGURE_CAPTIONS = {
-    "block_selection": "Angular distance between consecutive layers, the knees and each window's damage. "
-                       "Predicted: large distances at both ends, a flat middle span to loop.",
-    "identity": "max |Δlogit| at loop 1 per comparison. Predicted: 0.0 against the model's own weights, with the "
-                "adapter disabled and for every fresh retrofit; non-zero against the base only with a trained adapter.",
-    "depth_matrix": "Active-label accuracy at every loop t ≤ d, the diagonal outlined. Predicted: every cell near 1 "
-                    "within the trained support, the diagonal falling only past it.",
-    "frontier": "Final-answer accuracy per depth with Wilson 95% intervals and the bar. Predicted: the diagonal crosses "
-                "the bar past the trained support (frontier / support > 1; the paper: 1.44-1.50).",
-    "overshoot": "Class of the read symbol at each loop past the depth. Predicted: mostly iterate (the rule keeps "
-                 "being applied; the paper: 93%), little park.",
-    "overshoot_cost": "Accuracy on the answer x_d at loop d + k. Predicted: it falls once the loop runs past d, "
-                      "since the loop iterates instead of holding the answer.",
-    "logit_lens": "Probability of each chain symbol x_k at every loop, averaged per depth. Predicted: a bright "
-                  "diagonal k = t, one lookup per loop.",
-    "lens_agreement": "Per lens, the probability of x_t and of x_{t+1} at loop t. Predicted: the Coda reads x_t; a "
-                      "lens that already reads x_{t+1} would show the next step forming early.",
-    "splice": "Class fractions j loops after splicing row B's state into row A at loop k0. Predicted: lawful (A's "
-              "table applied to B's symbol) at the read position; B's orbit when every position is spliced.",
-    "heads": "Attention mass from the read position onto the table line of x_{t−1}, per layer and head, per loop. "
-             "Predicted: a few bright heads per loop, the ones doing the lookup.",
-    "head_concentration": "Concentration of that mass across heads against a circular-shift null. Predicted: above "
-                          "the null at every loop.",
-    "linear_probe": "Held-out accuracy of linear probes for x_{t−1}, x_t, x_{t+1} from loop t's state, dashed: the "
-                    "permutation null. Predicted: x_t decodable above the null at every loop.",
-    "drift": "Principal angles between the loop states' subspaces, loop to loop and against loop 1. Predicted: "
-             "large early steps that settle as the loop converges.",
-    "drift_heads": "Each head's share of the drift outside loop 1's subspace. Predicted: concentrated in a few heads "
-                   "if specific heads carry the update.",
-    "halting": "Accuracy against mean loops per method, the calibration picks ringed, the best fixed depth marked; "
-               "right: mean loops of rows wrong (hard) and right (easy) at loop 1. Predicted: the distilled head "
-               "above the best fixed depth at about its compute, spending more loops on hard rows; ACT and "
-               "PonderNet collapsing to one loop (RecurTrace Fig. 1).",
-    "lens_passes": "Per lens and pass: top-1 = x_t, top-1 = the final output (95% Wilson bands) and KL from the "
-                   "final distribution; dotted: pairwise agreement. Predicted: the coda lens reads x_t at every pass "
-                   "and equals the output at t = T; a lens that skips the Coda agrees less where the Coda does work.",
-    "lens_causal": "Where the lenses disagree, the share of cells whose reading (under B's rule) B's read follows after "
-                   "A's state is spliced in. Predicted: the coda lens's reading, if the Coda reads what the next pass "
-                   "uses; a coordinate artefact of the logit lens carries nothing.",
-    "dynamics": "Mean relative step, step angle and distance to the last state per pass and block layer (state "
-                "in black; shaded: beyond the trained support). Predicted: a settling loop's steps shrink "
-                "geometrically past the depth; the chase keeper, which keeps iterating, keeps steps of about constant "
-                "size (marginal).",
-    "dynamics_heads": "Each head's Jensen-Shannon divergence between consecutive passes' read-position attention. "
-                      "Predicted: falling towards 0 where the heads stabilise (arXiv 2604.11791); staying up where each "
-                      "pass looks up a new table line.",
-    "exit_rules": "Accuracy against mean loops for every post-hoc rule swept over its threshold, beside fixed depths, "
-                  "the oracle and the learned heads; diamonds: each rule at the reference's mean loops. Predicted: "
-                  "a confidence readout at least as good as the learned gate at matched compute (arXiv 2607.20519).",
-    "gradient_audit": "Gradient RMS reaching each parameter group from each loop's loss. Predicted: the re-entry "
-                      "reached only from loop 2 on; block and Coda from every loop.",
-    "loop_accuracy": "Final-answer accuracy after t loops, per depth and over all rows. Predicted: rising with "
-                     "loops until each depth's answer is reached, then flat if the state persists (RecurTrace "
-                     "Table 5).",
-    "latency": "Measured cost ratios against the layer-count prediction. Predicted: measured ≈ predicted, one forced "
-               "read several times cheaper than reruns.",
-}
+# The report's own section: block_selection.json, written by `workbench select-block`, is no probe's. Every
+# other section, and every figure's caption, is a probe's declaration (`ProbeSpec`, `workbench.plots.registry`).
+BLOCK_SELECTION_SECTION = ("Block selection", "Angular distance between adjacent layers, the Kneedle knees and the "
+                                              "damage of each ablated window: where the loop was cut.")
+BLOCK_SELECTION_CAPTION = ("Angular distance between consecutive layers, the knees and each window's damage. "
+                           "Predicted: large distances at both ends, a flat middle span to loop.")
 CLAIMS = "claims.json"
 CLAIM_KEYS = ("claim", "paper", "ours", "verdict", "why")
 
@@ -396,24 +308,31 @@ def _block_selection_figure(results_dir: Path):
         raise WorkbenchError(f"{path}: not a block selection written by `workbench select-block` ({err})") from None
 
 
+def section_heads() -> dict[str, tuple[str, str]]:
+    """Returns {name: (heading, the sentence under it)} of every section the report can show, in its order: the
+    block selection, then each probe's (`ProbeSpec.title`, `.about`) in `workbench.plots.registry.ORDER`."""
+    return {"block_selection": BLOCK_SELECTION_SECTION, **{s.name: (s.title, s.about) for s in probe_specs()}}
+
+
 def _sections(results_dir: Path, tables: dict[str, pd.DataFrame]) -> list[tuple[str, list[str]]]:
-    """Returns (result name, [html fragments]) for every result present, in SECTIONS order; each
-    figure is followed by its caption (FIGURE_CAPTIONS)."""
+    """Returns (result name, [html fragments]) for every result present, in `section_heads()` order; each
+    figure is followed by its caption (`Figure.caption`), a probe shown as its table by `table_caption`."""
     figures: dict[str, list[str]] = {}
+    caption = captions()
     for result, key, fig in build_all(tables):
-        figures.setdefault(result, []).append(figure_html(fig, f"fig-{key}") + _caption(key))
+        figures.setdefault(result, []).append(figure_html(fig, f"fig-{key}") + _caption(key, caption[key]))
     selection = _block_selection_figure(results_dir)
     if selection is not None:
-        figures["block_selection"] = [figure_html(selection, "fig-block_selection") + _caption("block_selection")]
-    if "identity" in tables:
-        figures["identity"] = [frame_table(tables["identity"], "identity-table") + _caption("identity")]
-    return [(name, figures[name]) for name in SECTIONS if name in figures]
+        figures["block_selection"] = [figure_html(selection, "fig-block_selection")
+                                      + _caption("block_selection", BLOCK_SELECTION_CAPTION)]
+    for spec in probe_specs():
+        if spec.table_caption is not None and spec.name in tables:
+            figures[spec.name] = [frame_table(tables[spec.name], f"{spec.name}-table")
+                                  + _caption(spec.name, spec.table_caption)]
+    return [(name, figures[name]) for name in section_heads() if name in figures]
 
 
-def _caption(key: str) -> str:
-    text = FIGURE_CAPTIONS.get(key)
-    if text is None:
-        raise WorkbenchError(f"figure '{key}' has no caption in workbench.report.FIGURE_CAPTIONS")
+def _caption(key: str, text: str) -> str:
     return f"<p class='caption figure-caption' data-figure='{html.escape(key)}'>{html.escape(text)}</p>"
 
 
@@ -434,13 +353,13 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
                if isinstance(p, dict) and p.get("status") == "not_applicable"}
     control_headlines = report_headlines(control) if control is not None else None
     claims = read_claims(results_dir)
-    sections = _sections(results_dir, tables)
+    known, sections = section_heads(), _sections(results_dir, tables)
     shown = {n for n, _ in sections} | {part for n, _ in sections for part in part_names(n)}
     extra = [n for n in tables if n not in shown and n.split("__")[0] not in headlines]
-    absent = [SECTIONS[n][0] for n in SECTIONS if n not in {s for s, _ in sections}]
+    absent = [known[n][0] for n in known if n not in {s for s, _ in sections}]
     shown_as = Path(shown_as) if shown_as is not None else results_dir
     title = title or report_title(summary, shown_as)
-    nav = "".join(f"<a href='#{n}'>{html.escape(SECTIONS[n][0])}</a>" for n, _ in sections)
+    nav = "".join(f"<a href='#{n}'>{html.escape(known[n][0])}</a>" for n, _ in sections)
     lead = (f"Results in <code>{html.escape(str(shown_as))}</code>"
             + (f", beside the control <code>{html.escape(str(control))}</code>" if control is not None else "")
             + ". Intervals are 95%: Wilson for proportions over rows, a row bootstrap for entries that come "
@@ -457,7 +376,7 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
         body += ["<h2 id='claims-ledger'>Claims ledger</h2><p class='caption'>The papers' claims against this "
                  "specimen's readings, with their verdicts.</p>", claims_table(claims)]
     for name, fragments in sections:
-        head, caption = SECTIONS[name]
+        head, caption = known[name]
         body.append(f"<h2 id='{name}'>{html.escape(head)}</h2><p class='caption'>{html.escape(caption)}</p>")
         body += [f"<div class='figure'>{f}</div>" for f in fragments]
     if extra:

@@ -1,0 +1,97 @@
+"""Adding a probe touches its module, its test and its entry in `PROBES`, nothing else.
+
+This file is a whole probe, declared the way docs/adding-a-probe.md says (a compute, a headline, a
+section, a figure with its caption), and a test that gives it its one entry and finds it in the
+battery, the report and `workbench figures` without any other registry being edited.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from workbench.analysis.headlines import Headline, proportion
+from workbench.commands.figures import figures as figures_command
+from workbench.plots.report import write_report
+from workbench.probes import PROBES
+from workbench.probes.battery import run_battery
+from workbench.probes.common import read_final
+from workbench.probes.spec import Figure, ProbeSpec
+from workbench.tasks import build_rows
+from workbench.tasks.manifest import write_manifest
+
+UNTRAINED = "untrained:tiny-llama:2:4"
+TITLE = "First-loop answers"
+CAPTION = "Final-answer accuracy per depth after one loop. Predicted: falling with depth, one step per loop."
+
+
+def run(model, tokenizer, rows: list[dict], batch_size: int = 16, progress: bool = False) -> pd.DataFrame:
+    """Returns each row's final answer after one loop: row_id, depth, correct."""
+    read = read_final(model, tokenizer, rows, 1, batch_size, progress)
+    return pd.DataFrame({"row_id": [r["row_id"] for r in rows], "depth": [int(r["depth"]) for r in rows],
+                         "correct": read.correct[:, 0]})
+
+
+def headline(tables: dict[str, pd.DataFrame]) -> Headline:
+    number = proportion("loop_1", "final answer at loop 1", tables["first_loop"].set_index("row_id")["correct"])
+    return Headline("first_loop", [number], f"After one loop the final answer reads {number.text()}.")
+
+
+def summarize(tables: dict[str, pd.DataFrame]) -> dict:
+    return {"rows": len(tables["first_loop"]), "headline": headline(tables).to_dict()}
+
+
+def first_loop_figure(first_loop: pd.DataFrame) -> go.Figure:
+    accuracy = first_loop.groupby("depth")["correct"].mean()
+    return go.Figure(go.Bar(x=accuracy.index.tolist(), y=accuracy.tolist(), name="loop 1"))
+
+
+SPEC = ProbeSpec(
+    name="first_loop", run=run, summarize=summarize, headline=headline,
+    title=TITLE,
+    about="The final answer read after a single loop, per depth.",
+    figures=(Figure(f"{__name__}:first_loop_figure", CAPTION),),
+)
+
+
+def test_a_probe_declared_in_its_module_reaches_the_battery_the_report_and_the_figures(monkeypatch, tmp_path, tok):
+    monkeypatch.setitem(PROBES, "first_loop", __name__)  # its one entry outside this file
+    manifest = tmp_path / "rows.jsonl"
+    write_manifest(build_rows("chase", [1, 2, 3], 4, 5, alphabet=4, tokenizer=tok), manifest)
+    out = tmp_path / "results"
+    summary = run_battery(UNTRAINED, None, out, rows=str(manifest), only=["first_loop"], progress=False,
+                          finish=lambda staging: write_report(staging, shown_as=out))
+
+    table = pd.read_parquet(out / "first_loop.parquet")  # the battery ran it and wrote its table
+    assert len(table) == 12 and sorted(table["depth"].unique()) == [1, 2, 3]
+    assert summary["probes"]["first_loop"]["rows"] == 12
+    assert summary["probes"]["first_loop"]["headline"]["numbers"][0]["value"] == pytest.approx(table["correct"].mean())
+
+    page = (out / "report.html").read_text()  # its section, its headline and its figure with the caption
+    assert f"<h2 id='first_loop'>{TITLE}</h2>" in page and f"<a href='#first_loop'>{TITLE}</a>" in page
+    assert "After one loop the final answer reads" in page
+    assert 'id="fig-first_loop"' in page and f"data-figure='first_loop'>{CAPTION}</p>" in page
+
+    app = typer.Typer()
+    app.command()(figures_command)
+    figs = tmp_path / "figs"
+    res = CliRunner().invoke(app, ["--results", str(out), "--format", "html", "--out", str(figs)])
+    assert res.exit_code == 0, res.output
+    assert (figs / "results" / "first_loop.html").is_file()
+    drawn = pd.read_csv(figs / "results" / "first_loop.csv")  # the numbers the exported figure shows
+    expected = table.groupby("depth")["correct"].mean()
+    assert drawn["x"].tolist() == expected.index.tolist() and drawn["y"].tolist() == expected.tolist()
+
+
+
+def test_the_guide_quotes_a_real_declaration():
+    """docs/adding-a-probe.md shows the loop-accuracy probe's SPEC; it must be the one the module holds."""
+    root = Path(__file__).resolve().parents[2]
+    guide = (root / "docs" / "adding-a-probe.md").read_text()
+    quoted = guide[guide.index("SPEC = ProbeSpec("):].split("\n```", 1)[0]
+    assert quoted.count("\n") > 5 and quoted in (root / "workbench" / "probes" / "loop_accuracy.py").read_text()
