@@ -8,11 +8,14 @@ a pipe and under a pseudo-terminal.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pty
+import struct
 import subprocess
 import sys
+import termios
 import threading
 from pathlib import Path
 
@@ -122,6 +125,8 @@ def start_on_a_terminal(args, cwd: Path) -> tuple[subprocess.Popen, bytearray, t
     """`workbench ARGS` with stderr on a pseudo-terminal; returns the process, what the terminal has shown so far
     (filled by a thread) and that thread, which ends once the process has closed the terminal."""
     leader, follower = pty.openpty()
+    # a new pseudo-terminal is 0 columns wide, and tqdm draws a 0-column bar there: give it a person's width
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
     proc = subprocess.Popen([sys.executable, "-m", "workbench", *map(str, args)], cwd=cwd, stdout=subprocess.DEVNULL,
                             stderr=follower)
     os.close(follower)
