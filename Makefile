@@ -26,7 +26,8 @@ browser:
 demo: $(STAMP)
 	$(BIN)/workbench demo --out results/demo --overwrite
 
-# ruff, then every test not marked slow (no end-to-end runs, notebooks, browser or wheel build)
+# ruff, then every test not marked slow: no end-to-end runs on the 135M model, fresh `workbench` processes,
+# multi-process training, notebooks, browser, wheel build or long hypothesis searches (each has a fast case)
 check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow"

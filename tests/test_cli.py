@@ -18,6 +18,7 @@ def test_help_lists_commands():
         assert command in res.stdout
 
 
+@pytest.mark.slow   # two fresh processes (15.8 s quiet); tests/test_cli_output.py runs identity in-process
 def test_identity_on_a_tiny_model_prints_zero():
     res = workbench("identity", "--model", "tiny-qwen2", "--block", "1:4")
     assert res.returncode == 0, res.stderr
@@ -32,6 +33,7 @@ def test_identity_on_a_tiny_model_prints_zero():
     assert data["kind"] == "fresh retrofit" and len(data["rows"]) == 8 and data["max_abs_diff"] == 0.0
 
 
+@pytest.mark.slow   # a fresh process each (6-7 s quiet); tests/test_cli_errors.py has the same cases in-process
 @pytest.mark.parametrize("args,message", [
     (("identity", "--model", "tiny-llama", "--block", "4:2"), "block 4:2 is invalid for a model with 6 layers"),
     (("identity", "--model", "tiny-llama", "--block", "0:9"), "need 0 <= a < b <= 6"),
@@ -45,6 +47,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert "Traceback" not in res.stderr
 
 
+@pytest.mark.slow   # a fresh process (6.5 s quiet); test_cli_errors.py::test_debug_raises_instead_of_one_line
 def test_debug_shows_the_traceback():
     res = workbench("--debug", "identity", "--model", "tiny-llama", "--block", "4:2")
     assert res.returncode != 0 and "Traceback" in res.stderr

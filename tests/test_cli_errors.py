@@ -202,3 +202,51 @@ def test_probe_with_an_unknown_probe_name(capsys, monkeypatch, tmp_path, tiny_ru
                           "--only", "depth_matrix,logitlens", "--out", out)
     assert_clean_error(code, err, "logitlens", "known probes: identity, depth_matrix")
     assert not out.exists()
+
+
+def test_debug_raises_instead_of_one_line(monkeypatch):
+    from workbench.errors import WorkbenchError
+
+    monkeypatch.setattr(sys, "argv", ["workbench", "--debug", "identity", "--model", "tiny-llama", "--block", "4:2"])
+    with pytest.raises(WorkbenchError, match="block 4:2 is invalid"):
+        cli.run()
+
+
+# --- every option that takes a name: a mistyped one is refused with the names that exist ----------------
+
+SMALL_RESULTS = str(ROOT / "training" / "halting" / "keeper-oracle" / "exit_rules")
+UNTRAINED = "untrained:tiny-llama:2:4"
+MISTYPED = {  # option -> (the command line with a mistyped name, a name the error must list)
+    "probe --checkpoint": (["probe", "--checkpoint", "smollm2-chas"], "smollm2-chase"),
+    "probe --checkpoint untrained:": (["probe", "--checkpoint", "untrained:smollm2-chas"], "smollm2-chase"),
+    "probe --battery": (["probe", "--checkpoint", UNTRAINED, "--battery", "defualt"], "default"),
+    "probe names in a battery": (["probe", "--checkpoint", UNTRAINED, "--battery", "{battery}"], "depth_matrix"),
+    "probe --only": (["probe", "--checkpoint", UNTRAINED, "--only", "depth_matrx"], "depth_matrix"),
+    "probe --rows": (["probe", "--checkpoint", UNTRAINED, "--rows", "chase_n8_d1-8"], "chase_n8_d1-7"),
+    "probe --precision": (["probe", "--checkpoint", UNTRAINED, "--precision", "fp23"], "fp32"),
+    "probe --device": (["probe", "--checkpoint", UNTRAINED, "--device", "cdua"], "cpu"),
+    "train RECIPE": (["train", "smollm2_lora_chse"], "smollm2_lora_chase"),
+    "train stage kind": (["train", "smollm2_lora_chase", "--set", "stages.0.kind=chian"], "chain"),
+    "launch --preset": (["launch", "smollm2_lora_chase", "--preset", "dpp"], "ddp"),
+    "figures --spec": (["figures", "--spec", "papr", "--results", SMALL_RESULTS], "paper"),
+    "figure names in a spec": (["figures", "--spec", "{spec}", "--results", SMALL_RESULTS], "depth_matrix"),
+    "figures --format": (["figures", "--format", "pnd", "--results", SMALL_RESULTS], "png"),
+    "rows --task": (["rows", "--task", "chse", "--depths", "1-3", "--seed", "1"], "chase"),
+    "rows --surface": (["rows", "--surface", "relya", "--depths", "1-3", "--seed", "1"], "relay"),
+    "identity --model": (["identity", "--model", "tiny-lama", "--block", "1:2"], "tiny-llama"),
+    "identity --attn": (["identity", "--model", "tiny-llama", "--block", "1:2", "--attn", "eagr"], "eager"),
+}
+
+
+@pytest.mark.parametrize("option", MISTYPED)
+def test_a_mistyped_name_lists_the_names_that_exist(capsys, monkeypatch, tmp_path, option):
+    battery, spec = tmp_path / "battery.toml", tmp_path / "spec.toml"
+    battery.write_text('[battery]\nmanifest = "chase_n8_d1-7"\n[probes.depth_matrx]\n')
+    spec.write_text('[[figure]]\nname = "depth_matrx"\nsize = "single"\n')
+    args, listed = MISTYPED[option]
+    args = [a.format(battery=battery, spec=spec) for a in args]
+    out_option = ["--out", tmp_path / ("r.jsonl" if args[0] == "rows" else "out")] if args[0] != "identity" else []
+    code, _, err = invoke(capsys, monkeypatch, *args, *out_option)
+    assert_clean_error(code, err, listed)
+    assert ", " in err or " or " in err, err   # a list, not the one name
+    assert not (tmp_path / "out").exists() and not (tmp_path / "r.jsonl").exists()

@@ -234,6 +234,7 @@ def test_nonsense_recipe_sizes_are_refused(key, value):
     one_line(exc.value)
 
 
+@pytest.mark.slow   # 40 generated loop counts (12.2 s quiet); tests/test_cli_errors.py keeps 0 and 65 fast
 @FUZZ
 @given(loops=st.integers(-2 ** 70, 0) | st.integers(65, 2 ** 70) | st.sampled_from(["1.5", "two", "", "1e3", "nan"]))
 def test_cli_loop_counts_outside_the_limit(capsys, monkeypatch, loops):

@@ -21,6 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -151,6 +152,7 @@ def _run(args: list[str]) -> tuple[str, str]:
     return "done", ""
 
 
+@pytest.mark.slow   # 300 generated cases (12.6 s quiet); tests/test_gate.py keeps every command's gate fast
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)  # ~all 306
 @given(command=st.sampled_from(sorted(KIND)), family=st.sampled_from(PATHS), overwrite=st.booleans())
 def test_every_command_on_every_path_family(tmp_path_factory, monkeypatch, command, family, overwrite):
@@ -210,6 +212,7 @@ def _known_keys():
     return [k.replace("stages.N.", "stages.0.") for k in known_keys()]
 
 
+@pytest.mark.slow   # 80 generated recipes (5.2 s quiet); tests/test_cli_errors.py keeps a bad recipe key fast
 @FUZZ
 @given(key=st.sampled_from(_known_keys()), value=toml_scalars)
 def test_a_wrong_value_in_any_recipe_key_is_refused_before_any_file(tmp_path_factory, monkeypatch, key, value):

@@ -49,6 +49,7 @@ def test_every_relative_link_in_the_readme_and_docs_resolves():
     assert len(pages) >= 10 and broken == []
 
 
+@pytest.mark.slow   # loads the embedded SmolLM2-135M in a fresh process (9.9 s quiet)
 def test_the_python_example_runs_as_written(tmp_path):
     code = block("Ten lines of Python", "python")
     assert 10 <= len([line for line in code.splitlines() if line.strip()]) <= 16
@@ -73,7 +74,8 @@ def test_every_line_of_the_cli_tour_is_run_here_or_named_slow():
     assert sum(line.startswith(QUICK) for line in lines) == len(QUICK)
 
 
-@pytest.mark.parametrize("line", [line for line in tour() if line.startswith(QUICK)])
+@pytest.mark.parametrize("line", [pytest.param(line, marks=pytest.mark.slow) if "smollm2-135m" in line else line
+                                  for line in tour() if line.startswith(QUICK)])   # 135M in a fresh process: 16 s
 def test_the_quick_cli_lines_run_as_written(line, tmp_path):
     argv = shlex.split(line)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -16,6 +16,7 @@ import pytest
 import tomli_w
 
 from tests.test_cli_errors import invoke, tiny_run  # noqa: F401
+from tests.test_cli_output import start_on_a_terminal
 from tests.training.conftest import TINY_RECIPE, merge
 
 pytestmark = pytest.mark.slow  # end-to-end runs: real `workbench` subprocesses started, then interrupted mid-run
@@ -202,14 +203,12 @@ def test_an_interrupted_select_block_keeps_the_previous_selection(tmp_path, sig,
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     corpus = tmp_path / "corpus.txt"  # long enough that the sweep is still running when the signal comes
     corpus.write_text("\n".join(f"Text {i}: " + "the rule maps each letter to the next one " * 12 for i in range(4000)))
-    log = tmp_path / "stderr.txt"
-    with log.open("w") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "workbench", "select-block", "--model", "tiny-llama",
-                                 "--corpus", corpus, "--window", "2", "--out", out, "--overwrite"],
-                                cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err)
-        wait_for(proc, lambda: "angular distance" in log.read_text(), "the angular-distance sweep")
-        proc.send_signal(sig)
-        proc.wait(timeout=600)
-    assert proc.returncode == code, log.read_text()[-2000:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "sel", "stderr.txt"], "staging was left"
+    # stderr on a terminal, where the sweep draws its bar (on a pipe it draws none)
+    proc, seen, _ = start_on_a_terminal(["select-block", "--model", "tiny-llama", "--corpus", corpus, "--window", "2",
+                                         "--out", out, "--overwrite"], cwd=tmp_path)
+    wait_for(proc, lambda: b"angular distance" in seen, "the angular-distance sweep")
+    proc.send_signal(sig)
+    proc.wait(timeout=600)
+    assert proc.returncode == code, bytes(seen[-2000:]).decode(errors="replace")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.txt", "sel"], "staging was left"
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before

@@ -34,6 +34,7 @@ def one_process(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow   # two training processes per preset (about 13 s each on a quiet 2-core machine)
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("preset", ["ddp", "fsdp2"])
 def test_two_processes_under_a_preset_match_one_and_load_strictly(one_process, preset):

@@ -7,6 +7,8 @@ from typing import Optional
 
 import typer
 
+from workbench.commands.output import JSON, QUIET, Output
+
 
 def claims(
     out: Optional[Path] = typer.Option(None, "--out", help="Write LEDGER.md, ledger.html and ledger.json here "
@@ -15,6 +17,8 @@ def claims(
                                                "packaged workbench/data/claims.toml)."),
     root: Optional[Path] = typer.Option(None, "--root", help="Where the specimens named in the claims file live "
                                         "(default: the checkout's root, or an installed package's data, which mirrors it)."),
+    quiet: bool = QUIET,
+    as_json: bool = JSON,
 ) -> None:
     """Print the claims ledger: each paper claim, the paper's number, ours, the comparison and a verdict."""
     from workbench.analysis.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, build_ledger, write_ledger
@@ -22,17 +26,19 @@ def claims(
 
     gate = None if out is None else gate_output(out, "claims", kind="file", names=LEDGER_FILES, overwrite=True,
                                                 reading=[claims_file or CLAIMS_FILE])  # before any work
+    ui = Output(quiet, as_json)
     rows = build_ledger(claims_file or CLAIMS_FILE, root or ROOT)
-    typer.echo("papers: 000 = the retrofit paper (Retrofitting Recurrent Depth into a Pretrained Language Model), "
-               "002 = RecurTrace (Adaptive Latent Reasoning with Loop-Time Memory); [paper section] after each id\n")
+    ui.say("papers: 000 = the retrofit paper (Retrofitting Recurrent Depth into a Pretrained Language Model), "
+           "002 = RecurTrace (Adaptive Latent Reasoning with Loop-Time Memory); [paper section] after each id\n")
     for r in rows:
-        typer.echo(f"{r['verdict'].upper():<15} {r['id']}  [{r['paper']} {r['section']}]")
-        typer.echo(f"{'':<15} paper: {r['paper_value']}")
-        typer.echo(f"{'':<15} ours:  {r['ours']}  ({r['specimen']}, {r['rows']} rows)")
-        typer.echo(f"{'':<15} {r['why']}")
+        ui.say(f"{r['verdict'].upper():<15} {r['id']}  [{r['paper']} {r['section']}]",
+               f"{'':<15} paper: {r['paper_value']}",
+               f"{'':<15} ours:  {r['ours']}  ({r['specimen']}, {r['rows']} rows)",
+               f"{'':<15} {r['why']}")
     counts = {v: sum(r["verdict"] == v for r in rows) for v in ("reproduced", "not reproduced", "not comparable")}
-    typer.echo(", ".join(f"{n} {v}" for v, n in counts.items()))
+    ui.say(", ".join(f"{n} {v}" for v, n in counts.items()))
     if gate is not None:
         gate.recheck()
         for path in write_ledger(out, rows):
-            typer.echo(f"wrote {path}")
+            ui.wrote(path)
+    ui.result({"claims": rows, "counts": counts})

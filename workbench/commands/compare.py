@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
 import typer
+
+from workbench.commands.output import JSON, QUIET, Output
 
 
 def compare(
@@ -14,7 +15,8 @@ def compare(
     results_b: Path = typer.Argument(..., help="Results directory B (helped = B right, A wrong)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Directory for compare.json and compare.parquet "
                                        "(default: RESULTS_B)."),
-    as_json: bool = typer.Option(False, "--json", help="Print compare.json instead of the tables."),
+    quiet: bool = QUIET,
+    as_json: bool = JSON,
 ) -> None:
     """Compare two probe results: final answers per depth (McNemar), then every headline number side by side
     with B − A and its paired 95% interval over the rows both read."""
@@ -25,6 +27,7 @@ def compare(
     from workbench.io import atomic_path, dir_inputs, gate_output, write_json_atomic
     from workbench.probes import PROBES, get_probe
 
+    ui = Output(quiet, as_json)
     target = Path(out) if out is not None else Path(results_b)
     written = ("compare.json", "compare.parquet")
     gate = gate_output(target, "compare", kind="file", names=written, overwrite=True,  # before any work
@@ -32,8 +35,9 @@ def compare(
     table = compare_results(results_a, results_b)
     records = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in table.to_dict("records")]
     tables = [load_results(r) for r in (results_a, results_b)]  # headlines recomputed, with per-row values
-    headlines = compare_headlines(*(headlines_from_tables(t, {n: get_probe(n).headline for n in PROBES if n in t})
-                                    for t in tables))
+    head_a, head_b = (headlines_from_tables(t, {n: get_probe(n).headline for n in PROBES if n in t}) for t in tables)
+    headlines = [{**r, "label_a": _label(head_a, r), "label_b": _label(head_b, r)}
+                 for r in compare_headlines(head_a, head_b)]
     rows = table.attrs.get("rows", {})
     report = {"a": str(results_a), "b": str(results_b), "rows": rows, "depths": records, "headlines": headlines}
     gate.recheck()
@@ -41,17 +45,31 @@ def compare(
     write_json_atomic(target / "compare.json", report)
     with atomic_path(target / "compare.parquet") as tmp:
         table.to_parquet(tmp, index=False)
-    if as_json:
-        typer.echo(json.dumps(report, indent=1, default=str))
-        return
-    con = console()
-    if rows:
-        con.print(f"rows both read: {rows['compared']} of {rows['manifest'] or 'the manifest'} (A read {rows['a']}, "
-                  f"B read {rows['b']})")
-    con.print("final answers (t = d), paired by row: helped = B right and A wrong; exact McNemar p")
-    con.print(_depth_table(records))
-    print_comparison(headlines, str(results_a), str(results_b), out=con)
-    typer.echo(f"wrote {target / 'compare.json'}\n  and {target / 'compare.parquet'}")
+    if ui.human:
+        con = console()
+        if rows:
+            con.print(f"rows both read: {rows['compared']} of {rows['manifest'] or 'the manifest'} (A read "
+                      f"{rows['a']}, B read {rows['b']})")
+        con.print("final answers (t = d), paired by row: helped = B right and A wrong; exact McNemar p")
+        con.print(_depth_table(records))
+        print_comparison([{**r, "label": _side_labels(r)} for r in headlines], str(results_a), str(results_b),
+                         out=con)
+    ui.wrote(target / "compare.json")
+    ui.wrote(target / "compare.parquet", f"  and {target / 'compare.parquet'}")
+    ui.result(report)
+
+
+def _label(headlines: dict, record: dict) -> str | None:
+    """The label one side gives a number (its own top head, its own null p95), or None where it lacks it."""
+    h = headlines.get(record["probe"])
+    return h[record["key"]].label if h is not None and record["key"] in h.keys() else None
+
+
+def _side_labels(record: dict) -> str:
+    """One label where both sides give the same; otherwise each side's own, A's first, so no value is
+    shown under the other run's head or null."""
+    a, b = record["label_a"], record["label_b"]
+    return record["label"] if a is None or b is None or a == b else f"A: {a}\nB: {b}"
 
 
 def _depth_table(records: list[dict]):

@@ -10,11 +10,11 @@ import json
 import os
 import shutil
 import time
-from functools import partial
 from pathlib import Path
 
 import typer
 
+from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import DEFAULT_KEEPER, DEFAULT_RECIPE, DEMO_BATTERY, resolve, resolve_run
 from workbench.devices import DEVICE_HELP
 
@@ -34,42 +34,41 @@ def demo(
                                             "(the recipe's own 64 cost minutes on CPU)."),
     skip_selection: bool = typer.Option(False, "--skip-selection", help="Skip the block-selection sweep."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a non-empty --out that the workbench wrote."),
-    as_json: bool = typer.Option(False, "--json", help="End with the machine-readable summary (demo.json) "
-                                 "instead of the headline table."),
     device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
+    quiet: bool = QUIET,
+    as_json: bool = JSON,
 ) -> None:
     """The main job on the embedded default: select, retrofit, identity, probe, report."""
     from workbench.devices import resolve_device
     from workbench.io import gate_output, mark_output, write_json_atomic
 
+    ui = Output(quiet, as_json)
     resolve_device(device)   # a device the machine lacks: one line, nothing written
-    say = partial(typer.echo, err=as_json)  # with --json only the JSON goes to stdout
     gate = gate_output(out, "demo", overwrite=overwrite, reading=[resolve_run(DEFAULT_KEEPER)])  # before any work
     # All or nothing: every part is written into a hidden sibling and moved into place at the end, so an
     # interrupt or a failure leaves `out` as it was (absent, or the previous complete demo) and no staging.
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
     try:  # made inside the try: a signal that lands as it is made still removes it
         staging.mkdir(parents=True, exist_ok=False)
-        headline, summary = _run(say, staging, out, train_steps, eval_per_depth, skip_selection, device)
+        headline, summary = _run(ui, staging, out, train_steps, eval_per_depth, skip_selection, device)
         write_json_atomic(staging / "demo.json", headline)
         mark_output(staging, "demo")
         gate.commit_dir(staging)
     except BaseException:  # Ctrl-C and SIGTERM (workbench.cli) included
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    if as_json:
-        typer.echo(json.dumps(headline, indent=1, default=str))
-    else:
+    if ui.human:
         from workbench.commands.probe import print_summary
 
         print_summary(summary)
-    say(f"\nreport: {out / 'probe' / 'report.html'}\nsummary: {out / 'demo.json'}  "
-        f"(total {headline['seconds']:.0f} s)")
+    ui.wrote(out / "probe" / "report.html", f"\nreport: {out / 'probe' / 'report.html'}")
+    ui.wrote(out / "demo.json", f"summary: {out / 'demo.json'}  (total {headline['seconds']:.0f} s)")
+    ui.result(headline)
     if headline["identity_max_abs_diff"] != 0.0:
         raise typer.Exit(1)
 
 
-def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, skip_selection: bool,
+def _run(ui: Output, staging: Path, out: Path, train_steps: int, eval_per_depth: int, skip_selection: bool,
          device: str = "auto"):
     """The demo's steps, written into `staging` (which becomes `out`); returns (headline, battery summary)."""
     from workbench.block_selection import select_block
@@ -81,6 +80,7 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
     from workbench.probes.battery import run_battery
     from workbench.runs import read_retrofit
 
+    say = ui.step   # the steps are the demo's progress: with --json on stderr, with --quiet nowhere
     start = time.perf_counter()
     run_on = resolve_device(device)
     base, tok = load_base(EMBEDDED_DEFAULT)
@@ -90,7 +90,7 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
 
     if not skip_selection:
         t0 = _step(say, "1. block selection (angular distance, Kneedle, window ablation)")
-        sel = select_block(base, tok)
+        sel = select_block(base, tok, progress=ui.progress)
         headline["selection"] = {"prelude_end": sel.prelude_end, "coda_start": sel.coda_start,
                                  "recommended": list(sel.recommended), "windows": sel.windows}
         write_json_atomic(staging / "block_selection.json", sel.to_dict())
@@ -106,7 +106,8 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
         t0 = _step(say, f"2. training the default recipe for {train_steps} steps")
         overrides = [f"stages.{i}.steps={max(1, train_steps // 3)}" for i in range(3)]
         overrides.append(f"eval.per_depth={eval_per_depth}")
-        summary = train(DEFAULT_RECIPE, out=staging / "run", overrides=overrides, device=device)
+        summary = train(DEFAULT_RECIPE, out=staging / "run", overrides=overrides, device=device,
+                        progress=ui.progress)
         checkpoint, shown = Path(summary["run_dir"]), str(out / "run")  # where the run will be once moved
         say(f"trained {summary['steps']} steps in {time.perf_counter() - t0:.0f} s")
     block = read_retrofit(checkpoint)[1].block
@@ -129,7 +130,7 @@ def _run(say, staging: Path, out: Path, train_steps: int, eval_per_depth: int, s
 
     t0 = _step(say, f"4. probing {shown} with the {DEMO_BATTERY} battery")
     summary = run_battery(str(checkpoint), resolve("battery", DEMO_BATTERY), staging / "probe", finish=finish,
-                          device=device)
+                          device=device, progress=ui.progress)
     summary["checkpoint"]["path"] = shown
     headline["probes"] = summary["probes"]
     say(f"probes done in {time.perf_counter() - t0:.0f} s")

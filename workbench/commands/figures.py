@@ -8,6 +8,8 @@ from typing import List, Optional
 
 import typer
 
+from workbench.commands.output import JSON, QUIET, Output
+
 
 def figures(
     results: List[Path] = typer.Option([], "--results", help="Results directory (repeatable; default: every "
@@ -18,6 +20,8 @@ def figures(
     spec: Optional[str] = typer.Option(None, "--spec", help="Figure spec TOML, or a shipped one by name (paper); "
                                         "default: every registered figure at double-column width."),
     dpi: Optional[int] = typer.Option(None, "--dpi", help="PNG resolution (default: the spec's, else 300)."),
+    quiet: bool = QUIET,
+    as_json: bool = JSON,
 ) -> None:
     """Export the figures of each results directory, with the numbers each one shows as CSV beside it."""
     from workbench.errors import WorkbenchError
@@ -41,9 +45,10 @@ def figures(
             raise WorkbenchError(f"results directories under ./results share the name '{twice[0]}' (figures go to "
                                  f"{out}/<name>/); pass --results for the ones to export")
     done = export_figures(results, fmt=fmt, out=out, spec=specs, dpi=dpi or spec_dpi)
+    ui = Output(quiet, as_json)
     images = [p for p in done.written if p.suffix != ".csv"]
-    typer.echo(f"wrote {len(images)} {fmt} figure(s) with CSV under {out}")
+    ui.say(f"wrote {len(images)} {fmt} figure(s) with CSV under {out}")
     for p in images:
-        typer.echo(f"  {p}")
-    for s in done.skipped:
-        typer.echo(f"  skipped {s}")
+        ui.wrote(p, f"  {p}")
+    ui.say(*(f"  skipped {s}" for s in done.skipped))
+    ui.result({"format": fmt, "skipped": done.skipped, "csv": [str(p) for p in done.written if p.suffix == ".csv"]})

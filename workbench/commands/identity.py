@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from typing import Optional
 
 import typer
 
+from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.devices import DEVICE_HELP
+
+ATTENTION = ("eager", "sdpa")   # the implementations --attn offers
 
 
 def identity(
@@ -16,9 +18,10 @@ def identity(
     block: Optional[str] = typer.Option(None, "--block", help="Layers to loop, A:B (A inclusive, B exclusive); "
                                         "not for a native looped model (its own passes are compared)."),
     loops: int = typer.Option(3, "--loops", help="Loops to run; loop 1 is compared with the base model."),
-    attn: str = typer.Option("eager", "--attn", help="Attention implementation: eager or sdpa."),
-    as_json: bool = typer.Option(False, "--json", help="Print the rows as JSON instead of the table."),
+    attn: str = typer.Option("eager", "--attn", help="Attention implementation: " + " or ".join(ATTENTION) + "."),
     device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
+    quiet: bool = QUIET,
+    as_json: bool = JSON,
 ) -> None:
     """Print max |Δlogit| between the base model and fresh retrofits at loop 1 (must be 0.0)."""
     from rich import box
@@ -30,14 +33,19 @@ def identity(
     from workbench.models import load_base
     from workbench.native import native_family
 
+    ui = Output(quiet, as_json)
+    if attn not in ATTENTION:
+        from workbench.errors import WorkbenchError
+
+        raise WorkbenchError(f"--attn '{attn}' is not accepted; accepted: {', '.join(ATTENTION)}")
     run_on = resolve_device(device)   # before the model loads
     if native_family(model) is not None:  # a native looped model: its adapter against transformers' own forward
         from workbench.native.check import exactness
 
         record = exactness(model)
-        typer.echo(json.dumps(record, indent=1) if as_json else
-                   f"{model} ({record['family']}), adapter vs transformers' forward at passes 1..{len(record['per_pass'])} "
-                   f"(native {record['native_passes']}), {record['prompts']} prompts: max |Δlogit| = {record['max_abs_diff']}")
+        ui.say(f"{model} ({record['family']}), adapter vs transformers' forward at passes 1..{len(record['per_pass'])} "
+               f"(native {record['native_passes']}), {record['prompts']} prompts: max |Δlogit| = {record['max_abs_diff']}")
+        ui.result(record)
         if record["max_abs_diff"] != 0.0:
             raise typer.Exit(1)
         return
@@ -48,11 +56,9 @@ def identity(
     base, tok = load_base(model, attn_implementation=attn)
     rows = identity_report(base.to(run_on), tok, block, loops=loops)   # base and retrofit on the same kernels
     worst = max(r["max_abs_diff"] for r in rows)
-    if as_json:
-        typer.echo(json.dumps({"model": model, "block": block, "loops": loops, "prompts": len(IDENTITY_PROMPTS),
-                               "kind": "fresh retrofit", "rows": rows, "max_abs_diff": worst,
-                               "device": device_record(device, run_on)}, indent=1))
-    else:
+    ui.result({"model": model, "block": block, "loops": loops, "prompts": len(IDENTITY_PROMPTS),
+               "kind": "fresh retrofit", "rows": rows, "max_abs_diff": worst, "device": device_record(device, run_on)})
+    if ui.human:
         con = console()
         con.print(f"fresh retrofits of {model} at block {block} on {run_on}, loop 1 vs the base (must be 0.0):")
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)

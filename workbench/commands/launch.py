@@ -19,6 +19,7 @@ from typing import List, Optional
 
 import typer
 
+from workbench.commands.output import JSON, QUIET, Output
 from workbench.errors import WorkbenchError
 
 PRESETS = Path(__file__).resolve().parents[2] / "training" / "accelerate"
@@ -89,8 +90,12 @@ def launch(
     out: Optional[Path] = typer.Option(None, "--out", help="Run directory (default runs/<recipe name>)."),
     overrides: List[str] = typer.Option([], "--set", help="Override a recipe key: key=value (repeatable)."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's latest checkpoint."),
+    quiet: bool = QUIET,
+    as_json: bool = JSON,
 ) -> None:
-    """Train a recipe on several processes: accelerate launch with a preset, each rank on its own device."""
+    """Train a recipe on several processes: accelerate launch with a preset, each rank on its own device.
+
+    --quiet and --json pass to the main rank's `workbench train`, which alone prints."""
     from workbench.defaults import resolve
     from workbench.io import gate_output, safe_child
     from workbench.train.recipe import Recipe
@@ -114,5 +119,7 @@ def launch(
         cmd += ["--set", o]
     if resume:
         cmd.append("--resume")
+    ui = Output(quiet, as_json)
+    cmd += ["--quiet"] * ui.quiet + ["--json"] * ui.as_json
     env = {**os.environ, **({"ACCELERATE_USE_CPU": "1"} if cpu else {})}
     raise typer.Exit(subprocess.run(cmd, env=env).returncode)

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import EMBEDDED_DEFAULT, shipped
 from workbench.devices import DEVICE_HELP
 
@@ -30,30 +31,29 @@ def probe(
     precision: str = typer.Option("fp32", "--precision", help="fp32 (exact) or bf16 (frozen weights in bf16, "
                                   "autocast; about 1.75x faster reads on a CPU with bf16 units). identity and "
                                   "gradient_audit always run in fp32."),
-    as_json: bool = typer.Option(False, "--json", help="Print the machine-readable summary instead of the table."),
     device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
+    quiet: bool = QUIET,
+    as_json: bool = JSON,
 ) -> None:
     """Run the probe battery on a checkpoint: one parquet per probe table, summary.json, report.html."""
     from workbench.plots.report import write_report
     from workbench.probes import parse_only
     from workbench.probes.battery import run_battery
 
+    ui = Output(quiet, as_json)
     summary = run_battery(checkpoint, battery, out, rows=rows, only=parse_only(only), overwrite=overwrite, seed=seed,
-                          precision=precision, finish=lambda staging: write_report(staging, shown_as=out), device=device)
-    print_summary(summary, as_json)
-    if not as_json:
-        typer.echo(f"results: {out} ({summary['wall_s']:.0f} s)")
+                          precision=precision, finish=lambda staging: write_report(staging, shown_as=out), device=device,
+                          progress=ui.progress)
+    if ui.human:
+        print_summary(summary)
+    ui.wrote(out, f"results: {out} ({summary['wall_s']:.0f} s)")
+    ui.result(summary)
 
 
-def print_summary(summary: dict, as_json: bool = False) -> None:
-    """Prints a battery summary: each probe's headline as one table within 100 columns, or the JSON."""
+def print_summary(summary: dict) -> None:
+    """Prints a battery summary: each probe's headline as one table within 100 columns."""
     import textwrap
 
-    if as_json:
-        import json
-
-        typer.echo(json.dumps(summary, indent=1, default=str))
-        return
     from workbench.analysis.headlines import headlines_from_summary, print_headlines
     from workbench.probes import PROBES
 

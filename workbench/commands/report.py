@@ -7,12 +7,16 @@ from typing import Optional
 
 import typer
 
+from workbench.commands.output import JSON, QUIET, Output
+
 
 def report(
     results_dir: Path = typer.Argument(..., help="A results directory (probe parquet files and summary.json)."),
     out: Optional[Path] = typer.Option(None, "--out", help="HTML file to write (default RESULTS_DIR/report.html)."),
     control: Optional[Path] = typer.Option(None, "--control", help="Another results directory (the untrained control, "
                                            "or another specimen) to show beside it, with paired tests."),
+    quiet: bool = QUIET,
+    as_json: bool = JSON,
 ) -> None:
     """Write the HTML report of a results directory: headlines with intervals (beside a control), the claims
     ledger when present, captioned figures, provenance; works offline."""
@@ -24,4 +28,6 @@ def report(
                        reading=dir_inputs(results_dir, control, exclude=(REPORT,)))
     path = write_report(results_dir, out, control=control, before_write=gate.recheck)
     n = len(load_results(results_dir))
-    typer.echo(f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, {n} tables)")
+    ui = Output(quiet, as_json)
+    ui.wrote(path, f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, {n} tables)")
+    ui.result({"report": str(path), "bytes": path.stat().st_size, "tables": n})

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import typer
 
+from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
 
@@ -48,6 +49,8 @@ def rows(
         EMBEDDED_DEFAULT, "--model", help="Model whose tokenizer every symbol must be one token of."
     ),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing manifest and its sidecar."),
+    quiet: bool = QUIET,
+    as_json: bool = JSON,
 ) -> None:
     """Write a frozen row manifest: F.jsonl and F.manifest.json."""
     from workbench.tasks import build_rows
@@ -70,7 +73,10 @@ def rows(
     for gate in gates:
         gate.recheck()
     sidecar = write_manifest(generated, out, meta=meta)
-    typer.echo(f"{sidecar['rows']} rows -> {out} (rows_sha256 {sidecar['rows_sha256'][:16]})")
+    ui = Output(quiet, as_json)
+    ui.wrote(out, f"{sidecar['rows']} rows -> {out} (rows_sha256 {sidecar['rows_sha256'][:16]})")
+    ui.wrote(sidecar_path(out), "")   # the sidecar beside it: its own line only with --quiet
+    ui.result(sidecar)
 
 
 def _tokenizer(spec: str):

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import typer
 
+from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.devices import DEVICE_HELP
 from workbench.io import gate_output, mark_output, write_text_atomic
@@ -32,6 +33,8 @@ def select_block(
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty --out directory that "
                                    "the workbench wrote."),
     device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
+    quiet: bool = QUIET,
+    as_json: bool = JSON,
 ) -> None:
     """Find the loopable span (angular distance + Kneedle) and rank windows in it by loop-2 damage."""
     from workbench.block_selection import load_corpus
@@ -40,12 +43,13 @@ def select_block(
     from workbench.models import load_base, weights_sha256
     from workbench.plots.selection import angular_distance_figure
 
+    ui = Output(quiet, as_json)
     run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written
     gate = gate_output(out, "select-block", overwrite=overwrite, reading=[corpus, model])  # before any work
     texts = load_corpus(corpus)  # read before the model loads: a bad path fails fast
     start = time.perf_counter()
     base, tok = load_base(model)
-    selection = run_selection(base.to(run_on), tok, texts=texts, window=window)
+    selection = run_selection(base.to(run_on), tok, texts=texts, window=window, progress=ui.progress)
     record = {
         **selection.to_dict(),
         "model": model,
@@ -66,18 +70,22 @@ def select_block(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    _summary(selection, out, record["seconds"])
+    ui.say(*_summary(selection))
+    a, b = selection.recommended
+    ui.wrote(out / SELECTION_JSON, f"recommended block {a}:{b}; wrote {out / SELECTION_JSON} and "
+             f"{out / SELECTION_HTML} in {record['seconds']} s")
+    ui.wrote(out / SELECTION_HTML, "")   # named in the line above
+    ui.result(record)
 
 
-def _summary(selection, out: Path, seconds: float) -> None:
+def _summary(selection) -> list[str]:
+    """The selection for a person: the span and why, then the five least damaging windows."""
     knees = selection.knees
-    typer.echo(f"{selection.model}: {selection.n_layers} layers; span {selection.prelude_end}:{selection.coda_start}")
-    for key in ("prelude_end", "coda_start"):
-        typer.echo(f"  {key}: {knees[key]['reason']}")
-    typer.echo(f"windows of {selection.window} layers (stride {selection.stride}), lowest damage first:")
+    lines = [f"{selection.model}: {selection.n_layers} layers; span {selection.prelude_end}:{selection.coda_start}"]
+    lines += [f"  {key}: {knees[key]['reason']}" for key in ("prelude_end", "coda_start")]
+    lines.append(f"windows of {selection.window} layers (stride {selection.stride}), lowest damage first:")
     for w in selection.windows[:5]:
         a, b = w["block"]
-        typer.echo(f"  {a:>2}:{b:<2} damage {w['damage']:.4f}  (Δloss {w['loss_increase']:+.4f} nats, "
-                   f"accuracy {w['accuracy_loop1']:.3f} -> {w['accuracy_loop2']:.3f})")
-    a, b = selection.recommended
-    typer.echo(f"recommended block {a}:{b}; wrote {out / SELECTION_JSON} and {out / SELECTION_HTML} in {seconds} s")
+        lines.append(f"  {a:>2}:{b:<2} damage {w['damage']:.4f}  (Δloss {w['loss_increase']:+.4f} nats, "
+                     f"accuracy {w['accuracy_loop1']:.3f} -> {w['accuracy_loop2']:.3f})")
+    return lines

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import List, Optional
 
 import typer
 
+from workbench.commands.output import JSON, QUIET, Output
 from workbench.devices import DEVICE_HELP
 
 
@@ -26,21 +28,24 @@ def train(
                                         "e.g. --set optim.lr=3e-4 --set stages.0.steps=50."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the run directory's latest checkpoint."),
     device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
+    quiet: bool = QUIET,
+    as_json: bool = JSON,
 ) -> None:
     """Train a recipe; print the held-out depth x loop accuracy before and after."""
     from workbench.train.trainer import train as run_training
 
-    summary = run_training(recipe, out=out, overrides=overrides, resume=resume, device=device)
-    typer.echo(f"run: {summary['run_dir']}  steps: {summary['steps']}  wall: {summary['wall_s']:.0f} s")
+    # under `workbench launch` every rank runs this command; only the main one prints
+    ui = Output(quiet, as_json, silent=os.environ.get("RANK", "0") != "0")
+    summary = run_training(recipe, out=out, overrides=overrides, resume=resume, device=device, progress=ui.progress)
+    ui.wrote(summary["run_dir"], f"run: {summary['run_dir']}  steps: {summary['steps']}  wall: {summary['wall_s']:.0f} s")
     g = summary.get("guardrail")
     if g:
-        typer.echo(f"guardrail at loop 1: base {g['base']}/{g['total']}, readings (step, correct): "
-                   + ", ".join(f"({s}, {c})" for s, c in g["readings"]))
+        ui.say(f"guardrail at loop 1: base {g['base']}/{g['total']}, readings (step, correct): "
+               + ", ".join(f"({s}, {c})" for s, c in g["readings"]))
     for label in ("before", "after"):
         if summary[label]:
-            typer.echo(f"held-out active-label accuracy {label}:")
-            for line in _matrix_lines(summary[label]):
-                typer.echo(line)
+            ui.say(f"held-out active-label accuracy {label}:", *_matrix_lines(summary[label]))
+    ui.result(summary)
     if summary.get("status") == "stopped_by_guardrail":
         typer.echo(f"stopped by the capability guardrail at step {summary['steps']}: loop 1 lost more than "
                    f"{g['max_drop']} points against the base ({g['final']}/{g['total']} vs {g['base']}/{g['total']}); "

@@ -39,7 +39,7 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.analysis.readings import chance
-from workbench.defaults import EMBEDDED_DEFAULT, resolve, resolve_run
+from workbench.defaults import EMBEDDED_DEFAULT, resolve, resolve_run, shipped_keepers
 from workbench.devices import device_record, resolve_device
 from workbench.errors import WorkbenchError
 from workbench.io import (
@@ -180,7 +180,8 @@ def _untrained(spec: str):
         parts = rest.rsplit(":", 2)
         if len(parts) != 3 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
             raise WorkbenchError(f"--checkpoint '{spec}' is not untrained:RUN_DIR or untrained:BASE:A:B "
-                                 f"(e.g. untrained:{EMBEDDED_DEFAULT}:10:16)")
+                                 f"(e.g. untrained:{EMBEDDED_DEFAULT}:10:16); shipped keepers (RUN_DIR by name): "
+                                 f"{', '.join(shipped_keepers())}")
         base, config = parts[0], RetrofitConfig(block=(int(parts[1]), int(parts[2])))
         dtype, attn = torch.float32, "eager"
     model, tok = load_base(base, dtype=dtype, attn_implementation=attn)
