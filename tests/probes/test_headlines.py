@@ -117,11 +117,16 @@ def test_overshoot_headline_iterate_against_park(tok, rows):
     it = overshoot.headline(overshoot.run(PerfectExecutor(tok), tok, rows, extra=3))
     parking = overshoot.run(ParkingExecutor(tok), tok, rows, extra=3)
     park = overshoot.headline(parking)
-    assert it["iterate"].value == 1.0 and it["iterate"].n == 96 and it["iterate_k1"].n == 32
-    # the parking executor iterates only where the chain returns to x_d (coincide: iterate has priority)
+    assert it["iterate"].value == 1.0 and len(parking["overshoot"]) == 96
+    # the parking executor reads x_d at every extra loop; where the chain returns to x_d (coincide) the symbol is
+    # both, so those loops are counted apart and the shares read over the others: one denominator for both
     coincide = parking["overshoot"]["coincide"]
-    assert park["park"].value == pytest.approx(1 - coincide.mean()) and park["iterate"].value == coincide.mean()
-    assert f"{int(coincide.sum())} extra loops where the chain returns to x_d count as iterate" in park.sentence
+    assert 0 < coincide.sum() < len(coincide)
+    assert park["park"].value == 1.0 and park["iterate"].value == 0.0
+    assert park["park"].n == park["iterate"].n == int((~coincide).sum())
+    assert f"{int(coincide.sum())} further extra loops, where the chain returns to x_d" in park.sentence
+    assert "are counted apart" in park.sentence
+    assert it["iterate"].n == park["iterate"].n and it["iterate_k1"].n == int((~coincide[parking["overshoot"]["extra"] == 1]).sum())
     assert pair(park["iterate"], it["iterate"]).low > 0  # paired over the same (row, loop) entries
     assert it.sentence.startswith("Forced past their depth (d = 1-4, loops 2-7), rows iterate the rule in 1.00")
 
