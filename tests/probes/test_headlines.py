@@ -126,7 +126,8 @@ def test_overshoot_headline_iterate_against_park(tok, rows):
     assert park["park"].n == park["iterate"].n == int((~coincide).sum())
     assert f"{int(coincide.sum())} further extra loops, where the chain returns to x_d" in park.sentence
     assert "are counted apart" in park.sentence
-    assert it["iterate"].n == park["iterate"].n and it["iterate_k1"].n == int((~coincide[parking["overshoot"]["extra"] == 1]).sum())
+    first = parking["overshoot"]["extra"] == 1
+    assert it["iterate"].n == park["iterate"].n and it["iterate_k1"].n == int((~coincide[first]).sum())
     assert pair(park["iterate"], it["iterate"]).low > 0  # paired over the same (row, loop) entries
     assert it.sentence.startswith("Forced past their depth (d = 1-4, loops 2-7), rows iterate the rule in 1.00")
 
