@@ -14,10 +14,13 @@ from tests.executors import ParkingExecutor, PerfectExecutor, ShuffledExecutor
 from tests.probes.machines import TableMachine
 from workbench.analysis.headlines import (
     Headline,
+    Number,
     clustered_mean,
     compare_headlines,
+    failed_predictions,
     headlines_from_summary,
     headlines_from_tables,
+    judge_above,
     pair,
     print_comparison,
     print_headlines,
@@ -25,6 +28,7 @@ from workbench.analysis.headlines import (
 )
 from workbench.analysis.stats import bootstrap_mean, wilson
 from workbench.errors import WorkbenchError
+from workbench.plots.report import failed_note, headline_table
 from workbench.probes import depth_matrix, logit_lens, overshoot, splice
 
 
@@ -181,3 +185,24 @@ def test_headlines_round_trip_and_print_within_100_columns(tok, rows):
     dm = heads["depth_matrix"]  # as a notebook shows it: the sentence, then a table with the intervals
     assert repr(dm) == str(dm) and str(dm).startswith(f"depth_matrix: {dm.sentence}\n")
     assert "<table" in dm._repr_html_() and "[0.68, 1.00]" in dm._repr_html_()
+
+
+def test_a_prediction_judged_against_its_rule_is_flagged_when_it_fails():
+    """"Above the null" is judged on the interval's lower end: the issue's 0.58 [0.32, 0.81] against a null of
+    0.50 fails it; the printout and the report say FAILED for that number and count it."""
+
+    at_chance = judge_above(Number("p", "probe accuracy", 0.58, 24, 0.32, 0.81, "Wilson", "proportion",
+                                   "95% interval above the null's p95"), 0.50)
+    clear = judge_above(Number("q", "probe accuracy", 0.95, 24, 0.80, 0.99, "Wilson", "proportion",
+                               "95% interval above the null's p95"), 0.50)
+    unjudged = Number("r", "a measured value", 3.0)
+    heads = {"linear_probe": Headline("linear_probe", [at_chance, clear, unjudged], "s")}
+    assert (at_chance.holds, clear.holds, unjudged.holds) == (False, True, None)
+    assert failed_predictions(heads) == [("linear_probe", at_chance)]
+    assert Number.from_dict(at_chance.to_dict()).holds is False and "holds" not in unjudged.to_dict()
+    out = io.StringIO()
+    print_headlines(heads, out=Console(file=out, width=200, color_system=None))
+    text = out.getvalue()
+    assert "FAILED" in text and "predictions judged: 2; failed: 1" in text
+    html = headline_table(heads) + failed_note(heads)
+    assert html.count(">FAILED<") == 1 and "failed: 1" in html and ">holds<" in html
