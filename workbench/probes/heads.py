@@ -198,7 +198,9 @@ SPEC = ProbeSpec(
     figures=(
         Figure("workbench.plots.heads:heads_figure",
                "Attention mass from the read position onto the table line of x_{t−1}, per layer and head, per loop. "
-               "Predicted: a few bright heads per loop, the ones doing the lookup."),
+               "Open circles mark retrieval heads: heads whose mass on that line is at least 3 times the median "
+               "head's of their layer on at least half the rows. Predicted: a few bright heads per loop, the ones "
+               "doing the lookup."),
         Figure("workbench.plots.heads:head_concentration_figure",
                "Concentration of that mass across heads against a circular-shift null. Predicted: above the null at "
                "every loop."),
