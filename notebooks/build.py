@@ -151,7 +151,7 @@ rows = task_rows(tok)[:8]                     # the accuracy part of the damage
 selection = select_block(base, tok, texts=texts, rows=rows, stride=10, progress=False)
 print(f"span {selection.prelude_end}:{selection.coda_start} of {selection.n_layers} layers; "
       f"window {selection.window}; recommended {selection.recommended}")'''),
-    code('''from workbench.plots.block_selection import angular_distance_figure, windows_frame
+    code('''from workbench.plots.selection import angular_distance_figure, windows_frame
 
 record = selection.to_dict()                  # what block_selection.json holds
 angular_distance_figure(record)'''),

@@ -33,7 +33,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.positions import last_real_token, position_ids
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
-from workbench.plots.block_selection import curve_frame, windows_frame
+from workbench.plots.selection import curve_frame, windows_frame
 from workbench.tasks.guardrail import guardrail_rows
 
 TEXTS = [

@@ -259,7 +259,7 @@ class BlockSelection:
     """What `select_block` returns: the curve, the span, the ranked windows, the recommendation.
 
     Its `to_dict()` is block_selection.json; the figure and tables are drawn from that record by
-    `workbench.plots.block_selection` (computation never draws).
+    `workbench.plots.selection` (computation never draws).
     """
 
     model: str

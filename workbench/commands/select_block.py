@@ -38,7 +38,7 @@ def select_block(
     from workbench.block_selection import select_block as run_selection
     from workbench.devices import device_record, resolve_device
     from workbench.models import load_base, weights_sha256
-    from workbench.plots.block_selection import angular_distance_figure
+    from workbench.plots.selection import angular_distance_figure
 
     run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written
     gate = gate_output(out, "select-block", overwrite=overwrite, reading=[corpus, model])  # before any work

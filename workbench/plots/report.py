@@ -32,8 +32,8 @@ from workbench.analysis.readings import battery_notes
 from workbench.analysis.results import compare_results, load_results, read_summary
 from workbench.errors import WorkbenchError
 from workbench.io import write_bytes_atomic
-from workbench.plots.block_selection import angular_distance_figure
 from workbench.plots.registry import build_all, captions, part_names, probe_specs
+from workbench.plots.selection import angular_distance_figure
 from workbench.probes import PROBES, get_probe
 
 REPORT = "report.html"
