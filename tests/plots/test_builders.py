@@ -29,6 +29,7 @@ from workbench.plots import (
     overshoot_figure,
     splice_figure,
 )
+from workbench.plots.heads import RETRIEVAL_MARK
 
 
 def named(fig: go.Figure, name: str):
@@ -187,10 +188,14 @@ def test_heads_slider_has_one_step_per_loop(tables):
     # Step 2 shows loop 2's heatmap and its retrieval markers, nothing else.
     visible = steps[1].args[0]["visible"]
     shown = [t for t, v in zip(fig.data, visible) if v]
-    assert [t.name for t in shown] == ["loop 2", "retrieval head"]
+    assert [t.name for t in shown] == ["loop 2", RETRIEVAL_MARK]
     marks = shown[1]
     hits = summary[(summary["loop"] == 2) & summary["is_retrieval"]]
     assert list(zip(marks.x, marks.y)) == list(zip(hits["head"], hits["layer"])) == [(5, 12)]
+    # the circles are explained: one legend entry (whichever loop is shown) that states the criterion
+    legend = [t for t in fig.data if t.type == "scatter" and t.showlegend is not False]
+    assert len(legend) == 1 and "3× its layer's median on at least half the rows" in legend[0].name
+    assert fig.layout.showlegend is True
 
 
 def test_head_concentration_against_null(tables):

@@ -13,7 +13,18 @@ from typer.testing import CliRunner
 from workbench.commands.figures import figures as figures_command
 from workbench.errors import WorkbenchError
 from workbench.plots import depth_matrix_figure, heads_figure
-from workbench.plots.export import FigureSpec, default_spec, export_figures, figure_data, load_spec, paper_figure
+from workbench.plots.export import (
+    FigureSpec,
+    default_spec,
+    export_figures,
+    figure_data,
+    labelled,
+    load_spec,
+    paper_figure,
+    slice_label,
+)
+from workbench.plots.heads import RETRIEVAL_MARK
+from workbench.plots.registry import captions
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -28,7 +39,7 @@ def test_paper_figure_size_and_static_slider_step(tables):
     paper = paper_figure(fig, FigureSpec("heads", 3.5, 2.6, step=2))
     assert (paper.layout.width, paper.layout.height) == (336, 250)  # 96 px per inch
     assert not paper.layout.sliders and paper.layout.title.text is None
-    assert [t.name for t in paper.data if t.visible] == ["loop 3", "retrieval head"]
+    assert [t.name for t in paper.data if t.visible] == ["loop 3", RETRIEVAL_MARK]
     assert fig.layout.sliders and fig.data[0].visible  # the original is untouched
     with pytest.raises(WorkbenchError, match="slider step 9 is out of range"):
         paper_figure(fig, FigureSpec("heads", 3.5, 2.6, step=9))
@@ -79,6 +90,26 @@ def test_html_export_shares_one_plotly_js_and_skips_absent_results(tmp_path):
     page = (folder / "overshoot.html").read_text()
     assert 'src="plotly.min.js"' in page and len(page) < 200_000  # plotly.js not inlined
     assert (folder / "plotly.min.js").stat().st_size > 3e6
+
+
+def test_an_image_shared_alone_says_its_title_slice_and_caption(tables, tmp_path):
+    """A PNG or standalone page carries the figure's title, which slider slice it shows, and its caption; a paper
+    PDF keeps neither (its caption is the paper's)."""
+    fig = heads_figure(tables["heads"], summary=tables["heads__summary"])
+    assert slice_label(fig, 2).startswith("loop t = 3: slice 3 of ")
+    assert slice_label(depth_matrix_figure(tables["depth_matrix"]), None) is None
+    spec = FigureSpec("heads", 7.0, 3.2, step=2)
+    shown = labelled(paper_figure(fig, spec), fig.layout.title.text, captions()["heads"], slice_label(fig, 2))
+    assert fig.layout.title.text in shown.layout.title.text and "slice 3 of" in shown.layout.title.text
+    assert shown.layout.height > paper_figure(fig, spec).layout.height   # room made for them, the plot not squeezed
+    caption = " ".join(a.text for a in shown.layout.annotations).replace("<br>", " ")
+    assert captions()["heads"] in caption
+    results = synthetic.write_results(tmp_path / "run", {"heads": tables["heads"],
+                                                         "heads__summary": tables["heads__summary"]})
+    export_figures([results], fmt="html", out=tmp_path / "out", spec=[spec])
+    page = (tmp_path / "out" / "run" / "heads.html").read_text()
+    unwrapped = page.replace("\\u003cbr\\u003e", " ")   # the caption is wrapped under the plot
+    assert "slice 3 of" in page and "Open circles mark retrieval heads" in unwrapped
 
 
 def test_spec_file_and_errors(tmp_path):

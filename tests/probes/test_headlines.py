@@ -14,10 +14,13 @@ from tests.executors import ParkingExecutor, PerfectExecutor, ShuffledExecutor
 from tests.probes.machines import TableMachine
 from workbench.analysis.headlines import (
     Headline,
+    Number,
     clustered_mean,
     compare_headlines,
+    failed_predictions,
     headlines_from_summary,
     headlines_from_tables,
+    judge_above,
     pair,
     print_comparison,
     print_headlines,
@@ -25,6 +28,7 @@ from workbench.analysis.headlines import (
 )
 from workbench.analysis.stats import bootstrap_mean, wilson
 from workbench.errors import WorkbenchError
+from workbench.plots.report import failed_note, headline_table
 from workbench.probes import depth_matrix, logit_lens, overshoot, splice
 
 
@@ -117,11 +121,17 @@ def test_overshoot_headline_iterate_against_park(tok, rows):
     it = overshoot.headline(overshoot.run(PerfectExecutor(tok), tok, rows, extra=3))
     parking = overshoot.run(ParkingExecutor(tok), tok, rows, extra=3)
     park = overshoot.headline(parking)
-    assert it["iterate"].value == 1.0 and it["iterate"].n == 96 and it["iterate_k1"].n == 32
-    # the parking executor iterates only where the chain returns to x_d (coincide: iterate has priority)
+    assert it["iterate"].value == 1.0 and len(parking["overshoot"]) == 96
+    # the parking executor reads x_d at every extra loop; where the chain returns to x_d (coincide) the symbol is
+    # both, so those loops are counted apart and the shares read over the others: one denominator for both
     coincide = parking["overshoot"]["coincide"]
-    assert park["park"].value == pytest.approx(1 - coincide.mean()) and park["iterate"].value == coincide.mean()
-    assert f"{int(coincide.sum())} extra loops where the chain returns to x_d count as iterate" in park.sentence
+    assert 0 < coincide.sum() < len(coincide)
+    assert park["park"].value == 1.0 and park["iterate"].value == 0.0
+    assert park["park"].n == park["iterate"].n == int((~coincide).sum())
+    assert f"{int(coincide.sum())} further extra loops, where the chain returns to x_d" in park.sentence
+    assert "are counted apart" in park.sentence
+    first = parking["overshoot"]["extra"] == 1
+    assert it["iterate"].n == park["iterate"].n and it["iterate_k1"].n == int((~coincide[first]).sum())
     assert pair(park["iterate"], it["iterate"]).low > 0  # paired over the same (row, loop) entries
     assert it.sentence.startswith("Forced past their depth (d = 1-4, loops 2-7), rows iterate the rule in 1.00")
 
@@ -175,3 +185,24 @@ def test_headlines_round_trip_and_print_within_100_columns(tok, rows):
     dm = heads["depth_matrix"]  # as a notebook shows it: the sentence, then a table with the intervals
     assert repr(dm) == str(dm) and str(dm).startswith(f"depth_matrix: {dm.sentence}\n")
     assert "<table" in dm._repr_html_() and "[0.68, 1.00]" in dm._repr_html_()
+
+
+def test_a_prediction_judged_against_its_rule_is_flagged_when_it_fails():
+    """"Above the null" is judged on the interval's lower end: the issue's 0.58 [0.32, 0.81] against a null of
+    0.50 fails it; the printout and the report say FAILED for that number and count it."""
+
+    at_chance = judge_above(Number("p", "probe accuracy", 0.58, 24, 0.32, 0.81, "Wilson", "proportion",
+                                   "95% interval above the null's p95"), 0.50)
+    clear = judge_above(Number("q", "probe accuracy", 0.95, 24, 0.80, 0.99, "Wilson", "proportion",
+                               "95% interval above the null's p95"), 0.50)
+    unjudged = Number("r", "a measured value", 3.0)
+    heads = {"linear_probe": Headline("linear_probe", [at_chance, clear, unjudged], "s")}
+    assert (at_chance.holds, clear.holds, unjudged.holds) == (False, True, None)
+    assert failed_predictions(heads) == [("linear_probe", at_chance)]
+    assert Number.from_dict(at_chance.to_dict()).holds is False and "holds" not in unjudged.to_dict()
+    out = io.StringIO()
+    print_headlines(heads, out=Console(file=out, width=200, color_system=None))
+    text = out.getvalue()
+    assert "FAILED" in text and "predictions judged: 2; failed: 1" in text
+    html = headline_table(heads) + failed_note(heads)
+    assert html.count(">FAILED<") == 1 and "failed: 1" in html and ">holds<" in html

@@ -54,6 +54,9 @@ class Number:
         kind: "proportion" (printed to 2 decimals), "difference" (signed, 2 decimals), "value" (4
             significant digits), "ratio" (2 decimals and ×), "count" (an integer), or "text".
         expect: what the mechanism (or a guarantee) predicts for it, in a few words.
+        holds: whether the number meets `expect`, where that prediction is a rule a number can be checked
+            against (True / False, set by the probe beside the rule; `judge`); None where it is not judged.
+            The printout and the report flag each False as a failed prediction.
         units: per-unit values indexed by unit id (row id), for paired tests; not serialised.
         clusters: unit id -> group (row id) when units come in groups; not serialised.
     """
@@ -67,6 +70,7 @@ class Number:
     method: str = ""
     kind: str = "value"
     expect: str = ""
+    holds: bool | None = None
     units: pd.Series | None = field(default=None, repr=False, compare=False)
     clusters: pd.Series | None = field(default=None, repr=False, compare=False)
 
@@ -79,12 +83,20 @@ class Number:
 
     def to_dict(self) -> dict:
         out = {k: getattr(self, k) for k in ("key", "label", "value", "n", "low", "high", "method", "kind", "expect")}
+        if self.holds is not None:   # only judged numbers carry it: summaries of unjudged ones keep their bytes
+            out["holds"] = bool(self.holds)
         return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in out.items()}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Number":
+        holds = d.get("holds")
         return cls(**{k: d.get(k) for k in ("key", "label", "value", "n", "low", "high")},
-                   method=d.get("method") or "", kind=d.get("kind") or "value", expect=d.get("expect") or "")
+                   method=d.get("method") or "", kind=d.get("kind") or "value", expect=d.get("expect") or "",
+                   holds=None if holds is None else bool(holds))
+
+    def verdict(self) -> str:
+        """"failed" where the prediction is judged and missed, "holds" where judged and met, else ""."""
+        return "" if self.holds is None else "holds" if self.holds else "failed"
 
 
 @dataclass(repr=False)
@@ -167,6 +179,19 @@ def _interval(n: Number) -> str:
     if n.low is None or n.high is None:
         return ""
     return f"[{fmt(n.low, n.kind)}, {fmt(n.high, n.kind)}]"
+
+
+def judge(number: Number, holds) -> Number:
+    """Sets `number.holds` from a rule's outcome (None, or a NaN outcome, leaves it unjudged) and returns it."""
+    number.holds = None if holds is None or (isinstance(holds, float) and math.isnan(holds)) else bool(holds)
+    return number
+
+
+def judge_above(number: Number, bar: float) -> Number:
+    """Judges "above `bar`": the interval's lower end (the value itself when it has no interval) exceeds it."""
+    if number.value is None or not isinstance(number.value, (int, float)) or math.isnan(float(number.value)):
+        return number
+    return judge(number, (number.low if number.low is not None else number.value) > bar)
 
 
 def proportion(key: str, label: str, values: pd.Series, expect: str = "") -> Number:
@@ -345,15 +370,28 @@ def headline_table(headlines: Mapping[str, Headline], extra: Mapping[str, str] |
     table.add_column("quantity", overflow="fold", ratio=1)
     table.add_column("value [95% CI]", no_wrap=True, justify="right")
     table.add_column("n", justify="right", no_wrap=True)
+    table.add_column("prediction", no_wrap=True)
     for name in list(headlines) + [n for n in (extra or {}) if n not in headlines]:
-        rows = [(n.label, n.text(), "" if n.n is None else str(n.n)) for n in headlines[name].numbers] \
+        rows = [(n.label, n.text(), "" if n.n is None else str(n.n), _flag(n)) for n in headlines[name].numbers] \
             if name in headlines else []
         if extra and name in extra:
-            rows.append((extra[name], "", ""))
-        for i, (label, value, n) in enumerate(rows):
-            table.add_row(_escape(name) if i == 0 else "", _escape(label), _escape(value), n)
+            rows.append((extra[name], "", "", ""))
+        for i, (label, value, n, flag) in enumerate(rows):
+            table.add_row(_escape(name) if i == 0 else "", _escape(label), _escape(value), n, flag)
         table.add_section()
     return table
+
+
+def _flag(n: Number) -> str:
+    """The prediction column: FAILED (in red) with what was predicted, "holds", or nothing when not judged."""
+    if n.holds is None:
+        return ""
+    return "holds" if n.holds else f"[bold red]FAILED[/bold red] ({_escape(n.expect)})"
+
+
+def failed_predictions(headlines: Mapping[str, Headline]) -> list[tuple[str, Number]]:
+    """(probe, number) for every judged prediction that failed, in headline order."""
+    return [(name, n) for name, h in headlines.items() for n in h.numbers if n.holds is False]
 
 
 def print_headlines(headlines: Mapping[str, Headline], skipped: Mapping[str, str] | None = None,
@@ -364,6 +402,12 @@ def print_headlines(headlines: Mapping[str, Headline], skipped: Mapping[str, str
                              title=title))
     for name, h in headlines.items():
         con.print(f"[bold]{_escape(name)}[/bold]: {_escape(h.sentence)}")
+    failed = failed_predictions(headlines)
+    judged = sum(n.holds is not None for h in headlines.values() for n in h.numbers)
+    if judged:
+        con.print(f"predictions judged: {judged}; failed: {len(failed)}"
+                  + "".join(f"\n  [bold red]FAILED[/bold red] {_escape(p)}: {_escape(n.label)} = {_escape(n.text())}, "
+                            f"predicted {_escape(n.expect)}" for p, n in failed))
 
 
 def print_comparison(records: list[dict], name_a: str, name_b: str, width: int = WIDTH, out=None) -> None:
@@ -394,6 +438,7 @@ def _escape(text: str) -> str:
     return escape(text)
 
 
-__all__ = ["Headline", "Number", "Pairing", "clustered_mean", "compare_headlines", "counted", "headlines_from_summary",
-           "headlines_from_tables", "measured", "pair", "print_comparison", "print_headlines", "proportion",
+__all__ = ["Headline", "Number", "Pairing", "clustered_mean", "compare_headlines", "counted",
+           "failed_predictions", "headlines_from_summary", "headlines_from_tables", "judge", "judge_above", "measured", "pair",
+           "print_comparison", "print_headlines", "proportion",
            "span"]

@@ -24,13 +24,14 @@ from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
 from workbench.io import dir_inputs, gate_output, mark_output, read_toml, safe_child, write_bytes_atomic
 from workbench.plots.browser import Browser
-from workbench.plots.registry import build, figure_key, figures, find_builder
+from workbench.plots.registry import build, captions, figure_key, figures, find_builder
 
 FORMATS = ("pdf", "svg", "png", "html")
 WIDTHS_IN = {"single": 3.5, "double": 7.0}
 HEIGHTS_IN = {"single": 2.6, "double": 3.2}
 CSS_PX_PER_IN = 96  # plotly's layout unit; PDF and SVG pages come out at 96 px per inch
 DPI = 300
+SHARED_ALONE = ("png", "html")  # formats shared on their own carry their title, slice and caption; pdf/svg go to papers
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,52 @@ def _show_step(fig: go.Figure, step: int | None) -> None:
     fig.layout.sliders = ()  # update_layout(sliders=[]) merges and keeps the old slider
 
 
+def slice_label(fig: go.Figure, step: int | None) -> str | None:
+    """Which slider step a static image shows ("loop t = 2, slice 2 of 4"), or None for a figure without a slider."""
+    if not fig.layout.sliders:
+        return None
+    slider = fig.layout.sliders[0]
+    index = slider.active if step is None else step
+    if not 0 <= index < len(slider.steps):
+        raise WorkbenchError(f"slider step {index} is out of range; the figure has {len(slider.steps)} steps")
+    prefix = (slider.currentvalue.prefix or "") if slider.currentvalue else ""
+    return (f"{prefix}{slider.steps[index].label}: slice {index + 1} of {len(slider.steps)} (a figure spec's `step` "
+            "picks another; the HTML report has them all)")
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    lines, line = [], ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}".strip()
+    return lines + ([line] if line else [])
+
+
+def labelled(paper: go.Figure, title: str | None, caption: str | None, slice_text: str | None) -> go.Figure:
+    """Returns `paper` with its title (and the slice it shows) on top and its caption under the plot: an image
+    shared on its own (PNG, a standalone page) says what it is, unlike a paper PDF whose caption is LaTeX's."""
+    width = paper.layout.width or 700
+    top = [t for t in (title, slice_text) if t]
+    chars = max(40, int(width / 6.2))   # about 6 px a character at the 10 px caption font
+    below = _wrap(caption, chars) if caption else []
+    head = "<br>".join([f"<b>{top[0]}</b>", *[f"<span style='font-size:0.85em'>{t}</span>" for t in top[1:]]]) \
+        if top else None
+    extra_top, extra_bottom = 16 * len(top) + 8, 13 * len(below) + 8
+    margin = paper.layout.margin
+    paper.update_layout(height=(paper.layout.height or 450) + extra_top + extra_bottom,
+                        margin=dict(t=(margin.t or 0) + extra_top, b=(margin.b or 0) + extra_bottom),
+                        title=dict(text=head, x=0, xanchor="left", y=1, yanchor="top", pad=dict(t=4),
+                                   font=dict(size=11)) if head else None)
+    if below:
+        paper.add_annotation(text="<br>".join(below), xref="paper", yref="paper", x=0, xanchor="left",
+                             y=0, yanchor="top", yshift=-((margin.b or 0) + 2), showarrow=False, align="left",
+                             font=dict(size=10, color="#444"))
+    return paper
+
+
 def paper_figure(fig: go.Figure, spec: FigureSpec) -> go.Figure:
     """Returns a copy of `fig` styled for print at the spec's size: no title (the caption says it), small fonts."""
     fig = go.Figure(fig)  # a copy that keeps numpy arrays (deepcopy would base64-encode them)
@@ -161,6 +208,9 @@ class Export:
 
 def _write_one(fig: go.Figure, spec: FigureSpec, fmt: str, folder: Path, dpi: int) -> list[Path]:
     paper = paper_figure(fig, spec)
+    if fmt in SHARED_ALONE:   # title, slice and caption travel with the image
+        title = fig.layout.title.text if fig.layout.title else None
+        paper = labelled(paper, title, captions().get(spec.name), slice_label(fig, spec.step))
     image = folder / f"{spec.stem}.{fmt}"
     if fmt == "html":
         js = folder / "plotly.min.js"

@@ -19,6 +19,10 @@ def head_means(df: pd.DataFrame) -> pd.DataFrame:
               .reset_index())
 
 
+# What the circles mark (probes.heads.summary_table's defaults): the legend names it, the caption explains it.
+RETRIEVAL_MARK = "○ retrieval head: target mass ≥ 3× its layer's median on at least half the rows"
+
+
 def heads_figure(df: pd.DataFrame, summary: pd.DataFrame | None = None) -> go.Figure:
     """Returns layer × head heatmaps of mean attention mass on the retrieval target, one per loop (slider).
 
@@ -55,7 +59,8 @@ def heads_figure(df: pd.DataFrame, summary: pd.DataFrame | None = None) -> go.Fi
             hits = m[m["is_retrieval"].fillna(False).astype(bool)]
             group.append(len(fig.data))
             fig.add_trace(go.Scatter(
-                x=hits["head"], y=hits["layer"], mode="markers", name="retrieval head",
+                x=hits["head"], y=hits["layer"], mode="markers", name=RETRIEVAL_MARK, legendgroup="retrieval",
+                showlegend=not any(d.legendgroup == "retrieval" for d in fig.data),   # one entry for every loop
                 marker=dict(symbol="circle-open", size=16, color=COLORWAY[3], line=dict(width=2.5)),
                 hovertemplate=f"retrieval head at loop {t}: layer %{{y}}, head %{{x}}<extra></extra>"))
         groups.append(group)
@@ -63,7 +68,7 @@ def heads_figure(df: pd.DataFrame, summary: pd.DataFrame | None = None) -> go.Fi
     fig.update_xaxes(title="head", dtick=1, showgrid=False)
     fig.update_yaxes(title="block layer", dtick=1, showgrid=False)
     fig.update_layout(title="Attention mass from the read position onto the line holding x_{t-1}, per loop",
-                      height=520, showlegend=False)
+                      height=520, showlegend=True, legend=dict(orientation="h", y=-0.18, x=0))
     return apply_theme(fig)
 
 

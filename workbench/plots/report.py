@@ -93,6 +93,7 @@ nav a { margin-right: 14px; font-size: 13px; }
 #render-status { color: #888; font-size: 12px; }
 tr.sentence td { color: #333; font-size: 14px; padding: 2px 0 8px; max-width: 1000px; }
 td.expect { color: #777; font-size: 12px; }
+span.failed, td.expect.failed { color: #b2182b; font-weight: 600; } span.holds { color: #1a7f37; }
 td.verdict { font-weight: 600; }
 p.figure-caption { color: #555; font-size: 13px; margin: 2px 0 0; }
 """
@@ -167,7 +168,7 @@ def headline_table(headlines: dict, control: dict | None = None, skipped: dict |
                 low_high = "" if n.low is None else f"[{fmt(n.low, n.kind)}, {fmt(n.high, n.kind)}]"
                 body.append(f"<tr><td>{e(n.label)}</td><td class='num'>{e(fmt(n.value, n.kind))}</td>"
                             f"<td class='num'>{e(low_high)}</td><td class='num'>{e('' if n.n is None else n.n)}</td>"
-                            f"<td class='expect'>{e(n.expect)}</td></tr>")
+                            f"{_expect_cell(n)}</tr>")
             else:
                 r = paired.get((probe, n.key), {})
                 p = "" if r.get("p_mcnemar") is None else _num(r["p_mcnemar"], ".2g")
@@ -176,11 +177,29 @@ def headline_table(headlines: dict, control: dict | None = None, skipped: dict |
                             f"<td class='num'>{e(r.get('a', '–'))}</td>"
                             f"<td class='num'>{e('' if r.get('n_a') is None else r['n_a'])}</td>"
                             f"<td class='num'>{e(r.get('diff', '–'))}</td><td class='num'>{e(p)}</td>"
-                            f"<td class='expect'>{e(n.expect)}</td></tr>")
+                            f"{_expect_cell(n)}</tr>")
     for probe, reason in (skipped or {}).items():
         body.append(f"<tr class='group'><th colspan='{cols}'>{e(probe)}</th></tr>"
                     f"<tr class='sentence'><td colspan='{cols}'>Not applicable: {e(reason)}</td></tr>")
     return f"<table id='headline'>{''.join(body)}</table>"
+
+
+def _expect_cell(n) -> str:
+    """The "expected" cell: the prediction, marked FAILED or holds where the probe judged it against its rule."""
+    mark = {True: "<span class='holds'>holds</span> ", False: "<span class='failed'>FAILED</span> "}.get(n.holds, "")
+    return f"<td class='expect{' failed' if n.holds is False else ''}'>{mark}{_escape(n.expect)}</td>"
+
+
+def failed_note(headlines: dict) -> str:
+    """One line under the headline table: how many predictions were judged and which failed."""
+    judged = [(p, n) for p, h in headlines.items() for n in h.numbers if n.holds is not None]
+    if not judged:
+        return ""
+    failed = [(p, n) for p, n in judged if n.holds is False]
+    items = "".join(f"<li><b>{_escape(p)}</b>: {_escape(n.label)} = {_escape(n.text())}, predicted "
+                    f"{_escape(n.expect)}</li>" for p, n in failed)
+    return (f"<p class='caption' id='failed-predictions'>Predictions judged against their rule: {len(judged)}; "
+            f"failed: {len(failed)}.</p>" + (f"<ul class='failed'>{items}</ul>" if items else ""))
 
 
 def read_claims(results_dir: str | os.PathLike) -> list[dict]:
@@ -368,7 +387,8 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
     body = [f"<h1>{html.escape(title)}</h1>",
             f"<p class='lead'>{lead}<span id='render-status'>figures not drawn yet</span></p>",
             "<pre id='js-errors'></pre>", f"<nav>{nav}</nav>",
-            "<h2 id='headline-numbers'>Headline numbers</h2>", headline_table(headlines, control_headlines, skipped)]
+            "<h2 id='headline-numbers'>Headline numbers</h2>", headline_table(headlines, control_headlines, skipped),
+            failed_note(headlines)]
     if control is not None:
         body += ["<h2 id='paired-tests'>Paired tests against the control</h2>",
                  paired_depth_table(results_dir, Path(control))]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.analysis.headlines import Headline, measured
+from workbench.analysis.headlines import Headline, judge_above, measured
 from workbench.errors import WorkbenchError
 from workbench.probes.common import require_chase
 from workbench.probes.spec import Figure, ProbeSpec
@@ -78,7 +78,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
     reentry = at[at["group"].str.startswith("reentry")]["grad_rms"]
     pick = {"re-entry": float(reentry.max()) if len(reentry) else float("nan"),
             **{k: float(at.loc[at["group"] == k, "grad_rms"].max()) for k in ("block", "coda") if (at["group"] == k).any()}}
-    numbers = [measured(f"rms_{k}", f"loop-{t} loss: gradient RMS reaching the {k}", v, expect="> 0")
+    numbers = [judge_above(measured(f"rms_{k}", f"loop-{t} loss: gradient RMS reaching the {k}", v, expect="> 0"), 0.0)
                for k, v in pick.items()]
     numbers.append(measured("fd_rel_error", "autograd vs finite differences, relative error", float(fd["rel_error"]),
                             expect="≪ 1 (about 1e-2 floor on tiny models)"))

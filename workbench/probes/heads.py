@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.analysis.headlines import Headline, counted, measured
+from workbench.analysis.headlines import Headline, counted, judge_above, measured
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
@@ -172,11 +172,14 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
         top = g.sort_values("share", ascending=False).iloc[0]
         name = f"L{int(top['layer'])}H{int(top['head'])}"
         n = int(frame.loc[frame["loop"] == t, "row_id"].nunique())
-        numbers.append(counted(f"top_head_loop{t}", f"loop {t}: rows on which the top head ({name}) retrieves",
-                               round(float(top["retrieval_frac"]) * n), n, expect="high if one head does the lookup"))
+        numbers.append(judge_above(counted(f"top_head_loop{t}", f"loop {t}: rows on which the top head ({name}) "
+                                           "retrieves", round(float(top["retrieval_frac"]) * n), n,
+                                           expect="most rows (95% interval above 0.5) if one head does the lookup"),
+                                   0.5))
         conc, null = float(g["concentration"].iloc[0]), float(g["null_p95"].iloc[0])
-        numbers.append(measured(f"concentration_loop{t}", f"loop {t}: top-2 concentration (null p95 {null:.2g})",
-                                conc, expect="above the null"))
+        numbers.append(judge_above(measured(f"concentration_loop{t}",
+                                            f"loop {t}: top-2 concentration (null p95 {null:.2g})", conc,
+                                            expect="above the null's p95"), null))
         if conc > null:
             above.append(t)
         tops.append(f"{name} at loop {t} ({float(top['share']):.2f} of the mass, retrieving on {numbers[-2].text()} "
@@ -195,7 +198,9 @@ SPEC = ProbeSpec(
     figures=(
         Figure("workbench.plots.heads:heads_figure",
                "Attention mass from the read position onto the table line of x_{t−1}, per layer and head, per loop. "
-               "Predicted: a few bright heads per loop, the ones doing the lookup."),
+               "Open circles mark retrieval heads: heads whose mass on that line is at least 3 times the median "
+               "head's of their layer on at least half the rows. Predicted: a few bright heads per loop, the ones "
+               "doing the lookup."),
         Figure("workbench.plots.heads:head_concentration_figure",
                "Concentration of that mass across heads against a circular-shift null. Predicted: above the null at "
                "every loop."),

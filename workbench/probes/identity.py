@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.analysis.headlines import Headline, Number, fmt, measured, pair, proportion
+from workbench.analysis.headlines import Headline, Number, fmt, judge, measured, pair, proportion
 from workbench.analysis.stats import paired_counts
 from workbench.devices import device_of
 from workbench.loop.identity import (
@@ -131,8 +131,8 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
         adapter = "none" if not lora else "trained" if worst.get("checkpoint_vs_base", 0.0) != 0.0 else "untrained"
     numbers, words, failed = [], [], []
     if "checkpoint_self" in worst:
-        numbers.append(measured("self", "loop 1 vs its own weights (plain forward)", worst["checkpoint_self"],
-                                expect="0.0"))
+        numbers.append(judge(measured("self", "loop 1 vs its own weights (plain forward)", worst["checkpoint_self"],
+                                      expect="0.0"), worst["checkpoint_self"] == 0.0))
         if worst["checkpoint_self"] != 0.0:
             failed.append(f"loop 1 against its own weights is {fmt(worst['checkpoint_self'])}, not 0.0")
     if "checkpoint_vs_base" in worst:
@@ -151,16 +151,16 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
             words.append(f"loop 1 differs from the base by up to {fmt(diff)} (no adapter: the block itself changed)")
     if "adapter_off_vs_base" in worst:
         off = worst["adapter_off_vs_base"]
-        numbers.append(measured("adapter_off", "loop 1 vs base, adapter disabled", off,
-                                expect="0.0: the adapter is detachable"))
+        numbers.append(judge(measured("adapter_off", "loop 1 vs base, adapter disabled", off,
+                                      expect="0.0: the adapter is detachable"), off == 0.0))
         if off == 0.0:
             words.append("with the adapter disabled it equals the base exactly (0.0: the adapter is detachable)")
         else:
             failed.append(f"with the adapter disabled loop 1 differs from the base by {fmt(off)}, not 0.0")
     if "fresh" in worst:
         fresh = f[f["variant"] == "fresh"]
-        numbers.append(measured("fresh", f"fresh retrofits at this block ({len(fresh)} designs)", worst["fresh"],
-                                expect="0.0"))
+        numbers.append(judge(measured("fresh", f"fresh retrofits at this block ({len(fresh)} designs)",
+                                      worst["fresh"], expect="0.0"), worst["fresh"] == 0.0))
         if worst["fresh"] == 0.0:
             words.append(f"{len(fresh)} fresh retrofits at this block read 0.0")
         else:

@@ -27,7 +27,7 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from workbench.analysis.headlines import Headline, counted, ranges
+from workbench.analysis.headlines import Headline, counted, judge_above, ranges
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
@@ -158,7 +158,9 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
         num = counted(f"state/{target}", f"{TARGET_WORDS[target]} from loop t's state, worst t = {t} "
                                          f"(null p95 ≤ {null:.2f})",
                       round(float(worst["accuracy"]) * n), n,
-                      expect="above the null" + (" (≈ 1 if the state holds x_t)" if target == "x_t" else ""))
+                      expect="95% interval above the null's p95" + (" (≈ 1 if the state holds x_t)"
+                                                                     if target == "x_t" else ""))
+        judge_above(num, null)
         numbers.append(num)
         words.append(f"{TARGET_WORDS[target]} at {num.text()} or better (worst t = {t}, n = {n} test rows; "
                      f"null p95 ≤ {null:.2f})")
