@@ -20,7 +20,7 @@ DEVICE_HELP = "auto (a CUDA GPU when torch sees one, else the CPU), cpu, cuda or
 
 
 def _gpus() -> int:
-    import torch
+    import torch  # noqa: PLC0415 - torch loads when a device is resolved, not when the CLI starts
 
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -34,7 +34,7 @@ def resolve_device(spec: str | torch.device | None = "auto") -> torch.device:
     Raises:
         WorkbenchError: a malformed name, CUDA without a visible GPU, or an index past the last GPU.
     """
-    import torch
+    import torch  # noqa: PLC0415 - torch loads when a device is resolved, not when the CLI starts
 
     if isinstance(spec, torch.device):
         return spec
@@ -68,11 +68,11 @@ def device_of(model) -> torch.device:
 
 def device_name(device: torch.device) -> str:
     """The GPU's name, or the CPU's model name."""
-    import torch
+    import torch  # noqa: PLC0415 - torch loads when a device is resolved, not when the CLI starts
 
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    from workbench.precision import detect_hardware
+    from workbench.precision import detect_hardware  # noqa: PLC0415 - precision imports torch (see above)
 
     return detect_hardware("cpu").name
 
@@ -94,8 +94,8 @@ def training_accelerator(spec=None):
     rank takes the device accelerate gives it (`cuda:<local rank>`, or the CPU over gloo), so a
     single GPU's index is refused there.
     """
-    import torch
-    from accelerate import Accelerator
+    import torch  # noqa: PLC0415 - torch loads when a device is resolved, not when the CLI starts
+    from accelerate import Accelerator  # noqa: PLC0415 - as torch
 
     device = resolve_device(spec)
     acc = Accelerator(cpu=device.type != "cuda")

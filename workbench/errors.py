@@ -18,8 +18,8 @@ def user_files(spec: str, accepted: str):
     The GGUF header is checked first by `workbench.gguf_header`, so nothing here allocates for what a
     file merely declares; this catches what the readers find after that.
     """
-    from huggingface_hub.errors import StrictDataclassError
-    from safetensors import SafetensorError
+    from huggingface_hub.errors import StrictDataclassError  # noqa: PLC0415 - every module imports errors;
+    from safetensors import SafetensorError  # noqa: PLC0415 - these load with the model loaders only
 
     try:
         yield

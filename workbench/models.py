@@ -28,6 +28,8 @@ from transformers.utils import logging as hf_logging
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError, user_files
 from workbench.gguf_header import read_header
+from workbench.native import TINY_NATIVE, native_family
+from workbench.native import load_looped as native_load_looped
 from workbench.weights_check import check_hf_weights
 
 log = logging.getLogger(__name__)
@@ -109,10 +111,7 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32) -> 
     """Returns `(looped, tokenizer)` for a native looped model (transformers' Inkling2Loop or HRM-Text directory,
     or `tiny-inkling2-loop` / `tiny-hrm-text`): the workbench's looped interface, every pass hooked
     (`workbench.native.load_looped`)."""
-    from workbench.native import TINY_NATIVE
-    from workbench.native import load_looped as native
-
-    return native(spec, dtype, tokenizer=load_tokenizer() if str(spec) in TINY_NATIVE else None)
+    return native_load_looped(spec, dtype, tokenizer=load_tokenizer() if str(spec) in TINY_NATIVE else None)
 
 
 def _check_architecture(model_type: str, spec: str) -> None:
@@ -197,8 +196,6 @@ def load_tokenizer(spec: str = EMBEDDED_DEFAULT):
         tok = AutoTokenizer.from_pretrained(cached)
         tok.padding_side = "left"
         return tok
-    from workbench.native import native_family
-
     if native_family(spec) is not None:  # a native looped model's directory (or tiny name): its own tokenizer
         return load_looped(spec)[1]
     return load_base(spec)[1]

@@ -15,6 +15,9 @@ import json
 import struct
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM
+
 from workbench.errors import WorkbenchError
 
 SINGLE = "model.safetensors"
@@ -92,9 +95,6 @@ def weights_index(folder: str | Path) -> dict[str, dict]:
 
 def expected_tensors(config) -> dict[str, tuple[int, ...]]:
     """{name: shape} of every tensor the model of `config` saves, from a model built on the meta device."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config)
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}

@@ -89,7 +89,7 @@ def one_of(*accepted: str):
 
 
 def _known_task(key: str, value: str) -> None:
-    from workbench.tasks import TASKS  # the task generators import torch: only when a recipe is checked
+    from workbench.tasks import TASKS  # noqa: PLC0415 - the task generators import torch: only when a recipe is checked
 
     one_of(*TASKS)(key, value)
 

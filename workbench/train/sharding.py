@@ -62,7 +62,7 @@ def shard_frozen_base(looped) -> dict:
     """
     # Here, not at the top: a torch built without distributed support (torch.distributed.is_available() False)
     # has no torch.distributed.fsdp, and only an fsdp2 launch reaches this line.
-    from torch.distributed.fsdp import fully_shard
+    from torch.distributed.fsdp import fully_shard  # noqa: PLC0415 - the reason: the comment above
 
     layers = looped.base.model.layers
     sharded = [i for i in range(len(layers)) if not looped.a <= i < looped.b]
