@@ -532,6 +532,17 @@ def gate_output(path: str | os.PathLike, command: str, *, kind: str = "dir", ove
     return Gate(path, command, kind, overwrite, reading, names, resume)
 
 
+def json_value(path: Path) -> object:
+    """Parses a JSON file of any top-level type (the caller checks the shape); bad bytes or bad JSON are one line
+    naming the file."""
+    try:
+        return json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise WorkbenchError(f"{path}: not UTF-8 text") from None
+    except json.JSONDecodeError as err:
+        raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+
+
 def read_json(path: str | os.PathLike, kind: str) -> dict:
     """Parses a JSON object file; a missing file, bad JSON or another top-level type is a one-line WorkbenchError."""
     path = Path(path)

@@ -7,7 +7,6 @@ through these functions.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ import pandas as pd
 
 from workbench.analysis.stats import paired_compare
 from workbench.errors import WorkbenchError
+from workbench.io import json_value
 
 SUMMARY = "summary.json"
 
@@ -41,12 +41,7 @@ def read_summary(results_dir: str | os.PathLike) -> dict:
     path = Path(results_dir) / SUMMARY
     if not path.is_file():
         return {}
-    try:
-        value = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise WorkbenchError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as err:
-        raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    value = json_value(path)
     if not isinstance(value, dict) or not isinstance(value.get("probes", {}), dict):
         raise WorkbenchError(f"{path}: holds a JSON {type(value).__name__} without a 'probes' object; not a "
                              "probe summary")

@@ -31,7 +31,7 @@ from workbench.analysis.headlines import (
 from workbench.analysis.readings import battery_notes
 from workbench.analysis.results import compare_results, load_results, read_summary
 from workbench.errors import WorkbenchError
-from workbench.io import write_bytes_atomic
+from workbench.io import json_value, write_bytes_atomic
 from workbench.plots.registry import build_all, captions, part_names, probe_specs
 from workbench.plots.selection import angular_distance_figure
 from workbench.probes import PROBES, get_probe
@@ -213,12 +213,7 @@ def read_claims(results_dir: str | os.PathLike) -> list[dict]:
     path = Path(results_dir) / CLAIMS
     if not path.is_file():
         return []
-    try:
-        rows = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError:
-        raise WorkbenchError(f"{path}: not UTF-8 text") from None
-    except json.JSONDecodeError as err:
-        raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    rows = json_value(path)
     if not isinstance(rows, list) or not all(isinstance(r, dict) for r in rows):
         raise WorkbenchError(f"{path}: expected a list of objects with keys {', '.join(CLAIM_KEYS)}")
     for i, r in enumerate(rows):
