@@ -1,8 +1,9 @@
-"""Adding a probe touches its module, its test and its entry in `PROBES`, nothing else.
+"""Adding a probe touches its module, its test and its battery entry, nothing else.
 
 This file is a whole probe, declared the way docs/adding-a-probe.md says (a compute, a headline, a
-section, a figure with its caption), and a test that gives it its one entry and finds it in the
-battery, the report and `workbench figures` without any other registry being edited.
+section, a figure with its caption), and a test that hands it to `PROBES` (as `discover` does for a
+module of the package) and finds it in the battery, the report and `workbench figures` without any
+registry being edited; a second test shows a module dropped into a probes folder is found by its SPEC.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ SPEC = ProbeSpec(
 
 
 def test_a_probe_declared_in_its_module_reaches_the_battery_the_report_and_the_figures(monkeypatch, tmp_path, tok):
-    monkeypatch.setitem(PROBES, "first_loop", __name__)  # its one entry outside this file
+    monkeypatch.setitem(PROBES, "first_loop", __name__)  # what discover() does for a module inside the package
     manifest = tmp_path / "rows.jsonl"
     write_manifest(build_rows("chase", [1, 2, 3], 4, 5, alphabet=4, tokenizer=tok), manifest)
     out = tmp_path / "results"
@@ -95,3 +96,19 @@ def test_the_guide_quotes_a_real_declaration():
     guide = (root / "docs" / "adding-a-probe.md").read_text()
     quoted = guide[guide.index("SPEC = ProbeSpec("):].split("\n```", 1)[0]
     assert quoted.count("\n") > 5 and quoted in (root / "workbench" / "probes" / "loop_accuracy.py").read_text()
+
+
+def test_a_module_that_declares_a_spec_is_found_without_an_entry(tmp_path):
+    """`discover` lists a probes folder's modules by their top-level `SPEC = ProbeSpec(`: the shipped ones in ORDER,
+    a new one after them, and a helper module (no SPEC, or a SPEC only mentioned in a docstring) not at all."""
+    from workbench.probes import ORDER, discover
+
+    shipped = Path(__file__).resolve().parents[2] / "workbench" / "probes"
+    assert list(discover(shipped)) == list(ORDER) == list(PROBES)
+    for name in ("depth_matrix", "overshoot"):
+        (tmp_path / f"{name}.py").write_text((shipped / f"{name}.py").read_text())
+    (tmp_path / "first_loop.py").write_text(Path(__file__).read_text())
+    (tmp_path / "common.py").write_text('"""helpers; a probe declares\nSPEC = ProbeSpec(...) at its top level"""\n')
+    (tmp_path / "_private.py").write_text("SPEC = ProbeSpec(name='x')\n")
+    assert discover(tmp_path) == {"depth_matrix": "workbench.probes.depth_matrix",
+                                  "overshoot": "workbench.probes.overshoot", "first_loop": "workbench.probes.first_loop"}

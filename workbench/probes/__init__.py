@@ -13,24 +13,43 @@ Every probe module has
 manifest rows (`workbench.tasks`); nothing is read from globals. A probe that does not apply
 to a model (the halting probe on a model without a halting head) raises `NotApplicable`.
 Result schemas: the module docstrings; the CLI (`workbench probe`) writes each table as
-`DIR/<table>.parquet` through `workbench.probes.battery`. Adding a probe: its module, its test and
-its entry in `PROBES` (docs/adding-a-probe.md).
+`DIR/<table>.parquet` through `workbench.probes.battery`. Adding a probe: its module (found by its
+`SPEC`, `discover`), its test and its battery entry (docs/adding-a-probe.md).
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
+from pathlib import Path
 
 from workbench.errors import WorkbenchError
 from workbench.probes.spec import ProbeSpec
 
-# name -> module path: a probe's one entry outside its module; the headlines come in this order
-PROBES: dict[str, str] = {
-    name: f"workbench.probes.{name}"
-    for name in ("identity", "depth_matrix", "loop_accuracy", "overshoot", "logit_lens", "splice", "heads",
-                 "linear_probe", "drift", "halting", "lens_agreement", "dynamics", "exit_rules", "gradient_audit",
-                 "latency")
-}
+# Where each shipped probe's headline (and battery run) sits; a probe not named here follows them, by name.
+ORDER = ("identity", "depth_matrix", "loop_accuracy", "overshoot", "logit_lens", "splice", "heads", "linear_probe",
+         "drift", "halting", "lens_agreement", "dynamics", "exit_rules", "gradient_audit", "latency")
+
+
+def declares_spec(source: str) -> bool:
+    """Whether a module's top level assigns `SPEC = ProbeSpec(...)` (parsed, so a docstring that shows one does not
+    count): what makes a module of this package a probe."""
+    return any(isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "SPEC" for t in node.targets)
+               and isinstance(node.value, ast.Call) and getattr(node.value.func, "id", None) == "ProbeSpec"
+               for node in ast.parse(source).body)
+
+
+def discover(folder: Path) -> dict[str, str]:
+    """{probe name: module path} for every module in `folder` that declares `SPEC = ProbeSpec(...)` at its top
+    level, in `ORDER` then by name: a new probe's module is found without an entry anywhere else. The files are
+    parsed, not imported, so listing the probes loads none of them."""
+    found = sorted(p.stem for p in folder.glob("*.py")
+                   if not p.stem.startswith("_") and declares_spec(p.read_text(encoding="utf-8")))
+    return {name: f"workbench.probes.{name}" for name in [n for n in ORDER if n in found] +
+            [n for n in found if n not in ORDER]}
+
+
+PROBES: dict[str, str] = discover(Path(__file__).parent)   # name -> module path; the headlines come in this order
 
 
 class NotApplicable(Exception):
