@@ -237,6 +237,11 @@ def test_control_side_by_side_with_paired_tests(tmp_path):
     assert cells[2] == d1.text() and cells[4] == theirs["final_d1"].text()
     assert cells[6].startswith(f"{d1.value:+.2f} [") and float(cells[7]) < 0.05  # paired: McNemar p
     assert "id='paired-depths'" in text and "McNemar" in text
+    # the control is drawn beside the specimen: each figure both have, twice, labelled, the control's from its tables
+    for key in ("depth_matrix", "overshoot"):
+        assert f"id=\"fig-{key}\"" in text and f"id=\"fig-{key}-control\"" in text
+    drawn_twice = re.findall(r'id="fig-([\w.-]+)-control"', text)
+    assert text.count("<p class='side'>this specimen</p>") == len(drawn_twice) == len(set(drawn_twice)) >= 2
 
 
 @pytest.mark.slow  # the browser: headless Chromium
@@ -299,3 +304,11 @@ def test_report_command(results, tmp_path):
     assert res.exit_code == 0, res.output
     assert f"report: {out}" in res.output and out.read_text().count(PLOTLY_SIGNATURE) == 1
     assert json.loads((results / "summary.json").read_text())["created_by"] in out.read_text()
+
+
+def test_the_report_shows_progress_only_when_asked(tmp_path, capsys):
+    results = write_results(tmp_path / "run", {k: all_tables()[k] for k in ("overshoot", "overshoot__cost")})
+    write_report(results, tmp_path / "quiet.html")
+    assert capsys.readouterr().err == ""
+    write_report(results, tmp_path / "shown.html", progress=True)
+    assert "report figures" in capsys.readouterr().err

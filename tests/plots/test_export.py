@@ -165,3 +165,16 @@ def test_figures_command_defaults_to_the_results_folder(results, tmp_path, monke
     shutil.copytree(results, tmp_path / "results" / "demo" / "run1")
     res = CliRunner().invoke(app, ["--format", "html", "--out", "figs2"])
     assert res.exit_code != 0 and "share the name 'run1'" in str(res.exception)
+
+
+def test_figures_show_progress_only_when_asked(tables, tmp_path, capsys):
+    """The command asks for the bar where stderr is a terminal (commands.output); asked, a bar counts the figures,
+    not asked (a pipe, --quiet), stderr stays empty."""
+    results = synthetic.write_results(tmp_path / "run", {"overshoot": tables["overshoot"],
+                                                         "overshoot__cost": tables["overshoot__cost"]})
+    spec = [s for s in default_spec() if s.name.startswith("overshoot")]
+    export_figures([results], fmt="html", out=tmp_path / "quiet", spec=spec)
+    assert capsys.readouterr().err == ""
+    export_figures([results], fmt="html", out=tmp_path / "shown", spec=spec, progress=True)
+    err = capsys.readouterr().err
+    assert "figures run" in err and f"{len(spec)}/{len(spec)}" in err

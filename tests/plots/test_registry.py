@@ -4,6 +4,7 @@ import pytest
 
 from workbench.errors import WorkbenchError
 from workbench.plots import build_all, captions, figure_key, figures, find_builder
+from workbench.plots.heads import RETRIEVAL_MARK
 from workbench.plots.registry import ORDER, builder_parts, part_names, resolve
 from workbench.plots.report import section_heads
 from workbench.probes import PROBES
@@ -56,7 +57,7 @@ def test_build_all_renders_what_is_present(tables):
     assert "heads" in keys and "head_concentration" not in keys
     # An optional part is passed when present: the retrieval markers come from heads__summary.
     heads = dict((k, f) for _, k, f in built)["heads"]
-    assert any(t.name == "retrieval head" for t in heads.data)
+    assert any(t.name == RETRIEVAL_MARK for t in heads.data)
     only = build_all({"depth_matrix": tables["depth_matrix"]})
     assert [k for _, k, _ in only] == ["depth_matrix", "frontier"]
     assert [k for _, k, _ in build_all(tables, only=["frontier"])] == ["frontier"]

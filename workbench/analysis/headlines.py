@@ -370,23 +370,23 @@ def headline_table(headlines: Mapping[str, Headline], extra: Mapping[str, str] |
     table.add_column("quantity", overflow="fold", ratio=1)
     table.add_column("value [95% CI]", no_wrap=True, justify="right")
     table.add_column("n", justify="right", no_wrap=True)
-    table.add_column("prediction", no_wrap=True)
     for name in list(headlines) + [n for n in (extra or {}) if n not in headlines]:
-        rows = [(n.label, n.text(), "" if n.n is None else str(n.n), _flag(n)) for n in headlines[name].numbers] \
+        rows = [(_escape(n.label) + _flag(n), n.text(), "" if n.n is None else str(n.n)) for n in headlines[name].numbers] \
             if name in headlines else []
         if extra and name in extra:
-            rows.append((extra[name], "", "", ""))
-        for i, (label, value, n, flag) in enumerate(rows):
-            table.add_row(_escape(name) if i == 0 else "", _escape(label), _escape(value), n, flag)
+            rows.append((_escape(extra[name]), "", ""))
+        for i, (label, value, n) in enumerate(rows):
+            table.add_row(_escape(name) if i == 0 else "", label, _escape(value), n)
         table.add_section()
     return table
 
 
 def _flag(n: Number) -> str:
-    """The prediction column: FAILED (in red) with what was predicted, "holds", or nothing when not judged."""
+    """After a judged number's label: a red FAILED where its prediction missed, a quiet "(holds)" where it held
+    (the failed ones are listed with what was predicted under the table)."""
     if n.holds is None:
         return ""
-    return "holds" if n.holds else f"[bold red]FAILED[/bold red] ({_escape(n.expect)})"
+    return " [dim](holds)[/dim]" if n.holds else " [bold red]FAILED[/bold red]"
 
 
 def failed_predictions(headlines: Mapping[str, Headline]) -> list[tuple[str, Number]]:

@@ -44,8 +44,8 @@ def figures(
         if twice:
             raise WorkbenchError(f"results directories under ./results share the name '{twice[0]}' (figures go to "
                                  f"{out}/<name>/); pass --results for the ones to export")
-    done = export_figures(results, fmt=fmt, out=out, spec=specs, dpi=dpi or spec_dpi)
     ui = Output(quiet, as_json)
+    done = export_figures(results, fmt=fmt, out=out, spec=specs, dpi=dpi or spec_dpi, progress=ui.progress)
     images = [p for p in done.written if p.suffix != ".csv"]
     ui.say(f"wrote {len(images)} {fmt} figure(s) with CSV under {out}")
     for p in images:

@@ -53,8 +53,10 @@ def identity(
         from workbench.errors import WorkbenchError
 
         raise WorkbenchError("identity needs --block A:B for a retrofit (the layers to loop)")
+    ui.step(f"loading {model}")
     base, tok = load_base(model, attn_implementation=attn)
-    rows = identity_report(base.to(run_on), tok, block, loops=loops)   # base and retrofit on the same kernels
+    rows = identity_report(base.to(run_on), tok, block, loops=loops,   # base and retrofit on the same kernels
+                           progress=ui.progress)
     worst = max(r["max_abs_diff"] for r in rows)
     ui.result({"model": model, "block": block, "loops": loops, "prompts": len(IDENTITY_PROMPTS),
                "kind": "fresh retrofit", "rows": rows, "max_abs_diff": worst, "device": device_record(device, run_on)})

@@ -26,8 +26,8 @@ def report(
 
     gate = gate_output(out or results_dir / REPORT, "report", kind="file", overwrite=True,  # before any work
                        reading=dir_inputs(results_dir, control, exclude=(REPORT,)))
-    path = write_report(results_dir, out, control=control, before_write=gate.recheck)
-    n = len(load_results(results_dir))
     ui = Output(quiet, as_json)
+    path = write_report(results_dir, out, control=control, before_write=gate.recheck, progress=ui.progress)
+    n = len(load_results(results_dir))
     ui.wrote(path, f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, {n} tables)")
     ui.result({"report": str(path), "bytes": path.stat().st_size, "tables": n})

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from peft.tuners.lora import LoraLayer
+from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
 from workbench.loop.positions import position_ids
@@ -86,7 +87,8 @@ def adapters_disabled(model):
 
 def identity_report(base: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, block: tuple[int, int] | str,
                     loops: int = 3, prompts: Sequence[str] = IDENTITY_PROMPTS,
-                    designs: Sequence[str] = ("bridge", "inject"), lora: bool = True) -> list[dict]:
+                    designs: Sequence[str] = ("bridge", "inject"), lora: bool = True,
+                    progress: bool = False) -> list[dict]:
     """Returns one dict per (re-entry, memory, lora) with `max_abs_diff` at loop 1.
 
     The LoRA variant (B = 0 at init) is checked last because attaching it edits the base
@@ -100,7 +102,7 @@ def identity_report(base: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, b
     variants = [(d, m, False) for d in designs for m in (False, True)]
     if lora:
         variants += [(d, m, True) for d in designs for m in (False, True)]
-    for design, memory, with_lora in variants:
+    for design, memory, with_lora in tqdm(variants, desc="identity", unit="retrofit", disable=not progress):
         looped = retrofit(base, block, reentry=design, memory=memory, max_loops=max(loops, 1))
         if with_lora and not any("lora_" in n for n, _ in base.named_parameters()):
             attach_lora(looped)

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
+from tqdm.auto import tqdm
 
 from workbench.analysis.results import load_results
 from workbench.defaults import resolve
@@ -228,7 +229,7 @@ def _write_one(fig: go.Figure, spec: FigureSpec, fmt: str, folder: Path, dpi: in
 
 
 def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str | os.PathLike = "figures/out",
-                   spec: list[FigureSpec] | None = None, dpi: int = DPI) -> Export:
+                   spec: list[FigureSpec] | None = None, dpi: int = DPI, progress: bool = False) -> Export:
     """Writes each spec'd figure of each results directory to `out/<results name>/<figure>.<fmt>` plus a CSV.
 
     Args:
@@ -237,6 +238,7 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
         out: output directory.
         spec: figures and sizes; default every registered figure at double-column width.
         dpi: resolution of PNG output.
+        progress: show a bar over the figures (the command passes it where stderr is a terminal).
     """
     if fmt not in FORMATS:
         raise WorkbenchError(f"format '{fmt}' is unknown; accepted: {', '.join(FORMATS)}")
@@ -256,7 +258,7 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
             if not folder.exists():
                 folder.mkdir(parents=True)
                 mark_output(folder, "figures")  # a later export may replace what this one writes here, nothing else
-            for s in spec:
+            for s in tqdm(spec, desc=f"figures {path.name}", unit="figure", disable=not progress):
                 result, builder = find_builder(s.name)
                 try:
                     fig = build(result, builder, tables, **s.options) if result in tables else None

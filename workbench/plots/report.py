@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 from plotly.offline import get_plotlyjs
+from tqdm.auto import tqdm
 
 from workbench.analysis.headlines import (
     compare_headlines,
@@ -89,6 +90,8 @@ tr.group th { padding-top: 10px; font-size: 14px; }
 code, td.hash { font-family: "SFMono-Regular", Menlo, Consolas, monospace; font-size: 12px; word-break: break-all; }
 nav a { margin-right: 14px; font-size: 13px; }
 .figure { margin: 12px 0 28px; }
+.pair { display: flex; gap: 12px; } .pair > div { flex: 1 1 0; min-width: 0; }
+p.side { margin: 0 0 2px; font-size: 12px; color: #555; }
 #js-errors { display: none; color: #a00; background: #fee; padding: 8px; white-space: pre-wrap; }
 #render-status { color: #888; font-size: 12px; }
 tr.sentence td { color: #333; font-size: 14px; padding: 2px 0 8px; max-width: 1000px; }
@@ -328,13 +331,26 @@ def section_heads() -> dict[str, tuple[str, str]]:
     return {"block_selection": BLOCK_SELECTION_SECTION, **{s.name: (s.title, s.about) for s in probe_specs()}}
 
 
-def _sections(results_dir: Path, tables: dict[str, pd.DataFrame]) -> list[tuple[str, list[str]]]:
+def _beside(mine: str, theirs: str, control: str) -> str:
+    """The specimen's figure and the control's same figure side by side, each labelled."""
+    return (f"<div class='pair'><div><p class='side'>this specimen</p>{mine}</div>"
+            f"<div><p class='side'>control: <code>{html.escape(control)}</code></p>{theirs}</div></div>")
+
+
+def _sections(results_dir: Path, tables: dict[str, pd.DataFrame], control: Path | None = None,
+              control_tables: dict[str, pd.DataFrame] | None = None,
+              progress: bool = False) -> list[tuple[str, list[str]]]:
     """Returns (result name, [html fragments]) for every result present, in `section_heads()` order; each
-    figure is followed by its caption (`Figure.caption`), a probe shown as its table by `table_caption`."""
+    figure is followed by its caption (`Figure.caption`), a probe shown as its table by `table_caption`. With a
+    control, every figure the control's tables also draw is shown beside the specimen's, on the same builder."""
     figures: dict[str, list[str]] = {}
     caption = captions()
-    for result, key, fig in build_all(tables):
-        figures.setdefault(result, []).append(figure_html(fig, f"fig-{key}") + _caption(key, caption[key]))
+    theirs = {key: fig for _, key, fig in build_all(control_tables)} if control_tables else {}
+    for result, key, fig in tqdm(build_all(tables), desc="report figures", unit="figure", disable=not progress):
+        mine = figure_html(fig, f"fig-{key}")
+        if key in theirs:
+            mine = _beside(mine, figure_html(theirs[key], f"fig-{key}-control"), str(control))
+        figures.setdefault(result, []).append(mine + _caption(key, caption[key]))
     selection = _block_selection_figure(results_dir)
     if selection is not None:
         figures["block_selection"] = [figure_html(selection, "fig-block_selection")
@@ -351,7 +367,8 @@ def _caption(key: str, text: str) -> str:
 
 
 def render_report(results_dir: str | os.PathLike, title: str | None = None,
-                  control: str | os.PathLike | None = None, shown_as: str | os.PathLike | None = None) -> str:
+                  control: str | os.PathLike | None = None, shown_as: str | os.PathLike | None = None,
+                  progress: bool = False) -> str:
     """Returns the report's HTML text for `results_dir` (only the results present are rendered).
 
     Args:
@@ -367,7 +384,9 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
                if isinstance(p, dict) and p.get("status") == "not_applicable"}
     control_headlines = report_headlines(control) if control is not None else None
     claims = read_claims(results_dir)
-    known, sections = section_heads(), _sections(results_dir, tables)
+    control_tables = load_results(control) if control is not None else None
+    known, sections = section_heads(), _sections(results_dir, tables, control and Path(control), control_tables,
+                                                 progress)
     shown = {n for n, _ in sections} | {part for n, _ in sections for part in part_names(n)}
     extra = [n for n in tables if n not in shown and n.split("__")[0] not in headlines]
     absent = [known[n][0] for n in known if n not in {s for s, _ in sections}]
@@ -422,7 +441,7 @@ def report_title(summary: dict, shown_as: Path) -> str:
 
 def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None = None,
                  control: str | os.PathLike | None = None, shown_as: str | os.PathLike | None = None,
-                 before_write=None) -> Path:
+                 before_write=None, progress: bool = False) -> Path:
     """Writes the offline HTML report of `results_dir` and returns its path.
 
     Args:
@@ -433,7 +452,7 @@ def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None =
         before_write: called just before the file is written (the output gate's re-check, `Gate.recheck`).
     """
     out = Path(out) if out is not None else Path(results_dir) / REPORT
-    text = render_report(results_dir, control=control, shown_as=shown_as)
+    text = render_report(results_dir, control=control, shown_as=shown_as, progress=progress)
     if before_write is not None:
         before_write()
     out.parent.mkdir(parents=True, exist_ok=True)
