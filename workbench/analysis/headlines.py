@@ -389,9 +389,14 @@ def _flag(n: Number) -> str:
     return " [dim](holds)[/dim]" if n.holds else " [bold red]FAILED[/bold red]"
 
 
+def judged_predictions(headlines: Mapping[str, Headline]) -> list[tuple[str, Number]]:
+    """(probe, number) for every number whose prediction was judged against its rule, in headline order."""
+    return [(name, n) for name, h in headlines.items() for n in h.numbers if n.holds is not None]
+
+
 def failed_predictions(headlines: Mapping[str, Headline]) -> list[tuple[str, Number]]:
     """(probe, number) for every judged prediction that failed, in headline order."""
-    return [(name, n) for name, h in headlines.items() for n in h.numbers if n.holds is False]
+    return [(name, n) for name, n in judged_predictions(headlines) if n.holds is False]
 
 
 def print_headlines(headlines: Mapping[str, Headline], skipped: Mapping[str, str] | None = None,
@@ -403,7 +408,7 @@ def print_headlines(headlines: Mapping[str, Headline], skipped: Mapping[str, str
     for name, h in headlines.items():
         con.print(f"[bold]{_escape(name)}[/bold]: {_escape(h.sentence)}")
     failed = failed_predictions(headlines)
-    judged = sum(n.holds is not None for h in headlines.values() for n in h.numbers)
+    judged = len(judged_predictions(headlines))
     if judged:
         con.print(f"predictions judged: {judged}; failed: {len(failed)}"
                   + "".join(f"\n  [bold red]FAILED[/bold red] {_escape(p)}: {_escape(n.label)} = {_escape(n.text())}, "
@@ -439,6 +444,5 @@ def _escape(text: str) -> str:
 
 
 __all__ = ["Headline", "Number", "Pairing", "clustered_mean", "compare_headlines", "counted",
-           "failed_predictions", "headlines_from_summary", "headlines_from_tables", "judge", "judge_above", "measured", "pair",
-           "print_comparison", "print_headlines", "proportion",
-           "span"]
+           "failed_predictions", "headlines_from_summary", "headlines_from_tables", "judge", "judge_above",
+           "judged_predictions", "measured", "pair", "print_comparison", "print_headlines", "proportion", "span"]

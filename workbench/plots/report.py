@@ -24,10 +24,12 @@ from tqdm.auto import tqdm
 
 from workbench.analysis.headlines import (
     compare_headlines,
+    failed_predictions,
     fmt,
     fmt_number,
     headlines_from_summary,
     headlines_from_tables,
+    judged_predictions,
 )
 from workbench.analysis.readings import battery_notes
 from workbench.analysis.results import compare_results, load_results, read_summary
@@ -195,10 +197,9 @@ def _expect_cell(n) -> str:
 
 def failed_note(headlines: dict) -> str:
     """One line under the headline table: how many predictions were judged and which failed."""
-    judged = [(p, n) for p, h in headlines.items() for n in h.numbers if n.holds is not None]
+    judged, failed = judged_predictions(headlines), failed_predictions(headlines)
     if not judged:
         return ""
-    failed = [(p, n) for p, n in judged if n.holds is False]
     items = "".join(f"<li><b>{_escape(p)}</b>: {_escape(n.label)} = {_escape(n.text())}, predicted "
                     f"{_escape(n.expect)}</li>" for p, n in failed)
     return (f"<p class='caption' id='failed-predictions'>Predictions judged against their rule: {len(judged)}; "
