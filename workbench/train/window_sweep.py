@@ -1,0 +1,403 @@
+"""Block selection's second stage by training (RecurTrace App. B): candidate windows, one short run each.
+
+Stage 1 (`workbench.block_selection`) finds the loopable span from the angular-distance curve and
+ranks windows in it by the damage an *untrained* loop 2 does. That ranking says which window is
+least disturbed by looping, not which window learns to loop. RecurTrace's second stage "compares
+compact three-layer windows inside or near the span by downstream behavior": every candidate is
+trained for the same short budget and ranked by held-out likelihood and accuracy. This module is
+that sweep:
+
+- `candidates`: windows of Stage 1's size spread evenly over the span (Stage 1's recommendation
+  among them), a late control (the last layers of the model, past the span when it ends early)
+  and any windows the user names (the window a specimen was trained at, say).
+- `stage2_recipe`: one short recipe for all of them: the first `steps` steps of a curriculum
+  (default the keeper's, `smollm2_lora_chase`: 60 steps at depth 1, then depths 1-2), guardrail
+  and preservation as that recipe says, the window as the only difference.
+- `read_candidate`: each finished run read on fresh held-out rows (disjoint from the run's own
+  evaluation rows): per-row cross-entropy over the symbols at every loop t <= d, and accuracy.
+- `rank`: the rule below, fixed before any run reads it; the top two get a second seed.
+
+The ranking rule: candidates are ordered by held-out CE (mean over rows of the mean CE over the
+row's loops t <= d; lower first), a candidate the guardrail stopped last. The recommendation is the
+first; its margin over the second is the paired per-row CE difference with a bootstrap interval,
+each row's CE averaged over the seeds both were trained with. The recommendation is *separated*
+when that interval excludes 0 and every seed pair orders the two the same way; otherwise the sweep
+says the two are not separated at this budget and reports both.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.stats import spearmanr
+from tqdm.auto import tqdm
+
+from workbench.analysis.stats import bootstrap_mean, paired_bootstrap, wilson
+from workbench.errors import WorkbenchError
+from workbench.io import read_json, read_toml, sha256_bytes, write_json_atomic
+from workbench.tasks import build_rows
+from workbench.train import rundir
+from workbench.train.losses import make_batch
+from workbench.train.recipe import Recipe, apply_overrides, dumps
+from workbench.train.trainer import STOPPED_BY_GUARDRAIL, Trainer, task_options
+
+DEFAULT_RECIPE = "smollm2_lora_chase"   # the keeper's curriculum: its first stages are the short recipe
+DEFAULT_STEPS = 200
+DEFAULT_CANDIDATES = 4                  # windows inside the span (the late control and --include come on top)
+SEEDS = 2                               # the top two are trained with this many seeds
+RANK_PER_DEPTH = 128                    # fresh held-out rows per depth for the ranking read
+RANK_FIRST_INDEX = 10_000               # their row indices: disjoint from the runs' own evaluation rows (0..per_depth)
+SWEEP = "sweep.json"                    # the sweep's plan (what a --resume must match)
+STAGE2 = "stage2.json"                  # the table, the ranking and the recommendation
+RUNS = "runs"                           # one run directory per (window, seed)
+READINGS = "readings"                   # one ranking read per finished run (a resumed sweep does not re-read)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A window to train: layers a..b-1 looped, and why it is in the sweep."""
+
+    a: int
+    b: int
+    role: str   # "span" (Stage 1's evenly spread windows), "late control", "given"
+
+    @property
+    def name(self) -> str:
+        return f"{self.a}:{self.b}"
+
+    def run_name(self, seed_index: int) -> str:
+        return f"{self.a}-{self.b}-seed{seed_index + 1}"
+
+
+# ------------------------------------------------------------------ the candidates
+def parse_window(text: str, n_layers: int) -> tuple[int, int]:
+    """Returns (a, b) from "A:B", checked against the model's layers (one-line errors)."""
+    parts = str(text).split(":")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise WorkbenchError(f"window '{text}' is not of the form A:B with integers (e.g. 12:24)")
+    a, b = (int(p) for p in parts)
+    if not 0 <= a < b <= n_layers:
+        raise WorkbenchError(f"window {a}:{b} lies outside the model ({n_layers} layers); need 0 <= A < B <= {n_layers}")
+    return a, b
+
+
+def candidates(selection: dict, n: int = DEFAULT_CANDIDATES, include=(), late: bool = True) -> list[Candidate]:
+    """Returns the sweep's windows for a Stage 1 record (block_selection.json's keys).
+
+    `n` windows of `selection["window"]` layers with starts spread evenly over the span, the start
+    nearest Stage 1's recommendation replaced by it (so the untrained ranking's choice is always
+    trained); then the late control, the model's last k layers (left out when it is already one of
+    them); then each window in `include` ("A:B", any size), in order, duplicates dropped.
+    """
+    if not isinstance(n, int) or n < 1:
+        raise WorkbenchError(f"--candidates {n!r} is not accepted; give an integer >= 1")
+    lo, hi, k, n_layers = selection["prelude_end"], selection["coda_start"], selection["window"], selection["n_layers"]
+    if hi - lo < k:
+        raise WorkbenchError(f"the span {lo}:{hi} ({hi - lo} layers) is too narrow for windows of {k} layers")
+    last = hi - k
+    starts = sorted({round(lo + i * (last - lo) / (n - 1)) for i in range(n)} if n > 1 else {lo})
+    if len(starts) < n and last - lo + 1 < n:
+        raise WorkbenchError(f"--candidates {n}: the span {lo}:{hi} holds only {last - lo + 1} windows of {k} layers")
+    rec = tuple(selection["recommended"])
+    if rec[1] - rec[0] == k and rec[0] not in starts:
+        nearest = min(starts, key=lambda s: (abs(s - rec[0]), s))
+        starts = sorted({*(s for s in starts if s != nearest), rec[0]})
+    out = [Candidate(s, s + k, "span") for s in starts]
+    if late and all((c.a, c.b) != (n_layers - k, n_layers) for c in out):
+        out.append(Candidate(n_layers - k, n_layers, "late control"))
+    for text in include:
+        a, b = parse_window(text, n_layers)
+        if all((c.a, c.b) != (a, b) for c in out):
+            out.append(Candidate(a, b, "given"))
+    return out
+
+
+# ------------------------------------------------------------------ the short recipe
+def stage2_recipe(base_raw: dict, model: str, window: Candidate, steps: int, seed_index: int) -> Recipe:
+    """Returns the short recipe for one candidate: `base_raw`'s first `steps` steps at `window`.
+
+    Only the name, the base model, the block, the seed (the recipe's + seed_index) and the stages
+    (cut after `steps` steps; depths past the last kept stage leave the evaluation) change; the
+    optimizer's schedule then spans the short run, and guardrail, preservation, LoRA and task are
+    the recipe's own.
+    """
+    if not isinstance(steps, int) or steps < 1:
+        raise WorkbenchError(f"--steps {steps!r} is not accepted; give a training budget >= 1 step")
+    raw = apply_overrides(base_raw, {})
+    kept, left = [], steps
+    for stage in raw.get("stages", []):
+        if left <= 0:
+            break
+        take = min(int(stage.get("steps", 100)), left)
+        kept.append({**stage, "steps": take})
+        left -= take
+    if left > 0:
+        raise WorkbenchError(f"--steps {steps}: the recipe has only {steps - left} steps of stages")
+    depths = sorted({d for s in kept for d in s.get("depths", [1])})
+    raw.update(name=f"stage2-{window.run_name(seed_index)}", seed=int(raw.get("seed", 0)) + seed_index,
+               init_from="", stages=kept)
+    raw.setdefault("model", {}).update(base=model, block=window.name)
+    ev = raw.setdefault("eval", {})
+    ev.update(depths=[d for d in ev.get("depths", depths) if d in depths] or depths, every=steps)
+    return Recipe.from_dict(raw)
+
+
+def base_recipe(path: Path) -> dict:
+    """The raw TOML of the curriculum the sweep cuts short (validated as a recipe here)."""
+    raw = read_toml(path, "recipe")
+    Recipe.from_dict(raw)
+    return raw
+
+
+# ------------------------------------------------------------------ the ranking read
+def ranking_rows(recipe: Recipe, tokenizer) -> list[dict]:
+    """Fresh held-out rows for the ranking: the run's task at its trained depths, indices past its own eval rows."""
+    depths = sorted({d for s in recipe.stages for d in s.depths})
+    return build_rows(recipe.task.name, depths, RANK_PER_DEPTH, recipe.eval.seed, split="test",
+                      first_index=RANK_FIRST_INDEX, **task_options(recipe.task, tokenizer))
+
+
+def read_candidate(looped, tokenizer, rows: list[dict], batch_size: int = 32) -> dict:
+    """Per-row held-out CE and correctness at every loop t <= d, read once to each row's depth.
+
+    Returns {"row_ce": [R] mean CE over the row's loops 1..d, "ce": {depth: {loop: mean CE}},
+    "acc": {depth: {loop: accuracy}}, "correct": {depth: {loop: [R_d] 0/1}}, "rows": R}.
+    """
+    looped.eval()
+    row_ce, ce, acc, correct = [], {}, {}, {}
+    with torch.no_grad():
+        for depth in sorted({r["depth"] for r in rows}):
+            subset = [r for r in rows if r["depth"] == depth]
+            per_loop_ce, per_loop_ok = [], []
+            for i in range(0, len(subset), batch_size):
+                batch = make_batch(subset[i:i + batch_size], tokenizer, device=next(looped.parameters()).device)
+                r = looped.read(batch["input_ids"], attention_mask=batch["attention_mask"], loops=depth,
+                                candidates=batch["candidates"])
+                logp = r.scores[:, :, -1, :].float().log_softmax(-1)                  # [B, T, N]
+                targets = batch["targets"][:, :depth]
+                per_loop_ce.append(-logp.gather(-1, targets.unsqueeze(-1)).squeeze(-1))
+                per_loop_ok.append((logp.argmax(-1) == targets).float())
+            nll, ok = torch.cat(per_loop_ce).double(), torch.cat(per_loop_ok)
+            row_ce += nll.mean(1).tolist()
+            key = str(depth)
+            ce[key] = {str(t + 1): round(float(nll[:, t].mean()), 6) for t in range(depth)}
+            acc[key] = {str(t + 1): round(float(ok[:, t].mean()), 6) for t in range(depth)}
+            correct[key] = {str(t + 1): ok[:, t].int().tolist() for t in range(depth)}
+    return {"row_ce": row_ce, "ce": ce, "acc": acc, "correct": correct, "rows": len(row_ce)}
+
+
+# ------------------------------------------------------------------ the ranking
+def summarize(name: str, role: str, readings: list[dict | None], runs: list[dict]) -> dict:
+    """One table row: a candidate's seeds pooled (per-row CE averaged over its finished seeds)."""
+    done = [r for r in readings if r is not None]
+    stopped = [run for run in runs if run.get("status") != "finished"]
+    row = {"window": name, "role": role, "seeds": len(runs), "runs": runs,
+           "stopped_by_guardrail": bool(stopped)}
+    if not done:
+        return {**row, "heldout_ce": None}
+    per_row = np.mean([r["row_ce"] for r in done], axis=0)
+    ci = bootstrap_mean(per_row, n_boot=4000, seed=0)
+    d2 = [r["correct"].get("2", {}).get("2") for r in done]
+    if all(v is not None for v in d2):
+        hits = int(sum(sum(v) for v in d2))
+        n = sum(len(v) for v in d2)
+        lo, hi = wilson(hits, n)
+        row["acc_d2_loop2"] = {"value": hits / n, "low": lo, "high": hi, "n": n}
+    row.update(heldout_ce={"value": ci.estimate, "low": ci.low, "high": ci.high, "rows": len(per_row)},
+               seed_ce=[float(np.mean(r["row_ce"])) for r in done],
+               ce=done[0]["ce"] if len(done) == 1 else _mean_tables([r["ce"] for r in done]),
+               acc=done[0]["acc"] if len(done) == 1 else _mean_tables([r["acc"] for r in done]),
+               row_ce=per_row.tolist())
+    return row
+
+
+def _mean_tables(tables: list[dict]) -> dict:
+    return {d: {t: round(float(np.mean([tb[d][t] for tb in tables])), 6) for t in loops}
+            for d, loops in tables[0].items()}
+
+
+def order(table: list[dict]) -> list[dict]:
+    """The ranking rule: finished before stopped, then held-out CE (lower first), then the window's start."""
+    def key(row):
+        ce = row.get("heldout_ce")
+        return (row["stopped_by_guardrail"] or ce is None, math.inf if ce is None else ce["value"],
+                int(row["window"].split(":")[0]))
+    ranked = sorted(table, key=key)
+    for i, row in enumerate(ranked, start=1):
+        row["rank"] = i
+    return ranked
+
+
+def margin(first: dict, second: dict) -> dict:
+    """The recommendation's margin: paired per-row CE difference (second − first) and seed agreement."""
+    if first.get("heldout_ce") is None or second.get("heldout_ce") is None:
+        return {"separated": False, "why": "the runner-up has no reading (stopped or not trained)"}
+    diff = paired_bootstrap(first["row_ce"], second["row_ce"], n_boot=4000, seed=0)
+    pairs = [(a, b) for a in first["seed_ce"] for b in second["seed_ce"]]
+    agree = all(a < b for a, b in pairs)
+    separated = diff.low > 0 and agree
+    return {"ce_difference": {"value": diff.estimate, "low": diff.low, "high": diff.high},
+            "seed_pairs_agree": agree, "separated": separated,
+            "why": ("the interval excludes 0 and every seed pair orders them the same way" if separated else
+                    "the paired interval includes 0" if diff.low <= 0 else
+                    "a seed pair orders them the other way")}
+
+
+def spearman(xs: list[float], ys: list[float]) -> float | None:
+    """Spearman's rho of two equally long lists (average ranks for ties); None under 3 pairs."""
+    if len(xs) < 3:
+        return None
+    rho = spearmanr(xs, ys).statistic
+    return None if rho is None or not np.isfinite(rho) else round(float(rho), 4)
+
+
+def agreement(selection: dict, ranked: list[dict]) -> dict:
+    """How Stage 1 (untrained damage, the span) agrees with the trained ranking over the windows both read."""
+    damage = {f"{w['block'][0]}:{w['block'][1]}": w["damage"] for w in selection["windows"]}
+    both = [r for r in ranked if r["window"] in damage and r.get("heldout_ce") is not None]
+    lo, hi = selection["prelude_end"], selection["coda_start"]
+    inside = [r for r in ranked if r.get("heldout_ce") is not None]
+
+    def in_span(name):
+        a, b = (int(x) for x in name.split(":"))
+        return lo <= a and b <= hi
+    return {"windows_in_both": [r["window"] for r in both],
+            "spearman_damage_vs_ce": spearman([damage[r["window"]] for r in both],
+                                              [r["heldout_ce"]["value"] for r in both]),
+            "stage1_recommended": "{}:{}".format(*selection["recommended"]),
+            "stage1_recommended_rank": next((r["rank"] for r in ranked
+                                             if r["window"] == "{}:{}".format(*selection["recommended"])), None),
+            "best_in_span": next((in_span(r["window"]) for r in inside), None)}
+
+
+# ------------------------------------------------------------------ files
+def plan(selection_sha: str, model: str, recipe_path: str, recipe_sha: str, steps: int, cands: list[Candidate],
+         seeds: int) -> dict:
+    """sweep.json: what the sweep trains; a --resume must ask for the same."""
+    return {"format": "workbench-stage2-v1", "model": model, "block_selection_sha256": selection_sha,
+            "recipe": recipe_path, "recipe_sha256": recipe_sha, "steps": steps, "seeds": seeds,
+            "candidates": [{"window": c.name, "role": c.role} for c in cands],
+            "rule": "held-out CE over the rows' loops t <= d, lower first; stopped runs last; top two get "
+                    f"{seeds} seeds; separated when the paired interval excludes 0 and every seed pair agrees"}
+
+
+def check_plan(path: Path, wanted: dict) -> None:
+    """Refuses a --resume whose plan differs from the one on disk (one line naming the first difference)."""
+    have = read_json(path, "Stage 2 sweep plan")
+    for key in ("model", "block_selection_sha256", "recipe_sha256", "steps", "seeds", "candidates"):
+        if have.get(key) != wanted.get(key):
+            raise WorkbenchError(f"{path}: the sweep there has {key} = {have.get(key)!r}, this command asks for "
+                                 f"{wanted.get(key)!r}; resume with the same options or choose another --out")
+
+
+def save_reading(path: Path, reading: dict) -> None:
+    write_json_atomic(path, reading, indent=None)
+
+
+# ------------------------------------------------------------------ the sweep
+def run_status(run_dir: Path) -> str | None:
+    """'finished', 'stopped_by_guardrail', 'partial' (a run there, resumable) or None (no run yet)."""
+    prov = run_dir / rundir.PROVENANCE
+    if prov.is_file():
+        status = read_json(prov, "run provenance").get("status")
+        if status in ("finished", STOPPED_BY_GUARDRAIL):
+            return status
+    return "partial" if (run_dir / rundir.RECIPE).is_file() else None
+
+
+def _train_one(recipe: Recipe, run_dir: Path, recipe_path: Path, progress: bool, device) -> str:
+    status = run_status(run_dir)
+    if status in ("finished", STOPPED_BY_GUARDRAIL):
+        return status
+    if status == "partial" and (run_dir / rundir.RECIPE).read_text() != dumps(recipe):
+        raise WorkbenchError(f"{run_dir}: the run there was trained from another recipe; choose another --out")
+    summary = Trainer(recipe, run_dir, resume=status == "partial", progress=progress,
+                      recipe_dir=recipe_path.resolve().parent, inputs=[recipe_path], device=device).run()
+    return "finished" if summary["finished"] else summary["status"]
+
+
+def _reading(run_dir: Path, recipe: Recipe, cache: Path, device) -> dict:
+    if cache.is_file():
+        return read_json(cache, "Stage 2 reading")
+    looped, tok, _ = rundir.load_run(run_dir, precision="recorded")
+    looped.to(device)
+    reading = read_candidate(looped, tok, ranking_rows(recipe, tok))
+    save_reading(cache, reading)
+    return reading
+
+
+def _run_record(run_dir: Path, status: str) -> dict:
+    prov = read_json(run_dir / rundir.PROVENANCE, "run provenance")
+    guard = prov.get("guardrail") or {}
+    return {"dir": str(Path(RUNS) / run_dir.name), "status": status, "wall_s": prov.get("wall_s"),
+            "guardrail": {k: guard.get(k) for k in ("base", "final", "max_drop")} if guard else None}
+
+
+def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int = DEFAULT_STEPS,
+          n_candidates: int = DEFAULT_CANDIDATES, include=(), seeds: int = SEEDS, progress: bool = True,
+          device=None, say=print) -> dict:
+    """Trains every candidate for `steps` steps, the top two with `seeds` seeds; returns stage2.json's record.
+
+    `out` is the sweep directory (its block_selection.json is `selection`); each (window, seed) is a
+    run directory under out/runs, resumed where a previous sweep stopped, and read once into
+    out/readings. `say` receives one line per candidate as it starts (which window is training).
+    """
+    if not isinstance(seeds, int) or seeds < 1:
+        raise WorkbenchError(f"--seeds {seeds!r} is not accepted; give an integer >= 1")
+    raw = base_recipe(recipe_path)
+    cands = candidates(selection, n_candidates, include)
+    recipes = {(c, 0): stage2_recipe(raw, model, c, steps, 0) for c in cands}   # every bad input before any run
+    sel_sha = sha256_bytes(json_bytes(selection))
+    wanted = plan(sel_sha, model, str(recipe_path), sha256_bytes(recipe_path.read_bytes()), steps, cands, seeds)
+    if (out / SWEEP).is_file():
+        check_plan(out / SWEEP, wanted)
+    else:
+        write_json_atomic(out / SWEEP, wanted)
+    (out / RUNS).mkdir(exist_ok=True)
+    (out / READINGS).mkdir(exist_ok=True)
+
+    def train_read(c: Candidate, seed_index: int, position: str) -> tuple[dict | None, dict]:
+        recipe = recipes.get((c, seed_index)) or stage2_recipe(raw, model, c, steps, seed_index)
+        run_dir = out / RUNS / c.run_name(seed_index)
+        say(f"stage 2 {position}: training {c.name} ({c.role}), seed {seed_index + 1}, {steps} steps -> {run_dir}")
+        status = _train_one(recipe, run_dir, recipe_path, progress, device)
+        reading = (_reading(run_dir, recipe, out / READINGS / f"{c.run_name(seed_index)}.json", device)
+                   if status == "finished" else None)
+        return reading, _run_record(run_dir, status)
+
+    total = len(cands) + (seeds - 1) * min(2, len(cands))
+    first = {}
+    for i, c in enumerate(tqdm(cands, desc="stage 2 windows", unit="window", disable=not progress)):
+        first[c] = train_read(c, 0, f"{i + 1}/{total}")
+    table = order([summarize(c.name, c.role, [first[c][0]], [first[c][1]]) for c in cands])
+    top = [next(c for c in cands if c.name == row["window"]) for row in table[:2] if row.get("heldout_ce")]
+    extra = {c: [] for c in cands}
+    position = len(cands)
+    for c in top:
+        for s in range(1, seeds):
+            position += 1
+            extra[c].append(train_read(c, s, f"{position}/{total}"))
+    table = order([summarize(c.name, c.role, [first[c][0], *(r for r, _ in extra[c])],
+                             [first[c][1], *(m for _, m in extra[c])]) for c in cands])
+    best = table[0]
+    record = {
+        **wanted, "budget": f"{steps} steps of {Path(recipe_path).name}'s first stages "
+                            f"({', '.join(f'{s.name} {s.steps}' for s in recipes[(cands[0], 0)].stages)})",
+        "rank_rows": {"per_depth": RANK_PER_DEPTH, "first_index": RANK_FIRST_INDEX,
+                      "depths": sorted({d for s in recipes[(cands[0], 0)].stages for d in s.depths})},
+        "table": [{k: v for k, v in row.items() if k != "row_ce"} for row in table],
+        "recommended": best["window"] if best.get("heldout_ce") else None,
+        "margin": margin(table[0], table[1]) if len(table) > 1 else None,
+        "agreement": agreement(selection, table),
+    }
+    return record
+
+
+def json_bytes(obj) -> bytes:
+    """Canonical JSON bytes (sorted keys) of a record, for its hash."""
+    return json.dumps(obj, sort_keys=True).encode()
