@@ -165,6 +165,7 @@ def replace_dir(staging: Path, target: Path) -> None:
 # writer that does not reach it.
 
 RUN_ENTRIES = ("recipe.toml", "retrofit.json", "trainable.safetensors", "provenance.json", "checkpoints")
+SWEEP_PLAN = "sweep.json"   # a Stage 2 block-selection sweep (`select-block --stage2 train`): it holds training runs
 PROBE_FILES = ("summary.json", "report.html", OUTPUT_MARKER, LOCK)  # and *.parquet: a probe results directory
 FIGURE_SUFFIXES = (".pdf", ".svg", ".png", ".html", ".csv", ".js")  # what `workbench figures` writes in its folders
 _STAGING = re.compile(r"^\.(?P<name>.+)\.(?:tmp|old)(?P<pid>\d+)$")
@@ -313,7 +314,8 @@ def dir_inputs(*folders, exclude=()) -> list[Path]:
 
 
 def _holds_run(path: Path) -> bool:
-    return any((path / name).exists() for name in RUN_ENTRIES)
+    """Whether `path` is a training run, or a Stage 2 sweep (whose runs lie under it): never replaced."""
+    return any((path / name).exists() for name in (*RUN_ENTRIES, SWEEP_PLAN))
 
 
 def is_workbench_output(path: Path) -> bool:
@@ -408,6 +410,8 @@ class Gate:
             self._decide_files()
         elif self.kind == "run":
             self._decide_run()
+        elif self.kind == "sweep":
+            self._decide_sweep()
         else:
             self._decide_dir()
 
@@ -445,6 +449,21 @@ class Gate:
                                  "writes only into a new or empty directory or a run it can resume")
         if not self.resume:
             raise WorkbenchError(f"run directory '{p}' already holds a run; pass --resume or another --out")
+
+    def _decide_sweep(self) -> None:
+        p = self.path
+        if p.exists() and not p.is_dir():
+            raise WorkbenchError(f"output '{p}' exists and is not a directory")
+        if not p.is_dir() or not any(e.name != LOCK for e in p.iterdir()):
+            if self.resume:
+                raise WorkbenchError(f"--resume: '{p}' holds no Stage 2 sweep to continue; drop --resume to start one")
+            return
+        if not (p / SWEEP_PLAN).is_file():
+            raise WorkbenchError(f"output directory '{p}' is not empty and holds no Stage 2 sweep ({SWEEP_PLAN}); a "
+                                 "sweep writes into a new or empty directory or one it can resume")
+        if not self.resume:
+            raise WorkbenchError(f"output directory '{p}' holds a Stage 2 sweep; pass --resume to continue it "
+                                 "or choose another --out (its training runs are never replaced)")
 
     def _decide_dir(self) -> None:
         p = self.path
@@ -520,14 +539,15 @@ def gate_output(path: str | os.PathLike, command: str, *, kind: str = "dir", ove
             its own that exists.
         reading: every input the command reads (checkpoint, run, manifests, battery, spec, results).
         names: for kind="file", the files written inside `path`.
-        resume: for kind="run", continue a run that is there.
+        resume: for kind="run", continue a run that is there; for kind="sweep" (a directory of training runs
+            written in place, `select-block --stage2 train`), continue the sweep that is there.
     Refused, as one-line WorkbenchErrors: `..`-only or empty names, a symbolic link, a symlink loop, a
     repository root / home / filesystem root, an output that is, holds or sits inside an input, a path under
     a running training's lock or another workbench process's gate, a non-empty directory the workbench did
     not write (or that holds a run), a file the workbench did not write. Stale staging siblings of killed
     writers are removed. The lock is held while the Gate lives (`with`, `release`, or the command's end).
     """
-    if kind not in ("dir", "run", "file"):
+    if kind not in ("dir", "run", "file", "sweep"):
         raise ValueError(f"kind {kind!r}")
     return Gate(path, command, kind, overwrite, reading, names, resume)
 

@@ -1,7 +1,10 @@
-"""`workbench select-block`: angular-distance sweep, Kneedle span and window ablation before surgery.
+"""`workbench select-block`: angular-distance sweep, Kneedle span, then Stage 2 (untrained damage, or short trainings).
 
-Writes DIR/block_selection.json (the curve, the span, the ranked windows, the recommendation
-and the model's identity) and DIR/block_selection.html (the figure, self-contained offline).
+Stage 1 writes DIR/block_selection.json (the curve, the span, the windows ranked by the damage an untrained
+loop 2 does, the model's identity) and DIR/block_selection.html. `--stage2 train` then trains every candidate
+window for the same short budget (`workbench.train.window_sweep`): DIR/runs/<window>-seed<N>/ are ordinary run
+directories (resumable with --resume, killable), DIR/readings/ their ranking reads, and DIR/stage2.json and
+DIR/stage2.html the table, the figure and the recommendation with its margin.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from workbench.io import gate_output, mark_output, write_text_atomic
 
 SELECTION_JSON = "block_selection.json"
 SELECTION_HTML = "block_selection.html"
+STAGE2_HTML = "stage2.html"
+STAGE2_MODES = ("damage", "train")
 
 
 def select_block(
@@ -29,24 +34,92 @@ def select_block(
     corpus: Path | None = typer.Option(None, "--corpus", help="Text file, one text per line (default: the built-in corpus)."),
     window: int | None = typer.Option(None, "--window", help="Layers to loop (default: max(2, round(L/5)), "
                                       "clipped to the span)."),
+    stage2: str = typer.Option("damage", "--stage2", help="How candidate windows are ranked: 'damage' (the loss and "
+                               "accuracy an untrained loop 2 costs; minutes) or 'train' (a short training of each "
+                               "candidate, ranked by held-out CE; RecurTrace App. B; an hour or more on a CPU)."),
+    steps: int = typer.Option(200, "--steps", help="--stage2 train: training steps per candidate (the first steps of "
+                              "--recipe's curriculum)."),
+    candidates: int = typer.Option(4, "--candidates", help="--stage2 train: windows spread over the span (Stage 1's "
+                                   "pick among them); a late control and --include windows come on top."),
+    include: list[str] = typer.Option([], "--include", help="--stage2 train: another window A:B to train (any size; "
+                                      "repeatable), e.g. the block a specimen was trained at."),
+    seeds: int = typer.Option(2, "--seeds", help="--stage2 train: seeds for the top two (the rest get one)."),
+    recipe: str = typer.Option("smollm2_lora_chase", "--recipe", help="--stage2 train: the curriculum cut short "
+                               "(a recipe file or a shipped recipe's name)."),
+    stage1: Path | None = typer.Option(None, "--stage1", help="Reuse the block_selection.json of an earlier run on "
+                                       "the same model instead of computing Stage 1 again."),
+    resume: bool = typer.Option(False, "--resume", help="--stage2 train: continue the sweep in --out (finished "
+                                "candidates are kept, a partial one resumes from its checkpoint)."),
     out: Path = typer.Option(Path("results/select_block"), "--out", help="Output directory (must be new or empty)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty --out directory that "
-                                   "the workbench wrote."),
+                                   "the workbench wrote (never a sweep's: its runs are kept)."),
     device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
     quiet: bool = QUIET,
     as_json: bool = JSON,
 ) -> None:
-    """Find the loopable span (angular distance + Kneedle) and rank windows in it by loop-2 damage."""
+    """Find the loopable span (angular distance + Kneedle) and rank windows in it: by untrained loop-2 damage, or
+    (--stage2 train) by a short training of each."""
     from workbench.block_selection import load_corpus
-    from workbench.block_selection import select_block as run_selection
-    from workbench.devices import device_record, resolve_device
-    from workbench.models import load_base, weights_sha256
-    from workbench.plots.selection import angular_distance_figure
+    from workbench.devices import resolve_device
+    from workbench.errors import WorkbenchError
 
     ui = Output(quiet, as_json)
+    if stage2 not in STAGE2_MODES:
+        raise WorkbenchError(f"--stage2 '{stage2}' is unknown; accepted: {', '.join(STAGE2_MODES)}")
+    train = stage2 == "train"
+    for flag, value in (("--window", window), ("--steps", steps), ("--candidates", candidates), ("--seeds", seeds)):
+        if value is not None and value < 1:
+            raise WorkbenchError(f"{flag} {value} is not accepted; give an integer >= 1")
+    if not train and (resume or include):
+        raise WorkbenchError(f"{'--resume' if resume else '--include'} belongs to --stage2 train; add it or drop the flag")
     run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written
-    gate = gate_output(out, "select-block", overwrite=overwrite, reading=[corpus, model])  # before any work
+    recipe_path = _recipe_path(recipe) if train else None
+    gate = gate_output(out, "select-block", kind="sweep" if train else "dir", overwrite=overwrite, resume=resume,
+                       reading=[corpus, model, stage1, recipe_path])  # before any work
     texts = load_corpus(corpus)  # read before the model loads: a bad path fails fast
+    have = out / SELECTION_JSON
+    record = _stage1(ui, model, corpus, texts, window, run_on, device,
+                     reuse=have if train and resume and have.is_file() else stage1)
+    if not train:
+        _write_stage1_dir(gate, out, record)
+        ui.wrote(out / SELECTION_JSON, _wrote_line(record, out))
+        ui.wrote(out / SELECTION_HTML, "")   # named in the line above
+        ui.result(record)
+        return
+    _stage2_train(ui, gate, out, record, model, recipe_path, steps, candidates, include, seeds, run_on)
+
+
+def _recipe_path(recipe: str) -> Path:
+    from workbench.defaults import resolve
+
+    return resolve("recipe", recipe)
+
+
+def _stage1(ui: Output, model: str, corpus, texts, window, run_on, device, reuse: Path | None) -> dict:
+    """Stage 1's record: computed, or read from `reuse` (checked against the model's weights and the corpus)."""
+    from workbench.block_selection import select_block as run_selection
+    from workbench.devices import device_record
+    from workbench.errors import WorkbenchError
+    from workbench.io import read_json
+    from workbench.models import load_base, weights_sha256
+
+    corpus_sha = hashlib.sha256("\n".join(texts).encode()).hexdigest()
+    if reuse is not None:
+        record = read_json(reuse, "block selection")
+        if "angular_distance" not in record or "windows" not in record:
+            raise WorkbenchError(f"{reuse}: not a block selection written by `workbench select-block`")
+        base, _ = load_base(model)
+        digest = weights_sha256(base)
+        if record.get("weights_sha256") != digest:
+            raise WorkbenchError(f"{reuse} was computed on weights {str(record.get('weights_sha256'))[:12]}..., "
+                                 f"'{model}' has {digest[:12]}...; compute Stage 1 again (drop --stage1)")
+        if record.get("corpus_sha256") != corpus_sha:
+            raise WorkbenchError(f"{reuse} was computed on another corpus; give the same --corpus or drop --stage1")
+        if window is not None and record.get("window") != window:
+            raise WorkbenchError(f"{reuse} ranked windows of {record.get('window')} layers, not --window {window}")
+        ui.say(f"stage 1: reusing {reuse} (same weights and corpus)")
+        ui.say(*_summary(record))
+        return record
     start = time.perf_counter()
     base, tok = load_base(model)
     selection = run_selection(base.to(run_on), tok, texts=texts, window=window, progress=ui.progress)
@@ -55,12 +128,23 @@ def select_block(
         "model": model,
         "weights_sha256": weights_sha256(base),
         "corpus": str(corpus) if corpus else "built-in (workbench/data/corpus.txt)",
-        "corpus_sha256": hashlib.sha256("\n".join(texts).encode()).hexdigest(),
+        "corpus_sha256": corpus_sha,
         "seconds": round(time.perf_counter() - start, 1),
         "device": device_record(device, run_on),
     }
-    html = angular_distance_figure(record).to_html(include_plotlyjs=True, full_html=True)
+    ui.say(*_summary(record))
+    return record
+
+
+def _figure_html(record: dict) -> str:
+    from workbench.plots.selection import angular_distance_figure
+
+    return angular_distance_figure(record).to_html(include_plotlyjs=True, full_html=True)
+
+
+def _write_stage1_dir(gate, out: Path, record: dict) -> None:
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")  # both files or neither, old ones kept until then
+    html = _figure_html(record)
     try:  # made inside the try: a signal that lands as it is made still removes it
         staging.mkdir(parents=True, exist_ok=False)
         write_text_atomic(staging / SELECTION_JSON, json.dumps(record, indent=2))
@@ -70,21 +154,54 @@ def select_block(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    ui.say(*_summary(selection))
-    a, b = selection.recommended
-    ui.wrote(out / SELECTION_JSON, f"recommended block {a}:{b}; wrote {out / SELECTION_JSON} and "
-             f"{out / SELECTION_HTML} in {record['seconds']} s")
-    ui.wrote(out / SELECTION_HTML, "")   # named in the line above
-    ui.result(record)
 
 
-def _summary(selection) -> list[str]:
+def _stage2_train(ui: Output, gate, out: Path, record: dict, model: str, recipe_path: Path, steps: int,
+                  n_candidates: int, include: list[str], seeds: int, run_on) -> None:
+    from workbench.plots.selection import stage2_figure
+    from workbench.train import window_sweep
+
+    # every bad option (a window outside the model, a budget the recipe lacks, a span too narrow) before a write
+    cands = window_sweep.candidates(record, n_candidates, include)
+    raw = window_sweep.base_recipe(recipe_path)
+    for c in cands:
+        window_sweep.stage2_recipe(raw, model, c, steps, 0)
+    ui.say(f"stage 2: {len(cands)} windows ({', '.join(f'{c.name} {c.role}' for c in cands)}), {steps} steps each, "
+           f"the top two with {seeds} seeds")
+    gate.recheck()
+    out.mkdir(parents=True, exist_ok=True)
+    if not (out / SELECTION_JSON).is_file():
+        write_text_atomic(out / SELECTION_JSON, json.dumps(record, indent=2))
+        write_text_atomic(out / SELECTION_HTML, _figure_html(record))
+    start = time.perf_counter()
+    result = window_sweep.sweep(out, record, model, recipe_path, steps, n_candidates, include, seeds,
+                                progress=ui.progress, device=run_on, say=ui.step)
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    write_text_atomic(out / window_sweep.STAGE2, json.dumps(result, indent=2))
+    write_text_atomic(out / STAGE2_HTML, stage2_figure(result).to_html(include_plotlyjs=True, full_html=True))
+    gate.wrote()
+    ui.say(*window_sweep.table_lines(result))
+    ui.wrote(out / window_sweep.STAGE2, f"wrote {out / window_sweep.STAGE2} and {out / STAGE2_HTML} "
+             f"({result['seconds']:.0f} s of training and reading)")
+    ui.wrote(out / STAGE2_HTML, "")
+    ui.result(result)
+
+
+def _wrote_line(record: dict, out: Path) -> str:
+    a, b = record["recommended"]
+    return (f"recommended block {a}:{b} (by untrained loop-2 damage; --stage2 train ranks by training); wrote "
+            f"{out / SELECTION_JSON} and {out / SELECTION_HTML} in {record['seconds']} s")
+
+
+def _summary(selection: dict) -> list[str]:
     """The selection for a person: the span and why, then the five least damaging windows."""
-    knees = selection.knees
-    lines = [f"{selection.model}: {selection.n_layers} layers; span {selection.prelude_end}:{selection.coda_start}"]
+    knees = selection["knees"]
+    lines = [f"{selection['model']}: {selection['n_layers']} layers; span {selection['prelude_end']}:"
+             f"{selection['coda_start']}"]
     lines += [f"  {key}: {knees[key]['reason']}" for key in ("prelude_end", "coda_start")]
-    lines.append(f"windows of {selection.window} layers (stride {selection.stride}), lowest damage first:")
-    for w in selection.windows[:5]:
+    lines.append(f"windows of {selection['window']} layers (stride {selection['stride']}), by the damage an untrained "
+                 "loop 2 does, lowest first:")
+    for w in selection["windows"][:5]:
         a, b = w["block"]
         lines.append(f"  {a:>2}:{b:<2} damage {w['damage']:.4f}  (Δloss {w['loss_increase']:+.4f} nats, "
                      f"accuracy {w['accuracy_loop1']:.3f} -> {w['accuracy_loop2']:.3f})")

@@ -92,3 +92,45 @@ def _damage(fig, windows: pd.DataFrame, recommended) -> None:
                       "<br>accuracy drop %{customdata[2]:.3f}<extra></extra>"), row=2, col=1)
     fig.update_yaxes(title_text="damage at loop 2", row=2, col=1)
     fig.update_xaxes(title_text="layer (bottom: first layer of the looped window)", row=2, col=1)
+
+
+def stage2_frame(record: Mapping) -> pd.DataFrame:
+    """One row per Stage 2 candidate (stage2.json's table): window, role, rank, held-out CE and its interval,
+    loop-2 accuracy at depth 2 and its interval, seeds."""
+    rows = []
+    for r in record["table"]:
+        ce, acc = r.get("heldout_ce") or {}, r.get("acc_d2_loop2") or {}
+        rows.append({"window": r["window"], "role": r["role"], "rank": r["rank"], "seeds": r["seeds"],
+                     "ce": ce.get("value"), "ce_low": ce.get("low"), "ce_high": ce.get("high"),
+                     "acc": acc.get("value"), "acc_low": acc.get("low"), "acc_high": acc.get("high"),
+                     "stopped": r["stopped_by_guardrail"]})
+    return pd.DataFrame(rows)
+
+
+def stage2_figure(record: Mapping, title: str | None = None) -> go.Figure:
+    """The Stage 2 sweep: held-out CE per candidate window with its 95% interval (left, lower is better) and loop-2
+    accuracy at depth 2 with its Wilson interval (right), in rank order, the recommendation marked."""
+    df = stage2_frame(record)
+    df = df[df["ce"].notna()]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out CE (nats, lower is better)",
+                                                        "accuracy at depth 2, loop 2"), horizontal_spacing=0.12)
+    labels = [f"{w} ({role}, {s} seed{'s' if s > 1 else ''})" for w, role, s in zip(df["window"], df["role"], df["seeds"])]
+    chosen = [w == record.get("recommended") for w in df["window"]]
+    colors = [COLORWAY[2] if c else COLORWAY[0] for c in chosen]
+    fig.add_trace(go.Scatter(
+        x=df["ce"], y=labels, mode="markers", marker=dict(color=colors, size=10),
+        error_x=dict(type="data", symmetric=False, array=df["ce_high"] - df["ce"], arrayminus=df["ce"] - df["ce_low"]),
+        hovertemplate="%{y}<br>CE %{x:.4f}<extra></extra>"), row=1, col=1)
+    has_acc = df["acc"].notna()
+    fig.add_trace(go.Scatter(
+        x=df.loc[has_acc, "acc"], y=[lab for lab, h in zip(labels, has_acc) if h], mode="markers",
+        marker=dict(color=[c for c, h in zip(colors, has_acc) if h], size=10),
+        error_x=dict(type="data", symmetric=False, array=(df["acc_high"] - df["acc"])[has_acc],
+                     arrayminus=(df["acc"] - df["acc_low"])[has_acc]),
+        hovertemplate="%{y}<br>accuracy %{x:.3f}<extra></extra>"), row=1, col=2)
+    fig.update_yaxes(autorange="reversed", row=1, col=1)
+    fig.update_yaxes(autorange="reversed", showticklabels=False, row=1, col=2)
+    fig.update_xaxes(range=[0, 1.02], row=1, col=2)
+    fig.update_layout(title=title or f"Block selection, Stage 2 by training: {record.get('budget', '')}",
+                      showlegend=False, height=160 + 48 * max(len(df), 1))
+    return apply_theme(fig)

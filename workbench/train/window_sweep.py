@@ -353,7 +353,7 @@ def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int 
     cands = candidates(selection, n_candidates, include)
     recipes = {(c, 0): stage2_recipe(raw, model, c, steps, 0) for c in cands}   # every bad input before any run
     sel_sha = sha256_bytes(json_bytes(selection))
-    wanted = plan(sel_sha, model, str(recipe_path), sha256_bytes(recipe_path.read_bytes()), steps, cands, seeds)
+    wanted = plan(sel_sha, model, Path(recipe_path).name, sha256_bytes(recipe_path.read_bytes()), steps, cands, seeds)
     if (out / SWEEP).is_file():
         check_plan(out / SWEEP, wanted)
     else:
@@ -382,22 +382,73 @@ def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int 
         for s in range(1, seeds):
             position += 1
             extra[c].append(train_read(c, s, f"{position}/{total}"))
-    table = order([summarize(c.name, c.role, [first[c][0], *(r for r, _ in extra[c])],
-                             [first[c][1], *(m for _, m in extra[c])]) for c in cands])
+    return rebuild(out)
+
+
+def rebuild(out: Path) -> dict:
+    """stage2.json's record from what the sweep directory holds (sweep.json, block_selection.json, the runs'
+    recipes and provenance, readings/): the sweep ends with it, and a committed sweep regenerates by it."""
+    wanted = read_json(out / SWEEP, "Stage 2 sweep plan")
+    selection = read_json(out / "block_selection.json", "block selection")
+    rows, stages = [], None
+    for c in wanted["candidates"]:
+        cand = Candidate(*(int(x) for x in c["window"].split(":")), c["role"])
+        readings, runs = [], []
+        for s in range(wanted["seeds"]):
+            run_dir = out / RUNS / cand.run_name(s)
+            status = run_status(run_dir)
+            if status in (None, "partial"):
+                continue
+            if stages is None:
+                stages = read_toml(run_dir / rundir.RECIPE, "recipe")["stages"]
+            runs.append(_run_record(run_dir, status))
+            cache = out / READINGS / f"{cand.run_name(s)}.json"
+            readings.append(read_json(cache, "Stage 2 reading") if status == "finished" else None)
+        if runs:
+            rows.append(summarize(cand.name, cand.role, readings, runs))
+    if not rows:
+        raise WorkbenchError(f"{out}: no candidate of the sweep has finished; run it with --resume")
+    table = order(rows)
     best = table[0]
-    record = {
-        **wanted, "budget": f"{steps} steps of {Path(recipe_path).name}'s first stages "
-                            f"({', '.join(f'{s.name} {s.steps}' for s in recipes[(cands[0], 0)].stages)})",
+    kept = ", ".join(f"{s['name']} {s['steps']}" for s in stages)
+    return {
+        **wanted, "budget": f"{wanted['steps']} steps of {Path(wanted['recipe']).name}'s first stages ({kept})",
         "rank_rows": {"per_depth": RANK_PER_DEPTH, "first_index": RANK_FIRST_INDEX,
-                      "depths": sorted({d for s in recipes[(cands[0], 0)].stages for d in s.depths})},
+                      "depths": sorted({d for s in stages for d in s["depths"]})},
         "table": [{k: v for k, v in row.items() if k != "row_ce"} for row in table],
         "recommended": best["window"] if best.get("heldout_ce") else None,
         "margin": margin(table[0], table[1]) if len(table) > 1 else None,
         "agreement": agreement(selection, table),
     }
-    return record
 
 
 def json_bytes(obj) -> bytes:
     """Canonical JSON bytes (sorted keys) of a record, for its hash."""
     return json.dumps(obj, sort_keys=True).encode()
+
+
+def table_lines(record: dict) -> list[str]:
+    """The Stage 2 table for a person: rank, window, role, held-out CE with its interval, loop-2 accuracy at depth 2,
+    the guardrail, then the recommendation with its margin and how Stage 1 agreed."""
+    lines = [f"stage 2 by training ({record['budget']}); held-out CE over {record['rank_rows']['per_depth']} fresh "
+             "rows per depth, lower first:"]
+    for row in record["table"]:
+        ce, acc = row.get("heldout_ce"), row.get("acc_d2_loop2")
+        guard = [r.get("guardrail") or {} for r in row["runs"]]
+        g = ", ".join(f"{x.get('final')}/{x.get('base')}" for x in guard if x) or "off"
+        cell = (f"CE {ce['value']:.4f} [{ce['low']:.4f}, {ce['high']:.4f}]" if ce else "no reading")
+        acc_cell = f"  d2@loop2 {acc['value']:.3f} [{acc['low']:.2f}, {acc['high']:.2f}]" if acc else ""
+        flag = "  STOPPED by the guardrail" if row["stopped_by_guardrail"] else ""
+        lines.append(f"  {row['rank']}. {row['window']:>5} {row['role']:<12} {cell}{acc_cell}  seeds {row['seeds']}  "
+                     f"guardrail {g} (final/base){flag}")
+    m, agree = record.get("margin") or {}, record["agreement"]
+    if record.get("recommended"):
+        diff = m.get("ce_difference")
+        text = (f" by {diff['value']:.4f} nats [{diff['low']:.4f}, {diff['high']:.4f}] over the runner-up" if diff else "")
+        lines.append(f"recommended window {record['recommended']}{text}: "
+                     f"{'separated' if m.get('separated') else 'not separated'} ({m.get('why', '')})")
+    rho = agree.get("spearman_damage_vs_ce")
+    lines.append(f"Stage 1's untrained pick {agree['stage1_recommended']} ranks {agree['stage1_recommended_rank']} "
+                 f"here; Spearman(untrained damage, trained CE) over {len(agree['windows_in_both'])} windows = "
+                 f"{'n/a' if rho is None else f'{rho:+.2f}'}")
+    return lines

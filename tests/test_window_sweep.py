@@ -1,0 +1,256 @@
+"""Block selection's Stage 2 by training (`select-block --stage2 train`, `workbench.train.window_sweep`).
+
+What a user relies on: the candidates (Stage 1's pick always among them, a late control, their own windows),
+one short recipe that differs only in the window, a ranking read that equals the training loss's own
+per-loop CE, the ranking rule (lower held-out CE first, a stopped run last, margin and seed agreement),
+a sweep that resumes without retraining what finished, and bad input refused with nothing written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+import numpy as np
+import pytest
+import tomli_w
+import torch
+
+from tests.test_cli_errors import assert_clean_error, invoke
+from tests.training.conftest import TINY_RECIPE, merge
+from workbench.errors import WorkbenchError
+from workbench.train import window_sweep as ws
+
+SELECTION = {"model": "m", "n_layers": 30, "prelude_end": 2, "coda_start": 28, "window": 6, "recommended": [2, 8],
+             "windows": [{"block": [2, 8], "damage": 0.16}, {"block": [22, 28], "damage": 0.21},
+                         {"block": [14, 20], "damage": 0.35}, {"block": [8, 14], "damage": 0.50}]}
+
+
+# ----------------------------------------------------------------------------- candidates
+def test_candidates_spread_over_the_span_with_stage1s_pick_a_late_control_and_given_windows():
+    got = [(c.name, c.role) for c in ws.candidates(SELECTION, 4, ["12:24", "2:8"])]
+    assert got == [("2:8", "span"), ("9:15", "span"), ("15:21", "span"), ("22:28", "span"),
+                   ("24:30", "late control"), ("12:24", "given")]   # 2:8 given twice: listed once
+    picked = {**SELECTION, "recommended": [10, 16]}
+    names = [c.name for c in ws.candidates(picked, 4)]
+    assert "10:16" in names and "9:15" not in names   # the nearest spread start gives way to Stage 1's pick
+    edge = {**SELECTION, "coda_start": 30}
+    assert [c.role for c in ws.candidates(edge, 2)] == ["span", "span"]   # the last window is already the late control
+
+
+@pytest.mark.parametrize("bad, fragment", [
+    (dict(include=["28:40"]), "outside the model"), (dict(include=["12-24"]), "form A:B"),
+    (dict(n=0), "--candidates"), (dict(selection={**SELECTION, "prelude_end": 25}), "too narrow"),
+    (dict(n=30), "holds only 21 windows")])
+def test_candidates_refuse_bad_input(bad, fragment):
+    with pytest.raises(WorkbenchError, match=fragment):
+        ws.candidates(bad.get("selection", SELECTION), bad.get("n", 4), bad.get("include", ()))
+
+
+# ----------------------------------------------------------------------------- the short recipe
+def test_the_short_recipe_is_the_curriculum_cut_at_the_budget_with_only_the_window_changed():
+    from workbench.defaults import resolve
+
+    raw = ws.base_recipe(resolve("recipe", "smollm2_lora_chase"))
+    a = ws.stage2_recipe(raw, "smollm2-135m-instruct", ws.Candidate(2, 8, "span"), 200, 0)
+    b = ws.stage2_recipe(raw, "smollm2-135m-instruct", ws.Candidate(12, 24, "given"), 200, 1)
+    assert [(s.name, s.steps, s.depths) for s in a.stages] == [("primitive", 60, [1]), ("two-step", 140, [1, 2])]
+    assert a.eval.depths == [1, 2] and a.eval.every == 200 and a.model.block == "2:8" and b.model.block == "12:24"
+    assert b.seed == a.seed + 1
+    da, db = a.to_dict(), b.to_dict()
+    for d in (da, db):
+        d.pop("name"), d.pop("seed"), d["model"].pop("block")
+    assert da == db   # nothing else differs between candidates
+    assert a.guardrail.enabled and a.preserve.kl_weight == 20.0 and a.lora.r == 16
+    with pytest.raises(WorkbenchError, match="--steps 0"):
+        ws.stage2_recipe(raw, "m", ws.Candidate(2, 8, "span"), 0, 0)
+    with pytest.raises(WorkbenchError, match="only 1100 steps"):
+        ws.stage2_recipe(raw, "m", ws.Candidate(2, 8, "span"), 5000, 0)
+
+
+# ----------------------------------------------------------------------------- the ranking read
+def test_the_ranking_read_is_the_training_losss_own_per_loop_ce(tiny_looped):
+    from workbench.tasks import build_rows
+    from workbench.train.losses import loop_nll, make_batch
+
+    looped, tok = tiny_looped
+    rows = build_rows("chase", [1, 2], 6, 11, alphabet=4, tokenizer=tok)
+    got = ws.read_candidate(looped, tok, rows, batch_size=4)
+    for depth in (1, 2):
+        subset = [r for r in rows if r["depth"] == depth]
+        with torch.no_grad():
+            want = loop_nll(looped, make_batch(subset, tok)).double()
+        for t in range(depth):
+            assert got["ce"][str(depth)][str(t + 1)] == pytest.approx(float(want[:, t].mean()), abs=1e-6)
+    assert got["rows"] == len(rows) == len(got["row_ce"])
+    from workbench.train.evaluate import evaluate
+
+    matrix, _ = evaluate(looped, tok, rows)   # the trainer's held-out reader: the same accuracy at every cell
+    for depth, loops in matrix.items():
+        for t, value in loops.items():
+            assert got["acc"][depth][t] == pytest.approx(value, abs=1e-6)
+            assert np.mean(got["correct"][depth][t]) == pytest.approx(value)
+
+
+@pytest.fixture(scope="module")
+def tiny_looped():
+    from workbench.loop.surgery import retrofit
+    from workbench.models import load_base
+
+    torch.manual_seed(0)
+    base, tok = load_base("tiny-llama")
+    return retrofit(base, (1, 3), reentry="bridge", max_loops=4).eval(), tok
+
+
+# ----------------------------------------------------------------------------- the ranking rule
+def _reading(values):
+    return {"row_ce": list(values), "ce": {"1": {"1": 0.0}}, "acc": {"1": {"1": 0.0}},
+            "correct": {"2": {"2": [1, 0]}}, "rows": len(values)}
+
+
+def _row(name, seeds_values, status="finished"):
+    readings = [_reading(v) for v in seeds_values] if status == "finished" else [None]
+    return ws.summarize(name, "span", readings, [{"status": status}] * len(readings))
+
+
+def test_lower_heldout_ce_ranks_first_whatever_the_listed_order_and_a_stopped_run_ranks_last():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.5, 1.5, 200)
+    rows = [_row("0:2", [base + 0.3]), _row("4:6", [base + 0.1]), _row("2:4", [base - 5], status="stopped"),
+            _row("6:8", [base])]
+    ranked = ws.order(rows)
+    assert [r["window"] for r in ranked] == ["6:8", "4:6", "0:2", "2:4"]
+    assert [r["rank"] for r in ranked] == [1, 2, 3, 4]
+    m = ws.margin(ranked[0], ranked[1])
+    assert m["separated"] and m["ce_difference"]["value"] == pytest.approx(0.1)
+    # The same mean gap buried in row noise, or a second seed that orders them the other way: not separated.
+    noisy = ws.order([_row("a:b".replace("a", "1").replace("b", "3"), [base + rng.normal(0, 2, 200)]), _row("5:7", [base])])
+    assert not ws.margin(noisy[0], noisy[1])["separated"]
+    flip = ws.order([_row("1:3", [base, base + 0.15]), _row("5:7", [base + 0.1, base + 0.1])])
+    m = ws.margin(flip[0], flip[1])
+    assert flip[0]["window"] == "1:3" and not m["seed_pairs_agree"] and not m["separated"]
+
+
+def test_agreement_compares_untrained_damage_with_the_trained_ranking():
+    rows = ws.order([_row("2:8", [[0.9] * 4]), _row("22:28", [[0.5] * 4]), _row("14:20", [[0.7] * 4]),
+                     _row("12:24", [[0.1] * 4])])
+    agree = ws.agreement(SELECTION, rows)
+    assert agree["windows_in_both"] == ["22:28", "14:20", "2:8"]   # 12:24 was not in Stage 1's list
+    assert agree["spearman_damage_vs_ce"] == pytest.approx(-0.5)
+    assert agree["stage1_recommended_rank"] == 4 and agree["best_in_span"] is True
+
+
+# ----------------------------------------------------------------------------- the command, end to end
+@pytest.fixture(scope="module")
+def sweep_inputs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    recipe = merge(TINY_RECIPE, {"stages": [{"name": "primitive", "depths": [1], "steps": 2},
+                                            {"name": "two-step", "depths": [1, 2], "steps": 6}]})
+    (root / "recipe.toml").write_text(tomli_w.dumps(recipe))
+    (root / "corpus.txt").write_text("\n".join(f"Text {i}: the rule maps each letter to the next one." for i in range(8)))
+    return root
+
+
+def _args(inputs: Path, out: Path, *extra):
+    return ["select-block", "--model", "tiny-llama", "--corpus", inputs / "corpus.txt", "--window", "2",
+            "--stage2", "train", "--steps", "3", "--candidates", "2", "--recipe", inputs / "recipe.toml",
+            "--out", out, *extra]
+
+
+@pytest.fixture(scope="module")
+def finished_sweep(sweep_inputs, tmp_path_factory):
+    from workbench.cli import app
+
+    out = tmp_path_factory.mktemp("done") / "sweep"
+    app([str(a) for a in _args(sweep_inputs, out, "--quiet")], standalone_mode=False)
+    return out
+
+
+def test_a_sweep_trains_every_candidate_and_the_top_two_twice(finished_sweep):
+    out = finished_sweep
+    record = json.loads((out / ws.STAGE2).read_text())
+    plan = json.loads((out / ws.SWEEP).read_text())
+    names = [c["window"] for c in plan["candidates"]]
+    runs = sorted(p.name for p in (out / ws.RUNS).iterdir())
+    assert len(runs) == len(names) + 2
+    for run in runs:
+        prov = json.loads((out / ws.RUNS / run / "provenance.json").read_text())
+        assert prov["status"] == "finished"
+        assert (out / ws.READINGS / f"{run}.json").is_file()
+    table = record["table"]
+    assert [r["rank"] for r in table] == list(range(1, len(names) + 1))
+    assert sorted(r["window"] for r in table) == sorted(names)
+    assert [r["seeds"] for r in table[:2]] == [2, 2] and all(r["seeds"] == 1 for r in table[2:])
+    assert record["recommended"] == table[0]["window"]
+    ces = [r["heldout_ce"]["value"] for r in table]
+    assert ces == sorted(ces)
+    assert (out / "stage2.html").stat().st_size > 10_000 and (out / "block_selection.json").is_file()
+    assert record["rank_rows"]["depths"] == [1, 2]
+
+
+def test_the_table_regenerates_from_the_committed_readings(finished_sweep):
+    """stage2.json's numbers come from readings/ and the runs' provenance: recomputed, they are equal."""
+    out = finished_sweep
+    record = json.loads((out / ws.STAGE2).read_text())
+    rebuilt = ws.rebuild(out)
+    assert json.dumps(rebuilt["table"], sort_keys=True) == json.dumps(record["table"], sort_keys=True)
+    assert rebuilt["recommended"] == record["recommended"] and rebuilt["margin"] == record["margin"]
+
+
+def test_resume_keeps_finished_candidates_and_refuses_another_plan(finished_sweep, sweep_inputs, capsys, monkeypatch):
+    out = finished_sweep
+    before = {p: p.stat().st_mtime_ns for p in (out / ws.RUNS).rglob("trainable.safetensors")}
+    code, _, err = invoke(capsys, monkeypatch, *_args(sweep_inputs, out, "--quiet"))
+    assert_clean_error(code, err, "holds a Stage 2 sweep", "--resume")
+    code, _, err = invoke(capsys, monkeypatch, *_args(sweep_inputs, out, "--quiet", "--resume"))
+    assert code == 0, err
+    assert {p: p.stat().st_mtime_ns for p in (out / ws.RUNS).rglob("trainable.safetensors")} == before
+    args = [a if a != "3" else "4" for a in _args(sweep_inputs, out, "--resume")]
+    code, _, err = invoke(capsys, monkeypatch, *args)
+    assert_clean_error(code, err, "steps")
+
+
+def test_an_interrupted_sweep_resumes_where_it_stopped(sweep_inputs, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "sweep"
+    real, calls = ws._train_one, []
+
+    def stop_at_second(*a, **k):
+        calls.append(a[1])
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return real(*a, **k)
+
+    monkeypatch.setattr(ws, "_train_one", stop_at_second)
+    from workbench.cli import app
+
+    code = None
+    try:
+        code = app([str(a) for a in _args(sweep_inputs, out, "--quiet")], standalone_mode=False)
+    except (KeyboardInterrupt, click.exceptions.Abort):
+        code = "interrupted"
+    assert code in (130, "interrupted") and len(calls) == 2, code   # Ctrl-C: exit 130
+    assert not (out / ws.STAGE2).exists()
+    first = calls[0] / "trainable.safetensors"
+    stamp = first.stat().st_mtime_ns
+    monkeypatch.setattr(ws, "_train_one", real)
+    code, _, err = invoke(capsys, monkeypatch, *_args(sweep_inputs, out, "--quiet", "--resume"))
+    assert code == 0, err
+    assert first.stat().st_mtime_ns == stamp and (out / ws.STAGE2).is_file()
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--include", "1:99"], "outside the model"), (["--steps", "0"], "--steps 0"),
+    (["--window", "9"], "does not fit the span"), (["--seeds", "0"], "--seeds 0"),
+    (["--stage2", "trian"], "--stage2 'trian'"), (["--steps", "900"], "only 8 steps")])
+def test_bad_input_is_one_line_exit_2_and_nothing_written(sweep_inputs, tmp_path, capsys, monkeypatch, extra, fragment):
+    out = tmp_path / "sweep"
+    args = _args(sweep_inputs, out)
+    for flag, value in zip(extra[::2], extra[1::2]):
+        if flag in args:
+            args[args.index(flag) + 1] = value
+        else:
+            args += [flag, value]
+    code, _, err = invoke(capsys, monkeypatch, *args)
+    assert_clean_error(code, err, fragment)
+    assert not out.exists()
