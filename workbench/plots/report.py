@@ -36,7 +36,7 @@ from workbench.analysis.results import compare_results, load_results, read_summa
 from workbench.errors import WorkbenchError
 from workbench.io import json_value, write_bytes_atomic
 from workbench.plots.registry import build_all, captions, part_names, probe_specs
-from workbench.plots.selection import angular_distance_figure
+from workbench.plots.selection import angular_distance_figure, stage2_figure, stage2_frame
 from workbench.probes import PROBES, get_probe
 
 REPORT = "report.html"
@@ -48,6 +48,13 @@ BLOCK_SELECTION_SECTION = ("Block selection", "Angular distance between adjacent
                                               "damage of each ablated window: where the loop was cut.")
 BLOCK_SELECTION_CAPTION = ("Angular distance between consecutive layers, the knees and each window's damage. "
                            "Predicted: large distances at both ends, a flat middle span to loop.")
+STAGE2 = "stage2.json"   # `select-block --stage2 train`: the candidate windows trained briefly, ranked
+STAGE2_SECTION = ("Block selection, Stage 2 by training", "Each candidate window trained for the same short budget and "
+                  "ranked by held-out CE (RecurTrace App. B): which window learns to loop, not which one looping "
+                  "disturbs least.")
+STAGE2_CAPTION = ("Held-out CE per candidate window with its 95% bootstrap interval over rows, and loop-2 accuracy at "
+                  "depth 2 with its Wilson interval; the recommendation in green. Predicted by Stage 1: its untrained "
+                  "pick trains best.")
 CLAIMS = "claims.json"
 CLAIM_KEYS = ("claim", "paper", "ours", "verdict", "why")
 
@@ -326,10 +333,29 @@ def _block_selection_figure(results_dir: Path):
         raise WorkbenchError(f"{path}: not a block selection written by `workbench select-block` ({err})") from None
 
 
+def _stage2_parts(results_dir: Path) -> list[str] | None:
+    """The Stage 2 figure, its table and the recommendation line, drawn from stage2.json (no model code)."""
+    path = results_dir / STAGE2
+    if not path.is_file():
+        return None
+    try:
+        record = json.loads(path.read_bytes().decode("utf-8"))
+        fig, frame = stage2_figure(record), stage2_frame(record)
+        m = record.get("margin") or {}
+    except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError, AttributeError, ValueError) as err:
+        raise WorkbenchError(f"{path}: not a Stage 2 sweep written by `workbench select-block` ({err})") from None
+    verdict = (f"Recommended: {record.get('recommended')} ({'separated' if m.get('separated') else 'not separated'}"
+               f" from the runner-up: {m.get('why', 'one candidate')}); budget: {record.get('budget')}.")
+    return [figure_html(fig, "fig-stage2") + _caption("stage2", STAGE2_CAPTION),
+            frame_table(frame, "stage2-table") + _caption("stage2-table", verdict)]
+
+
 def section_heads() -> dict[str, tuple[str, str]]:
     """Returns {name: (heading, the sentence under it)} of every section the report can show, in its order: the
-    block selection, then each probe's (`ProbeSpec.title`, `.about`) in `workbench.plots.registry.ORDER`."""
-    return {"block_selection": BLOCK_SELECTION_SECTION, **{s.name: (s.title, s.about) for s in probe_specs()}}
+    block selection and its Stage 2, then each probe's (`ProbeSpec.title`, `.about`) in
+    `workbench.plots.registry.ORDER`."""
+    return {"block_selection": BLOCK_SELECTION_SECTION, "stage2": STAGE2_SECTION,
+            **{s.name: (s.title, s.about) for s in probe_specs()}}
 
 
 def _beside(mine: str, theirs: str, control: str) -> str:
@@ -356,6 +382,9 @@ def _sections(results_dir: Path, tables: dict[str, pd.DataFrame], control: Path 
     if selection is not None:
         figures["block_selection"] = [figure_html(selection, "fig-block_selection")
                                       + _caption("block_selection", BLOCK_SELECTION_CAPTION)]
+    stage2 = _stage2_parts(results_dir)
+    if stage2 is not None:
+        figures["stage2"] = stage2
     for spec in probe_specs():
         if spec.table_caption is not None and spec.name in tables:
             figures[spec.name] = [frame_table(tables[spec.name], f"{spec.name}-table")

@@ -132,5 +132,7 @@ def stage2_figure(record: Mapping, title: str | None = None) -> go.Figure:
     fig.update_yaxes(autorange="reversed", showticklabels=False, row=1, col=2)
     fig.update_xaxes(range=[0, 1.02], row=1, col=2)
     fig.update_layout(title=title or f"Block selection, Stage 2 by training: {record.get('budget', '')}",
-                      showlegend=False, height=160 + 48 * max(len(df), 1))
-    return apply_theme(fig)
+                      showlegend=False, height=180 + 48 * max(len(df), 1))
+    fig = apply_theme(fig)
+    fig.update_layout(margin=dict(l=260))   # the window labels
+    return fig
