@@ -11,7 +11,7 @@ import tomllib
 
 from workbench.errors import WorkbenchError
 from workbench.loop.config import LoraSettings, RetrofitConfig
-from workbench.train.recipe import ModelTable, Recipe, Stage, dumps
+from workbench.train.recipe import ModelTable, Recipe, Stage, dumps, known_keys
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "training").glob("*.toml"))
@@ -33,6 +33,35 @@ def test_unknown_key_is_named_with_nearest_suggestion(write_recipe, extra, named
 def test_unknown_key_through_set_is_named(write_recipe):
     with pytest.raises(WorkbenchError, match=r"'optim\.warmup'.*did you mean 'optim\.warmup_steps'"):
         Recipe.from_toml(write_recipe(), ["optim.warmup=5"])
+
+
+TABLES = sorted({k.rsplit(".", 1)[0] for k in known_keys() if "." in k})
+
+
+def _keys_of(table: str) -> list[str]:
+    prefix = table + "."
+    return [k[len(prefix):] for k in known_keys() if k.startswith(prefix) and "." not in k[len(prefix):]]
+
+
+@pytest.mark.parametrize("table", TABLES)
+def test_a_mistyped_set_key_lists_every_key_its_table_accepts(write_recipe, table):
+    """Generated over every table: `--set TABLE.<typo>=1` names the table's keys, all of them, on one line."""
+    index = table.replace("stages.N", "stages.0")
+    with pytest.raises(WorkbenchError) as err:
+        Recipe.from_toml(write_recipe(), [f"{index}.zz_not_a_key=1"])
+    msg = str(err.value)
+    assert "\n" not in msg and f"[{table}] accepts:" in msg
+    listed = msg.split("accepts: ", 1)[1].rstrip(")").split(", ")
+    assert listed == _keys_of(table)
+
+
+def test_a_mistyped_table_lists_the_tables(write_recipe):
+    with pytest.raises(WorkbenchError) as err:
+        Recipe.from_toml(write_recipe(), ["optimm.lr=1"])
+    msg = str(err.value)
+    assert "did you mean 'optim.lr'" in msg
+    for table in ("optim", "model", "eval", "stages", "guardrail"):
+        assert table in msg.split("tables: ", 1)[1]
 
 
 def test_overrides_are_typed_and_resolved(write_recipe):

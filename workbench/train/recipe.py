@@ -374,16 +374,25 @@ def known_keys() -> list[str]:
 
 
 def _unknown(key: str) -> WorkbenchError:
+    """The one-line error for an unknown recipe key: the nearest known key, and what the table it names holds."""
     generic = key
     parts = key.split(".")
     if len(parts) >= 3 and parts[0] == "stages" and parts[1].isdigit():
         generic = ".".join(["stages", "N", *parts[2:]])
-    near = difflib.get_close_matches(generic, known_keys(), n=1, cutoff=0.5)
+    known = known_keys()
+    near = difflib.get_close_matches(generic, known, n=1, cutoff=0.5)
     hint = ""
     if near:
         suggestion = near[0].replace("stages.N.", f"stages.{parts[1]}.") if generic != key else near[0]
         hint = f"; did you mean '{suggestion}'?"
-    return WorkbenchError(f"unknown recipe key {key!r}{hint} (known keys: see workbench.train.recipe.Recipe)")
+    table = generic.rsplit(".", 1)[0] + "." if "." in generic else ""
+    inside = [k[len(table):] for k in known if table and k.startswith(table) and "." not in k[len(table):]]
+    if inside:
+        listing = f"[{table[:-1]}] accepts: {', '.join(inside)}"
+    else:
+        tops = sorted({k.split(".")[0] for k in known if "." in k} - {"stages"}) + ["stages"]
+        listing = (f"top-level keys: {', '.join(k for k in known if '.' not in k)}; tables: {', '.join(tops)}")
+    return WorkbenchError(f"unknown recipe key {key!r}{hint} ({listing})")
 
 
 def _is_number(v) -> bool:
