@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import tomli_w
@@ -563,3 +564,57 @@ def test_the_readme_shows_the_committed_ledgers_verdict_counts():
     readme = (ROOT / "README.md").read_text().splitlines()
     at = readme.index(counts[0])
     assert readme[at:at + len(counts)] == counts
+
+
+def _planted_sweep(root: Path, ce_by_window: dict[str, list[list[float]]], span=(2, 28)) -> Path:
+    """A Stage 2 sweep directory as `select-block --stage2 train` leaves it, with planted per-row CE readings
+    (one list per seed), and its stage2.json rebuilt by the sweep's own code."""
+    from workbench.train import window_sweep as ws
+
+    root.mkdir(parents=True)
+    roles = {w: ("late control" if w == "24:30" else "span") for w in ce_by_window}
+    seeds = max(len(v) for v in ce_by_window.values())
+    (root / ws.SWEEP).write_text(json.dumps({"model": "m", "steps": 200, "seeds": seeds, "recipe": "r.toml",
+                                             "candidates": [{"window": w, "role": roles[w]} for w in ce_by_window]}))
+    (root / "block_selection.json").write_text(json.dumps({"prelude_end": span[0], "coda_start": span[1], "window": 6,
+                                                           "recommended": [2, 8], "windows": [
+                                                               {"block": [2, 8], "damage": 0.1}]}))
+    for w, per_seed in ce_by_window.items():
+        a, b = w.split(":")
+        for s, values in enumerate(per_seed):
+            run = root / ws.RUNS / f"{a}-{b}-seed{s + 1}"
+            run.mkdir(parents=True)
+            (run / "provenance.json").write_text(json.dumps({"status": "finished", "wall_s": 1.0}))
+            (run / "recipe.toml").write_text('[[stages]]\nname = "p"\nsteps = 200\ndepths = [1, 2]\n')
+            (root / ws.READINGS).mkdir(exist_ok=True)
+            (root / ws.READINGS / f"{a}-{b}-seed{s + 1}.json").write_text(json.dumps(
+                {"row_ce": values, "ce": {"2": {"2": 0.0}}, "acc": {"2": {"2": 0.5}},
+                 "correct": {"2": {"2": [1, 0]}}, "rows": len(values)}))
+    (root / "stage2.json").write_text(json.dumps(ws.rebuild(root)))
+    return root
+
+
+def test_the_window_ablation_claim_needs_a_separated_winner_inside_the_span(tmp_path):
+    rng = np.random.default_rng(1)
+    base = list(rng.uniform(0.2, 1.2, 256))
+
+    def shifted(d, noise=0.0):
+        return [v + d + (rng.normal(0, noise) if noise else 0.0) for v in base]
+
+    cases = {
+        "separated": ({"2:8": [shifted(0.2)], "12:18": [shifted(0.0), shifted(0.01)], "22:28": [shifted(0.1), shifted(0.12)],
+                       "24:30": [shifted(0.3)]}, "reproduced", "winner 12:18 inside the span 2:28, separated from the runner-up"),
+        # a trainer that moves nothing: every window reads the same CE on every row; the first listed wins by rule
+        "null trainer": ({"2:8": [base, base], "12:18": [base, base], "24:30": [base]}, "not reproduced",
+                         "not separated from the runner-up (the paired interval includes 0)"),
+        "late control wins": ({"2:8": [shifted(0.2), shifted(0.2)], "24:30": [shifted(0.0), shifted(0.0)]},
+                              "not reproduced", "the winner 24:30 lies outside the span 2:28"),
+        "seeds disagree": ({"2:8": [shifted(0.0), shifted(0.2)], "12:18": [shifted(0.09), shifted(0.09)],
+                            "24:30": [shifted(0.4)]}, "not reproduced", "a seed pair orders them the other way"),
+    }
+    for name, (ce, verdict, fragment) in cases.items():
+        spec = _planted_sweep(tmp_path / name.replace(" ", "_"), ce)
+        claims = _claims_file(tmp_path, id="w", measure="stage2_ablation", test="ablation_fixes_block", results=".",
+                              **dict(BASE, specimen=spec.name))
+        [row] = build_ledger(claims, tmp_path)
+        assert row["verdict"] == verdict and fragment in row["comparison"], (name, row["comparison"])

@@ -691,6 +691,37 @@ def block_recommendation(specimen: Path, claim: dict) -> dict:
                                 f"{r['how']}, {r['shared']} layers shared" for r in runs)}
 
 
+def _inside(window: str, lo: int, hi: int) -> bool:
+    a, b = (int(x) for x in window.split(":"))
+    return lo <= a and b <= hi
+
+
+def stage2_ablation(specimen: Path, claim: dict) -> dict:
+    """`select-block --stage2 train`'s sweep (stage2.json and block_selection.json under `results`): the trained
+    ranking, the recommendation's margin over the runner-up, and each window outside the angular span against it."""
+    folder = specimen / claim.get("results", ".")
+    path = folder / "stage2.json"
+    if not path.is_file():
+        raise Missing(f"no {path.relative_to(specimen.parent)} (workbench select-block --stage2 train --out ...)")
+    record = read_json(path, "Stage 2 sweep")
+    sel = read_json(folder / "block_selection.json", "block selection")
+    lo, hi = sel["prelude_end"], sel["coda_start"]
+    table = record["table"]
+    outside = [{"window": r["window"], "role": r["role"], "vs": r.get("vs_recommended")}
+               for r in table if not _inside(r["window"], lo, hi)]
+    m = record.get("margin") or {}
+    diff = m.get("ce_difference") or {}
+    return {"recommended": record.get("recommended"), "span": f"{lo}:{hi}",
+            "recommended_in_span": record.get("recommended") is not None and _inside(record["recommended"], lo, hi),
+            "separated": bool(m.get("separated")), "margin_why": m.get("why", ""), "outside": outside,
+            "rows": sum(r.get("heldout_ce", {}).get("rows", 0) for r in table[:1]),
+            "text": f"{record['budget']}; " + ", ".join(
+                f"{r['rank']}. {r['window']} ({r['role']}) CE {r['heldout_ce']['value']:.3f}"
+                for r in table if r.get("heldout_ce")) + (
+                f"; margin over the runner-up {diff['value']:+.3f} nats [{diff['low']:+.3f}, {diff['high']:+.3f}]"
+                if diff else "")}
+
+
 def verbal_zero_shot(specimen: Path, claim: dict) -> dict:
     """Final-answer accuracy on the verbal surfaces read without verbal training: the depth matrices of the
     specimen's `results` folders (one per surface, `claim["surfaces"]`), pooled over depths."""
@@ -708,7 +739,7 @@ MEASURES = {f.__name__: f for f in (diagonal, intermediate, overshoot_inside, ov
                                     arms_overall, arms_latency, support_scaling, halting_fixed_peak,
                                     halting_head_vs_fixed, halting_collapse, halting_depth_choice,
                                     early_exit_saving, memory_vs_plain, splice_sites, retrieval_heads, drift_null,
-                                    finite_difference, block_recommendation, verbal_zero_shot)}
+                                    finite_difference, block_recommendation, verbal_zero_shot, stage2_ablation)}
 
 
 # ----------------------------------------------------------------------------- tests
@@ -940,6 +971,30 @@ def recommendation_installs(claim: dict, ours: dict) -> tuple[str, str]:
         (f"layers shared with the recommendation: installed {good or 'none'}, not installed {bad or 'none'}")
 
 
+def ablation_fixes_block(claim: dict, ours: dict) -> tuple[str, str]:
+    """RecurTrace App. B's two steps: the angular span holds the trained winner, and the short-training ablation
+    fixes the block. Reproduced when the recommendation lies inside the span, is separated from the runner-up
+    (paired interval above 0, every seed pair agreeing: `window_sweep.margin`) and every window outside the span
+    is behind it with its paired interval above 0. A sweep that cannot tell its windows apart (a null trainer: the
+    same CE on every row) or whose winner is the late control fails it."""
+    bad = []
+    if not ours["recommended_in_span"]:
+        bad.append(f"the winner {ours['recommended']} lies outside the span {ours['span']}")
+    if not ours["separated"]:
+        bad.append(f"the winner is not separated from the runner-up ({ours['margin_why']})")
+    for o in ours["outside"]:
+        if o["window"] == ours["recommended"]:
+            continue
+        if not o["vs"] or o["vs"]["low"] <= 0:
+            how = f"{o['vs']['value']:+.3f} [{o['vs']['low']:+.3f}, {o['vs']['high']:+.3f}]" if o["vs"] else "no reading"
+            bad.append(f"{o['window']} ({o['role']}) is not behind it ({how} nats)")
+    ahead = [f"{o['window']} {o['vs']['value']:+.3f} [{o['vs']['low']:+.3f}, {o['vs']['high']:+.3f}]"
+             for o in ours["outside"] if o["vs"]]
+    why = "; ".join(bad) if bad else (f"winner {ours['recommended']} inside the span {ours['span']}, separated from "
+                                       f"the runner-up; outside the span behind it by {', '.join(ahead) or 'none'}")
+    return ("not reproduced" if bad else "reproduced"), why
+
+
 def a_not_ahead(claim: dict, ours: dict) -> tuple[str, str]:
     """A (the specimen) not ahead of B: the negation of `a_leads` (level, or B ahead)."""
     ahead, how = _a_ahead(ours["compared"])
@@ -951,7 +1006,7 @@ TESTS = {f.__name__: f for f in (counts_not_worse, iterate_not_worse, drop_at_mo
                                  all_ratios_in_band, peak_at, head_beats_fixed,
                                  head_matches_fixed_with_fewer_loops, collapses_to_one, a_not_ahead, no_per_row_depth,
                                  shares_at_least, above_null_every_loop, drift_distinguishable_not_concentrated,
-                                 at_most, wall_below_fixed, recommendation_installs)}
+                                 at_most, wall_below_fixed, recommendation_installs, ablation_fixes_block)}
 
 
 # ----------------------------------------------------------------------------- the ledger

@@ -410,6 +410,10 @@ def rebuild(out: Path) -> dict:
         raise WorkbenchError(f"{out}: no candidate of the sweep has finished; run it with --resume")
     table = order(rows)
     best = table[0]
+    for row in table[1:]:   # every other candidate against the recommendation, paired over the same rows
+        if best.get("row_ce") and row.get("row_ce"):
+            diff = paired_bootstrap(best["row_ce"], row["row_ce"], n_boot=4000, seed=0)
+            row["vs_recommended"] = {"value": diff.estimate, "low": diff.low, "high": diff.high}
     kept = ", ".join(f"{s['name']} {s['steps']}" for s in stages)
     return {
         **wanted, "budget": f"{wanted['steps']} steps of {Path(wanted['recipe']).name}'s first stages ({kept})",
