@@ -556,14 +556,16 @@ def test_early_exit_and_the_block_recommendation_claims(tmp_path):
 
 
 def test_the_readme_shows_the_committed_ledgers_verdict_counts():
-    """README.md carries the ledger's "Verdicts per paper" table line for line (issue 33: counts per paper)."""
+    """README.md and docs/results/README.md carry the ledger's "Verdicts per paper" table line for line (issue 33:
+    counts per paper): every copy of it, so a regenerated ledger cannot leave one behind."""
     ledger = (LEDGER_DIR / "LEDGER.md").read_text().splitlines()
     start = ledger.index("## Verdicts per paper")
     counts = [line for line in ledger[start + 1:] if line.startswith("|")][:2 + 2]
     assert counts[0].startswith("| paper | reproduced | not reproduced | not comparable |")
-    readme = (ROOT / "README.md").read_text().splitlines()
-    at = readme.index(counts[0])
-    assert readme[at:at + len(counts)] == counts
+    for page in ("README.md", "docs/results/README.md"):
+        readme = (ROOT / page).read_text().splitlines()
+        at = readme.index(counts[0])
+        assert readme[at:at + len(counts)] == counts, page
 
 
 def _planted_sweep(root: Path, ce_by_window: dict[str, list[list[float]]], span=(2, 28)) -> Path:
