@@ -15,13 +15,39 @@ def test_the_selection_printout_carries_the_damage_numbers():
     lines = selection_lines(SELECTION)
     assert lines[0].startswith("span 2:26 of 30 layers") and "  prelude_end: knee at 2" in lines
     assert "   2:8  damage 0.0123  (Δloss +0.0456 nats, accuracy 0.750 -> 0.700)" in lines
-    assert lines[-1] == "recommended window 2:8"
+    assert lines[-1].startswith("recommended window 2:8 by untrained damage")
+
+
+SWEEP = {"budget": "200 steps of r.toml's first stages (primitive 60, two-step 140)",
+         "rank_rows": {"per_depth": 128}, "recommended": "12:24",
+         "margin": {"separated": True, "why": "the interval excludes 0", "ce_difference": {"value": 0.1, "low": 0.05,
+                                                                                          "high": 0.15}},
+         "agreement": {"stage1_recommended": "2:8", "stage1_recommended_rank": 2, "windows_in_both": ["2:8"],
+                       "spearman_damage_vs_ce": None},
+         "table": [{"rank": 1, "window": "12:24", "role": "given", "seeds": 2, "stopped_by_guardrail": False,
+                    "heldout_ce": {"value": 0.2, "low": 0.15, "high": 0.25},
+                    "acc_d2_loop2": {"value": 0.9, "low": 0.85, "high": 0.95},
+                    "runs": [{"guardrail": {"base": 47, "final": 46}}, {"guardrail": {"base": 47, "final": 48}}]},
+                   {"rank": 2, "window": "2:8", "role": "span", "seeds": 2, "stopped_by_guardrail": False,
+                    "heldout_ce": {"value": 0.3, "low": 0.25, "high": 0.35}, "runs": [{"guardrail": None}]}]}
 
 
 def test_the_keeper_line_says_its_block_why_and_its_rank():
-    (line,) = keeper_lines((12, 24), WINDOWS)
+    (line, no_sweep) = keeper_lines((12, 24), WINDOWS)
     assert "block 12:24" in line and "smollm2_lora_chase.toml" in line and "ranked it 2 of 2 (damage 0.2500)" in line
-    (line,) = keeper_lines((12, 24), None)  # --skip-selection: the reason, no rank
+    assert no_sweep.startswith("no committed Stage 2 sweep here")
+    (line, _) = keeper_lines((12, 24), None)  # --skip-selection: the reason, no rank
     assert "block 12:24" in line and "ranked" not in line
-    (line,) = keeper_lines((10, 16), WINDOWS)
-    assert "not among the windows ranked above" in line
+    (line, _) = keeper_lines((10, 16), WINDOWS)
+    assert "not among Stage 1's windows" in line
+
+
+def test_the_keeper_lines_give_the_committed_stage2_reading_with_its_numbers():
+    lines = keeper_lines((12, 24), WINDOWS, ("training/selection/x", SWEEP))
+    assert "12:24 ranks 1 of 2 there" in lines[1] and "training/selection/x" in lines[1]
+    assert any("1. 12:24 given" in x and "CE 0.2000 [0.1500, 0.2500]" in x and "46/47, 48/47" in x for x in lines)
+    assert any(x.startswith("recommended window 12:24 by 0.1000 nats [0.0500, 0.1500]") and "separated" in x
+               for x in lines)
+    assert lines[-1].startswith("Stage 1's untrained pick 2:8 ranks 2 here")
+    (_, why, *_) = keeper_lines((10, 16), WINDOWS, ("training/selection/x", SWEEP))
+    assert "10:16 was not among its candidates" in why

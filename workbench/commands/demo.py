@@ -112,7 +112,7 @@ def _run(ui: Output, staging: Path, out: Path, train_steps: int, eval_per_depth:
         say(f"trained {summary['steps']} steps in {time.perf_counter() - t0:.0f} s")
     block = read_retrofit(checkpoint)[1].block
     if train_steps == 0:
-        for line in keeper_lines(block, headline.get("selection", {}).get("windows")):
+        for line in keeper_lines(block, headline.get("selection", {}).get("windows"), committed_sweep()):
             say(line)
 
     t0 = _step(say, f"3. loop-1 identity at the keeper's block {block[0]}:{block[1]}")
@@ -153,17 +153,44 @@ def selection_lines(selection: dict, top: int = 3) -> list[str]:
         lines.append(f"  {a:>2}:{b:<2} damage {w['damage']:.4f}  (Δloss {w['loss_increase']:+.4f} nats, "
                      f"accuracy {w['accuracy_loop1']:.3f} -> {w['accuracy_loop2']:.3f})")
     a, b = selection["recommended"]
-    lines.append(f"recommended window {a}:{b}")
+    lines.append(f"recommended window {a}:{b} by untrained damage (Stage 1; `select-block --stage2 train` ranks "
+                 "windows by a short training each)")
     return lines
 
 
-def keeper_lines(block: tuple[int, int], windows: list[dict] | None) -> list[str]:
-    """Says which block the shipped keeper loops and why it is not (necessarily) the recommended window."""
+SWEEP = Path("training") / "selection" / "smollm2-135m-instruct-stage2"   # the committed Stage 2 sweep
+
+
+def committed_sweep() -> tuple[Path, dict] | None:
+    """(where, stage2.json) of the committed Stage 2 sweep on the embedded default (a checkout's, or
+    WORKBENCH_DATA's, or the wheel's copy of its tables); None when none is here."""
+    from workbench.defaults import data_dirs
+    from workbench.io import read_json
+
+    for root in data_dirs():
+        path = root / SWEEP / "stage2.json"
+        if path.is_file():
+            return SWEEP, read_json(path, "Stage 2 sweep")
+    return None
+
+
+def keeper_lines(block: tuple[int, int], windows: list[dict] | None, sweep: tuple[Path, dict] | None = None) -> list[str]:
+    """Says which block the shipped keeper loops and why: Stage 1's rank of it when it is one of its windows, and
+    the committed Stage 2 sweep's reading of it (`select-block --stage2 train`), with that sweep's table."""
+    from workbench.train.window_sweep import table_lines
+
     a, b = block
     ranked = next((w for w in windows or [] if tuple(w["block"]) == (a, b)), None)
-    where = (f"; selection ranked it {ranked['rank']} of {len(windows)} (damage {ranked['damage']:.4f})" if ranked
-             else "; it is not among the windows ranked above (another window size)" if windows else "")
-    return [f"the keeper probed below loops block {a}:{b}, its recipe's choice (training/smollm2_lora_chase.toml): "
-            "loop-2 damage of an untrained retrofit ranks windows for a first try, and a 6-layer 10:16 trained "
-            "loop 1 but not loop 2 in 300-700 steps, so the recipe loops 12 layers and keeps an 18-layer "
-            f"block + Coda per loop{where}"]
+    where = (f"Stage 1 ranked it {ranked['rank']} of {len(windows)} (damage {ranked['damage']:.4f})" if ranked
+             else "it is not among Stage 1's windows (another window size)" if windows else "")
+    lines = [f"the keeper probed below loops block {a}:{b}, its recipe's choice (training/smollm2_lora_chase.toml)"
+             + (f"; {where}" if where else "")]
+    if sweep is None:
+        return lines + ["no committed Stage 2 sweep here (workbench select-block --stage2 train ranks windows by a "
+                        "short training each)"]
+    folder, record = sweep
+    row = next((r for r in record["table"] if r["window"] == f"{a}:{b}"), None)
+    lines.append(f"why: the committed Stage 2 sweep ({folder}) trained each candidate briefly; "
+                 + (f"{a}:{b} ranks {row['rank']} of {len(record['table'])} there" if row else
+                    f"{a}:{b} was not among its candidates"))
+    return lines + table_lines(record)
