@@ -254,3 +254,12 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(sweep_inputs, tmp_path
     code, _, err = invoke(capsys, monkeypatch, *args)
     assert_clean_error(code, err, fragment)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flag", [["--steps", "50"], ["--candidates", "3"], ["--seeds", "1"], ["--include", "1:3"],
+                                  ["--recipe", "smollm2_lora_chase"], ["--resume"]])
+def test_stage2_options_without_stage2_train_are_refused(tmp_path, capsys, monkeypatch, flag):
+    out = tmp_path / "sel"
+    code, _, err = invoke(capsys, monkeypatch, "select-block", "--model", "tiny-llama", *flag, "--out", out)
+    assert_clean_error(code, err, f"{flag[0]} belongs to --stage2 train")
+    assert not out.exists()

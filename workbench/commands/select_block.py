@@ -37,15 +37,17 @@ def select_block(
     stage2: str = typer.Option("damage", "--stage2", help="How candidate windows are ranked: 'damage' (the loss and "
                                "accuracy an untrained loop 2 costs; minutes) or 'train' (a short training of each "
                                "candidate, ranked by held-out CE; RecurTrace App. B; an hour or more on a CPU)."),
-    steps: int = typer.Option(200, "--steps", help="--stage2 train: training steps per candidate (the first steps of "
-                              "--recipe's curriculum)."),
-    candidates: int = typer.Option(4, "--candidates", help="--stage2 train: windows spread over the span (Stage 1's "
-                                   "pick among them); a late control and --include windows come on top."),
+    steps: int | None = typer.Option(None, "--steps", help="--stage2 train: training steps per candidate (the first "
+                                     "steps of --recipe's curriculum; default 200)."),
+    candidates: int | None = typer.Option(None, "--candidates", help="--stage2 train: windows spread over the span "
+                                          "(Stage 1's pick among them; default 4); a late control and --include "
+                                          "windows come on top."),
     include: list[str] = typer.Option([], "--include", help="--stage2 train: another window A:B to train (any size; "
                                       "repeatable), e.g. the block a specimen was trained at."),
-    seeds: int = typer.Option(2, "--seeds", help="--stage2 train: seeds for the top two (the rest get one)."),
-    recipe: str = typer.Option("smollm2_lora_chase", "--recipe", help="--stage2 train: the curriculum cut short "
-                               "(a recipe file or a shipped recipe's name)."),
+    seeds: int | None = typer.Option(None, "--seeds", help="--stage2 train: seeds for the top two (default 2; the "
+                                     "rest get one)."),
+    recipe: str | None = typer.Option(None, "--recipe", help="--stage2 train: the curriculum cut short (a recipe "
+                                      "file or a shipped recipe's name; default smollm2_lora_chase)."),
     stage1: Path | None = typer.Option(None, "--stage1", help="Reuse the block_selection.json of an earlier run on "
                                        "the same model instead of computing Stage 1 again."),
     resume: bool = typer.Option(False, "--resume", help="--stage2 train: continue the sweep in --out (finished "
@@ -62,6 +64,7 @@ def select_block(
     from workbench.block_selection import load_corpus
     from workbench.devices import resolve_device
     from workbench.errors import WorkbenchError
+    from workbench.train import window_sweep
 
     ui = Output(quiet, as_json)
     if stage2 not in STAGE2_MODES:
@@ -70,8 +73,15 @@ def select_block(
     for flag, value in (("--window", window), ("--steps", steps), ("--candidates", candidates), ("--seeds", seeds)):
         if value is not None and value < 1:
             raise WorkbenchError(f"{flag} {value} is not accepted; give an integer >= 1")
-    if not train and (resume or include):
-        raise WorkbenchError(f"{'--resume' if resume else '--include'} belongs to --stage2 train; add it or drop the flag")
+    given = [flag for flag, value in (("--steps", steps), ("--candidates", candidates), ("--seeds", seeds),
+                                      ("--recipe", recipe), ("--include", include or None), ("--resume", resume or None))
+             if value is not None]
+    if not train and given:
+        raise WorkbenchError(f"{given[0]} belongs to --stage2 train; add --stage2 train or drop the flag")
+    steps = window_sweep.DEFAULT_STEPS if steps is None else steps
+    candidates = window_sweep.DEFAULT_CANDIDATES if candidates is None else candidates
+    seeds = window_sweep.SEEDS if seeds is None else seeds
+    recipe = window_sweep.DEFAULT_RECIPE if recipe is None else recipe
     run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written
     recipe_path = _recipe_path(recipe) if train else None
     gate = gate_output(out, "select-block", kind="sweep" if train else "dir", overwrite=overwrite, resume=resume,
