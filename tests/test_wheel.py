@@ -59,6 +59,10 @@ def test_the_wheel_holds_every_default(wheel):
                   for f in ("final.json", "final.parquet", "latency.parquet")),
                 *(f"{data}training/halting/keeper-oracle/halting/{f}"  # the halting claims read these
                   for f in ("summary.json", "halting.parquet", "halting__chosen.parquet")),
+                *(f"{data}training/selection/{d}/{f}"  # the block-selection claims read these
+                  for d, f in (("smollm2-135m-instruct", "block_selection.json"),
+                               ("smollm2-135m-instruct-stage2", "block_selection.json"),
+                               ("smollm2-135m-instruct-stage2", "stage2.json"))),
                 "workbench/cli.py", "workbench/defaults.py", "workbench/probes/battery.py"]
     assert len(expected) > 25
     assert [n for n in expected if n not in names] == []

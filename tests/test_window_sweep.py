@@ -139,6 +139,11 @@ def test_agreement_compares_untrained_damage_with_the_trained_ranking():
     assert agree["windows_in_both"] == ["22:28", "14:20", "2:8"]   # 12:24 was not in Stage 1's list
     assert agree["spearman_damage_vs_ce"] == pytest.approx(-0.5)
     assert agree["stage1_recommended_rank"] == 4 and agree["best_in_span"] is True
+    # with the sweep's own damage.json every trained window is ranked both ways
+    damage = [{"block": [12, 24], "damage": 0.05}, {"block": [22, 28], "damage": 0.2}, {"block": [14, 20], "damage": 0.3},
+              {"block": [2, 8], "damage": 0.4}]
+    agree = ws.agreement(SELECTION, rows, damage)
+    assert agree["windows_in_both"] == ["12:24", "22:28", "14:20", "2:8"] and agree["spearman_damage_vs_ce"] == 1.0
 
 
 # ----------------------------------------------------------------------------- the command, end to end
@@ -167,6 +172,7 @@ def finished_sweep(sweep_inputs, tmp_path_factory):
     return out
 
 
+@pytest.mark.slow   # five tiny trainings and their reads, end to end through the CLI
 def test_a_sweep_trains_every_candidate_and_the_top_two_twice(finished_sweep):
     out = finished_sweep
     record = json.loads((out / ws.STAGE2).read_text())
@@ -187,9 +193,14 @@ def test_a_sweep_trains_every_candidate_and_the_top_two_twice(finished_sweep):
     assert ces == sorted(ces)
     assert (out / "stage2.html").stat().st_size > 10_000 and (out / "block_selection.json").is_file()
     assert record["rank_rows"]["depths"] == [1, 2]
+    damage = json.loads((out / ws.DAMAGE).read_text())["windows"]   # Stage 1's measure over exactly the trained windows
+    assert sorted(f"{d['block'][0]}:{d['block'][1]}" for d in damage) == sorted(names)
+    assert sorted(record["agreement"]["windows_in_both"]) == sorted(names)
+    assert record["train_wall_s"] > 0
 
 
-def test_the_table_regenerates_from_the_committed_readings(finished_sweep):
+@pytest.mark.slow   # five tiny trainings and their reads, end to end through the CLI
+def test_the_table_regenerates_from_the_readings(finished_sweep):
     """stage2.json's numbers come from readings/ and the runs' provenance: recomputed, they are equal."""
     out = finished_sweep
     record = json.loads((out / ws.STAGE2).read_text())
@@ -198,6 +209,7 @@ def test_the_table_regenerates_from_the_committed_readings(finished_sweep):
     assert rebuilt["recommended"] == record["recommended"] and rebuilt["margin"] == record["margin"]
 
 
+@pytest.mark.slow   # five tiny trainings and their reads, end to end through the CLI
 def test_resume_keeps_finished_candidates_and_refuses_another_plan(finished_sweep, sweep_inputs, capsys, monkeypatch):
     out = finished_sweep
     before = {p: p.stat().st_mtime_ns for p in (out / ws.RUNS).rglob("trainable.safetensors")}
@@ -211,6 +223,7 @@ def test_resume_keeps_finished_candidates_and_refuses_another_plan(finished_swee
     assert_clean_error(code, err, "steps")
 
 
+@pytest.mark.slow   # five tiny trainings and their reads, end to end through the CLI
 def test_an_interrupted_sweep_resumes_where_it_stopped(sweep_inputs, tmp_path, monkeypatch, capsys):
     out = tmp_path / "sweep"
     real, calls = ws._train_one, []
@@ -263,3 +276,24 @@ def test_stage2_options_without_stage2_train_are_refused(tmp_path, capsys, monke
     code, _, err = invoke(capsys, monkeypatch, "select-block", "--model", "tiny-llama", *flag, "--out", out)
     assert_clean_error(code, err, f"{flag[0]} belongs to --stage2 train")
     assert not out.exists()
+
+
+COMMITTED = Path(__file__).resolve().parents[1] / "training" / "selection" / "smollm2-135m-instruct-stage2"
+
+
+def test_the_committed_sweep_regenerates_from_its_readings():
+    """The committed Stage 2 sweep's table, ranking, margin and agreement are what its readings and runs give now."""
+    record = json.loads((COMMITTED / ws.STAGE2).read_text())
+    rebuilt = ws.rebuild(COMMITTED)
+    assert {k: v for k, v in record.items() if k != "seconds"} == json.loads(json.dumps(rebuilt))
+    assert len(record["table"]) == len(record["candidates"]) >= 5
+    for row in record["table"]:   # every finished run carries its guardrail reading beside its numbers
+        assert all(run["status"] != "finished" or run["guardrail"]["final"] is not None for run in row["runs"])
+
+
+def test_the_results_page_shows_the_committed_sweeps_table():
+    """docs/results/block-selection.md carries `table_lines` of the committed stage2.json between its markers."""
+    page = (Path(__file__).resolve().parents[1] / "docs" / "results" / "block-selection.md").read_text()
+    block = page.split("<!-- stage2:start -->\n```\n", 1)[1].split("```\n<!-- stage2:end -->", 1)[0]
+    record = json.loads((COMMITTED / ws.STAGE2).read_text())
+    assert block == "\n".join(ws.table_lines(record)) + "\n"

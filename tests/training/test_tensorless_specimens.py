@@ -1,7 +1,8 @@
 """Specimens shipped without their tensors are regenerable: their first steps, rerun from the committed recipe, give
 the metrics.jsonl lines they ship. The full-block arm's 170 MB of trained block weights and the memory keeper's Loop
 Memory Attention (over 20 MB, here and in the state-query memory arm) are not committed, so this is the check that
-those specimens' numbers come from the code and recipe in the repository. The memory runs go into their two-step
+those specimens' numbers come from the code and recipe in the repository; so are the Stage 2 block-selection sweep's
+runs (55 MB of tensors together). The memory runs go into their two-step
 stage (steps 61-62 run two loops), so the memory path is part of what is checked; in the primitive stage (one loop)
 memory is not used."""
 
@@ -28,7 +29,10 @@ def _lines(path: Path) -> list[dict]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name, steps", [("smollm2-chase-full-block", 3), ("smollm2-chase-memory", 62),
-                                         ("smollm2-state-query-memory", 62)])
+                                         ("smollm2-state-query-memory", 62),
+                                         # a Stage 2 block-selection run (its sweep commits no tensors)
+                                         pytest.param("../selection/smollm2-135m-instruct-stage2/runs/2-8-seed1", 3,
+                                                      id="stage2-2-8-seed1")])
 def test_a_specimen_without_tensors_reruns_its_first_steps(tmp_path, monkeypatch, request, name, steps):
     import contextlib
 

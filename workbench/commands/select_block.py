@@ -96,7 +96,7 @@ def select_block(
         ui.wrote(out / SELECTION_HTML, "")   # named in the line above
         ui.result(record)
         return
-    _stage2_train(ui, gate, out, record, model, recipe_path, steps, candidates, include, seeds, run_on)
+    _stage2_train(ui, gate, out, record, model, recipe_path, steps, candidates, include, seeds, run_on, texts)
 
 
 def _recipe_path(recipe: str) -> Path:
@@ -167,7 +167,7 @@ def _write_stage1_dir(gate, out: Path, record: dict) -> None:
 
 
 def _stage2_train(ui: Output, gate, out: Path, record: dict, model: str, recipe_path: Path, steps: int,
-                  n_candidates: int, include: list[str], seeds: int, run_on) -> None:
+                  n_candidates: int, include: list[str], seeds: int, run_on, texts: list[str]) -> None:
     from workbench.plots.selection import stage2_figure
     from workbench.train import window_sweep
 
@@ -185,7 +185,7 @@ def _stage2_train(ui: Output, gate, out: Path, record: dict, model: str, recipe_
         write_text_atomic(out / SELECTION_HTML, _figure_html(record))
     start = time.perf_counter()
     result = window_sweep.sweep(out, record, model, recipe_path, steps, n_candidates, include, seeds,
-                                progress=ui.progress, device=run_on, say=ui.step)
+                                progress=ui.progress, device=run_on, say=ui.step, texts=texts)
     result["seconds"] = round(time.perf_counter() - start, 1)
     write_text_atomic(out / window_sweep.STAGE2, json.dumps(result, indent=2))
     write_text_atomic(out / STAGE2_HTML, stage2_figure(result).to_html(include_plotlyjs=True, full_html=True))

@@ -38,8 +38,10 @@ from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
 from workbench.analysis.stats import bootstrap_mean, paired_bootstrap, wilson
+from workbench.block_selection import split_texts, task_rows, window_ablation
 from workbench.errors import WorkbenchError
 from workbench.io import read_json, read_toml, sha256_bytes, write_json_atomic
+from workbench.models import load_base
 from workbench.tasks import build_rows
 from workbench.train import rundir
 from workbench.train.losses import make_batch
@@ -56,6 +58,7 @@ SWEEP = "sweep.json"                    # the sweep's plan (what a --resume must
 STAGE2 = "stage2.json"                  # the table, the ranking and the recommendation
 RUNS = "runs"                           # one run directory per (window, seed)
 READINGS = "readings"                   # one ranking read per finished run (a resumed sweep does not re-read)
+DAMAGE = "damage.json"                  # Stage 1's untrained loop-2 damage of every candidate, for the agreement
 
 
 @dataclass(frozen=True)
@@ -256,9 +259,13 @@ def spearman(xs: list[float], ys: list[float]) -> float | None:
     return None if rho is None or not np.isfinite(rho) else round(float(rho), 4)
 
 
-def agreement(selection: dict, ranked: list[dict]) -> dict:
-    """How Stage 1 (untrained damage, the span) agrees with the trained ranking over the windows both read."""
-    damage = {f"{w['block'][0]}:{w['block'][1]}": w["damage"] for w in selection["windows"]}
+def agreement(selection: dict, ranked: list[dict], damage: list[dict] | None = None) -> dict:
+    """How Stage 1 (untrained damage, the span) agrees with the trained ranking over the windows both read.
+
+    `damage` is damage.json (`untrained_damage` of every candidate, the sweep's own); without it, Stage 1's
+    windows (its stride) are used, which may share few windows with the candidates."""
+    source = damage if damage is not None else selection["windows"]
+    damage = {f"{w['block'][0]}:{w['block'][1]}": w["damage"] for w in source}
     both = [r for r in ranked if r["window"] in damage and r.get("heldout_ce") is not None]
     lo, hi = selection["prelude_end"], selection["coda_start"]
     inside = [r for r in ranked if r.get("heldout_ce") is not None]
@@ -340,12 +347,13 @@ def _run_record(run_dir: Path, status: str) -> dict:
 
 def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int = DEFAULT_STEPS,
           n_candidates: int = DEFAULT_CANDIDATES, include=(), seeds: int = SEEDS, progress: bool = True,
-          device=None, say=print) -> dict:
+          device=None, say=print, texts: list[str] | None = None) -> dict:
     """Trains every candidate for `steps` steps, the top two with `seeds` seeds; returns stage2.json's record.
 
     `out` is the sweep directory (its block_selection.json is `selection`); each (window, seed) is a
     run directory under out/runs, resumed where a previous sweep stopped, and read once into
-    out/readings. `say` receives one line per candidate as it starts (which window is training).
+    out/readings. `say` receives one line per candidate as it starts (which window is training). With `texts`
+    (Stage 1's corpus) the candidates' untrained damage is measured once into out/damage.json.
     """
     if not isinstance(seeds, int) or seeds < 1:
         raise WorkbenchError(f"--seeds {seeds!r} is not accepted; give an integer >= 1")
@@ -382,7 +390,22 @@ def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int 
         for s in range(1, seeds):
             position += 1
             extra[c].append(train_read(c, s, f"{position}/{total}"))
+    if not (out / DAMAGE).is_file() and texts is not None:
+        say(f"stage 2: the untrained loop-2 damage of the {len(cands)} candidates (Stage 1's measure, for the agreement)")
+        write_json_atomic(out / DAMAGE, {"windows": untrained_damage(model, [(c.a, c.b) for c in cands], texts, device,
+                                                                      progress)})
     return rebuild(out)
+
+
+def untrained_damage(model: str, windows: list[tuple[int, int]], texts: list[str], device=None,
+                     progress: bool = True) -> list[dict]:
+    """Stage 1's window ablation (`block_selection.window_ablation`: the same held-out texts and task rows) over
+    the given windows, whatever their size: what the untrained ranking says about exactly the trained windows."""
+    base, tok = load_base(model)
+    if device is not None:
+        base.to(device)
+    _, heldout = split_texts(texts)
+    return window_ablation(base, tok, windows, heldout, task_rows(tok), progress=progress)
 
 
 def rebuild(out: Path) -> dict:
@@ -422,7 +445,10 @@ def rebuild(out: Path) -> dict:
         "table": [{k: v for k, v in row.items() if k != "row_ce"} for row in table],
         "recommended": best["window"] if best.get("heldout_ce") else None,
         "margin": margin(table[0], table[1]) if len(table) > 1 else None,
-        "agreement": agreement(selection, table),
+        "train_wall_s": round(sum(run.get("wall_s") or 0.0 for row in table for run in row["runs"]), 1),
+        "agreement": agreement(selection, table,
+                               read_json(out / DAMAGE, "untrained damage")["windows"] if (out / DAMAGE).is_file()
+                               else None),
     }
 
 
