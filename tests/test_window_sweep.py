@@ -297,3 +297,15 @@ def test_the_results_page_shows_the_committed_sweeps_table():
     block = page.split("<!-- stage2:start -->\n```\n", 1)[1].split("```\n<!-- stage2:end -->", 1)[0]
     record = json.loads((COMMITTED / ws.STAGE2).read_text())
     assert block == "\n".join(ws.table_lines(record)) + "\n"
+
+
+def test_the_report_on_a_selection_directory_draws_the_curve_the_knees_and_the_stage2_table(tmp_path):
+    from workbench.plots.report import write_report
+
+    path = write_report(COMMITTED, tmp_path / "report.html")
+    page = path.read_text()
+    assert "fig-block_selection" in page and "Prelude knee 2" in page and "Coda knee 28" in page
+    assert "fig-stage2" in page and "stage2-table" in page
+    assert "Recommended: 2:8 (separated from the runner-up" in page
+    for window in ("2:8", "9:15", "12:24", "15:21", "22:28", "24:30"):
+        assert f">{window}<" in page   # a row of the table per candidate
