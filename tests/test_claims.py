@@ -553,6 +553,20 @@ def test_early_exit_and_the_block_recommendation_claims(tmp_path):
     [row] = build_ledger(claims, tmp_path)
     assert row["verdict"] == "reproduced" and "installed [6], not installed [0]" in row["comparison"]
     assert "12:24 (good): installed, worst loops = depth cell 0.90 at depth 2 (step 9), 6 layers shared" in row["ours"]
+    # every trained window installed (or the failing one trained another way): any recommendation would pass
+    for name, recipe in (("also-good", 'name = "also-good"\nstages = [{depths = [1, 2]}]\n'),
+                         ("bad", 'name = "bad"\nstages = [{depths = [1, 2], steps = 7}]\n')):
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "retrofit.json").write_text(json.dumps({"settings": {"block": [20, 24]}}))
+        (tmp_path / name / "recipe.toml").write_text(recipe)
+        acc = 0.9 if name == "also-good" else 0.3
+        (tmp_path / name / "metrics.jsonl").write_text(json.dumps({"kind": "eval", "step": 9, "acc": {
+            "1": {"1": 1.0}, "2": {"1": 1.0, "2": acc}}}))
+    for trained in (["good", "also-good"], ["good", "bad"]):
+        claims = _claims_file(tmp_path, id="b", measure="block_recommendation", test="recommendation_installs",
+                              results=".", trained=trained, **dict(BASE, specimen="sel"))
+        [row] = build_ledger(claims, tmp_path)
+        assert row["verdict"] == "not comparable" and "no recipe both installed one trained window" in row["why"], trained
 
 
 def test_the_readme_shows_the_committed_ledgers_verdict_counts():

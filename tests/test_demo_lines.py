@@ -45,9 +45,21 @@ def test_the_keeper_line_says_its_block_why_and_its_rank():
 def test_the_keeper_lines_give_the_committed_stage2_reading_with_its_numbers():
     lines = keeper_lines((12, 24), WINDOWS, ("training/selection/x", SWEEP))
     assert "12:24 ranks 1 of 2 there" in lines[1] and "training/selection/x" in lines[1]
+    assert not any(x.startswith("why the keeper keeps") for x in lines)   # the keeper's block won: nothing to check
     assert any("1. 12:24 given" in x and "CE 0.2000 [0.1500, 0.2500]" in x and "46/47, 48/47" in x for x in lines)
     assert any(x.startswith("recommended window 12:24 by 0.1000 nats [0.0500, 0.1500]") and "separated" in x
                for x in lines)
     assert lines[-1].startswith("Stage 1's untrained pick 2:8 ranks 2 here")
     (_, why, *_) = keeper_lines((10, 16), WINDOWS, ("training/selection/x", SWEEP))
     assert "10:16 was not among its candidates" in why
+
+
+def test_the_keeper_lines_say_how_the_sweeps_winner_did_when_trained_fully():
+    """The committed sweep's winner (2:8) trained with the keeper's recipe, from its committed comparison."""
+    from workbench.commands.demo import committed_sweep
+
+    sweep = committed_sweep()
+    assert sweep is not None and sweep[1]["recommended"] == "2:8"
+    lines = keeper_lines((12, 24), WINDOWS, sweep)
+    [why] = [x for x in lines if x.startswith("why the keeper keeps 12:24")]
+    assert "d3 8/32 vs 32, d4 5/32 vs 32" in why and "smollm2-chase-2-8/versus-keeper" in why

@@ -41,6 +41,7 @@ from workbench.analysis.stats import PairedCounts, fisher, paired_counts, paired
 from workbench.defaults import DATA, data_root
 from workbench.errors import WorkbenchError
 from workbench.io import read_json, read_toml, write_bytes_atomic
+from workbench.train.recipe import Recipe
 
 CLAIMS_FILE = DATA / "claims.toml"
 ROOT = data_root()   # the checkout's root, or an installed package's data: training/keepers/<specimen>
@@ -667,6 +668,16 @@ def _installed(run: Path) -> tuple[bool, str]:
     return diag[worst] >= 0.71, f"worst loops = depth cell {diag[worst]:.2f} at depth {worst} (step {evals[-1]['step']})"
 
 
+def _training_recipe(run: Path) -> str:
+    """A run's resolved recipe without what names the run or places the block (name, seed, model.block): two runs
+    with the same string trained the same way at different windows."""
+    recipe = Recipe.from_dict(read_toml(run / "recipe.toml", "recipe")).to_dict()
+    for key in ("name", "seed"):
+        recipe.pop(key, None)
+    recipe["model"].pop("block", None)
+    return json.dumps(recipe, sort_keys=True)
+
+
 def block_recommendation(specimen: Path, claim: dict) -> dict:
     """`select-block`'s recommended window (block_selection.json under `results`) against the windows that were trained
     (`claim["trained"]`, run directories): each run's block, whether it installed (`_installed`), and the layers it
@@ -685,10 +696,19 @@ def block_recommendation(specimen: Path, claim: dict) -> dict:
         ok, how = _installed(run)
         runs.append({"run": Path(rel).name, "block": f"{a}:{b}", "installed": ok, "shared": max(0, min(b, hi) - max(a, lo)),
                      "recipe": read_toml(run / "recipe.toml", "recipe").get("name"), "how": how})
-    return {"recommended": f"{lo}:{hi}", "runs": runs, "rows": len(runs),
+    ours = {"recommended": f"{lo}:{hi}", "runs": runs, "rows": len(runs),
             "text": f"recommended {lo}:{hi} ({sel['window']} layers, span {sel['prelude_end']}-{sel['coda_start']}); "
                     + "; ".join(f"{r['block']} ({r['run']}): {'installed' if r['installed'] else 'not installed'}, "
                                 f"{r['how']}, {r['shared']} layers shared" for r in runs)}
+    # The rule tells a recommendation from any other only where one recipe installed one window and failed another:
+    # with every trained window installed (or none), any recommendation would pass (or fail) it.
+    recipes = {r["run"]: _training_recipe(claim.get("_root", ROOT) / rel) for r, rel in zip(runs, claim["trained"])}
+    split = any(recipes[a["run"]] == recipes[b["run"]] for a in runs if a["installed"] for b in runs
+                if not b["installed"])
+    if not split:
+        _gate(ours, "no recipe both installed one trained window and failed another, so the rule cannot tell this "
+                    "recommendation from any other")
+    return ours
 
 
 def _inside(window: str, lo: int, hi: int) -> bool:

@@ -190,7 +190,27 @@ def keeper_lines(block: tuple[int, int], windows: list[dict] | None, sweep: tupl
                         "short training each)"]
     folder, record = sweep
     row = next((r for r in record["table"] if r["window"] == f"{a}:{b}"), None)
-    lines.append(f"why: the committed Stage 2 sweep ({folder}) trained each candidate briefly; "
+    lines.append(f"the committed Stage 2 sweep ({folder}) trained each candidate briefly; "
                  + (f"{a}:{b} ranks {row['rank']} of {len(record['table'])} there" if row else
                     f"{a}:{b} was not among its candidates"))
-    return lines + table_lines(record)
+    lines += table_lines(record)
+    return lines + validation_lines(record.get("recommended"), (a, b))
+
+
+def validation_lines(winner: str | None, block: tuple[int, int]) -> list[str]:
+    """The full training of the sweep's winner against the keeper (training/keepers/smollm2-chase-A-B/versus-keeper,
+    `workbench compare`), final answers per depth: why the keeper keeps its block."""
+    from workbench.defaults import data_dirs
+    from workbench.io import read_json
+
+    if winner is None or winner == "{}:{}".format(*block):
+        return []
+    name = "smollm2-chase-" + winner.replace(":", "-")
+    found = [root / "training" / "keepers" / name / "versus-keeper" / "compare.json" for root in data_dirs()]
+    found = [p for p in found if p.is_file()]
+    if not found:
+        return [f"the sweep's winner {winner} has no full training here to check it against the keeper"]
+    cells = read_json(found[0], "comparison")["depths"]
+    per = ", ".join(f"d{c['depth']} {c['b_correct']}/{c['n']} vs {c['a_correct']}" for c in cells)
+    return [f"why the keeper keeps {block[0]}:{block[1]}: {winner} trained with the keeper's recipe reads, final answer "
+            f"per depth against the keeper's: {per} (training/keepers/{name}/versus-keeper)"]
