@@ -419,7 +419,8 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
                                                  progress)
     shown = {n for n, _ in sections} | {part for n, _ in sections for part in part_names(n)}
     extra = [n for n in tables if n not in shown and n.split("__")[0] not in headlines]
-    absent = [known[n][0] for n in known if n not in {s for s, _ in sections}]
+    # Stage 2 is an optional part of a block selection (`select-block --stage2 train`): never listed as missing
+    absent = [known[n][0] for n in known if n not in {s for s, _ in sections} and n != "stage2"]
     shown_as = Path(shown_as) if shown_as is not None else results_dir
     title = title or report_title(summary, shown_as)
     nav = "".join(f"<a href='#{n}'>{html.escape(known[n][0])}</a>" for n, _ in sections)
