@@ -63,3 +63,4 @@ def test_the_keeper_lines_say_how_the_sweeps_winner_did_when_trained_fully():
     lines = keeper_lines((12, 24), WINDOWS, sweep)
     [why] = [x for x in lines if x.startswith("why the keeper keeps 12:24")]
     assert "d3 8/32 vs 32, d4 5/32 vs 32" in why and "smollm2-chase-2-8/versus-keeper" in why
+    assert "all 87/224 vs 188" in why and "None" not in why

@@ -211,6 +211,7 @@ def validation_lines(winner: str | None, block: tuple[int, int]) -> list[str]:
     if not found:
         return [f"the sweep's winner {winner} has no full training here to check it against the keeper"]
     cells = read_json(found[0], "comparison")["depths"]
-    per = ", ".join(f"d{c['depth']} {c['b_correct']}/{c['n']} vs {c['a_correct']}" for c in cells)
+    per = ", ".join(f"{'all' if c['depth'] is None else 'd' + str(c['depth'])} {c['b_correct']}/{c['n']} vs "
+                    f"{c['a_correct']}" for c in cells)
     return [f"why the keeper keeps {block[0]}:{block[1]}: {winner} trained with the keeper's recipe reads, final answer "
             f"per depth against the keeper's: {per} (training/keepers/{name}/versus-keeper)"]
