@@ -347,16 +347,17 @@ def _run_record(run_dir: Path, status: str) -> dict:
 
 def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int = DEFAULT_STEPS,
           n_candidates: int = DEFAULT_CANDIDATES, include=(), seeds: int = SEEDS, progress: bool = True,
-          device=None, say=print, texts: list[str] | None = None) -> dict:
+          device=None, say=None, texts: list[str] | None = None) -> dict:
     """Trains every candidate for `steps` steps, the top two with `seeds` seeds; returns stage2.json's record.
 
     `out` is the sweep directory (its block_selection.json is `selection`); each (window, seed) is a
     run directory under out/runs, resumed where a previous sweep stopped, and read once into
-    out/readings. `say` receives one line per candidate as it starts (which window is training). With `texts`
+    out/readings. `say` (default: nowhere) receives one line per candidate as it starts (which window is training). With `texts`
     (Stage 1's corpus) the candidates' untrained damage is measured once into out/damage.json.
     """
     if not isinstance(seeds, int) or seeds < 1:
         raise WorkbenchError(f"--seeds {seeds!r} is not accepted; give an integer >= 1")
+    say = say or (lambda line: None)   # a library call prints nothing unless given somewhere to say it
     raw = base_recipe(recipe_path)
     cands = candidates(selection, n_candidates, include)
     recipes = {(c, 0): stage2_recipe(raw, model, c, steps, 0) for c in cands}   # every bad input before any run
