@@ -63,6 +63,7 @@ def test_importing_workbench_is_cheap_silent_and_typed():
     assert (ROOT / "workbench" / "py.typed").is_file()
 
 
+@pytest.mark.slow   # a fresh interpreter: what an import pulls in is only visible from a clean start
 def test_loading_a_run_does_not_import_the_trainer():
     """`wb.load_run` reads a run through workbench.runs: the training loop, recipes and optimizer stay unloaded."""
     code = ("import sys, workbench as wb; wb.load_run; "

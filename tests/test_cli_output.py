@@ -148,6 +148,7 @@ def start_on_a_terminal(args, cwd: Path) -> tuple[subprocess.Popen, bytearray, t
     return proc, seen, thread
 
 
+@pytest.mark.slow   # two fresh workbench processes, one on a pseudo-terminal (the in-process cases above are fast)
 def test_a_bar_on_a_terminal_and_none_on_a_pipe(tmp_path, inputs):
     """A real process: stderr a pipe (no bar, the summary on stdout), then a pseudo-terminal (the bar)."""
     args = ["select-block", "--model", "tiny-llama", "--corpus", inputs / "corpus.txt", "--window", "2", "--out", "sel"]
