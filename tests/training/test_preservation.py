@@ -193,6 +193,29 @@ def test_stage2_adds_a_halting_head_to_a_parent_trained_without_one(finished_run
         train(recipe, out=tmp_path / "main", progress=False)
 
 
+def test_a_child_adds_loop_codes_to_a_parent_without_them(finished_run, write_recipe, tmp_path):
+    """The park-with-codes recipe's mechanism: the parent loads strictly, the codes start at 0 and move."""
+    parent_eval = _metrics(finished_run, "eval")[-1]["acc"]
+    recipe = write_recipe(init_from=str(finished_run), model={"loop_codes": True},
+                          stages=[{"name": "more", "depths": [1, 2], "steps": 2}])
+    out = tmp_path / "codes"
+    train(recipe, out=out, progress=False)
+    assert _metrics(out, "eval")[0]["acc"] == parent_eval       # zero codes: step 0 of the child is the parent
+    parent = load_file(str(finished_run / "trainable.safetensors"))
+    child = load_file(str(out / "trainable.safetensors"))
+    assert set(child) - set(parent) == {"loop_codes.codes"}
+    steps = _metrics(out, "train")
+    assert all(s["move_rms"]["loop_codes"] > 0 for s in steps if s["loops"] >= 2)   # its own group, and it moves
+    assert steps[0]["lr"]["loop_codes"] == pytest.approx(steps[0]["lr"]["reentry"] * 10)
+    (p,) = json.loads((out / "provenance.json").read_text())["lineage"]["parents"]
+    assert p["loop_codes_added"] is True
+    settings = json.loads((out / "retrofit.json").read_text())["settings"]
+    assert settings["loop_codes"] is True
+    assert "loop_codes" not in json.loads((finished_run / "retrofit.json").read_text())["settings"]
+    looped, _, _ = load_run(out)                                   # and the child reloads strictly
+    assert torch.equal(looped.loop_codes.codes.detach().float(), child["loop_codes.codes"].float())
+
+
 # ----------------------------------------------------------------------------- bf16
 def test_bf16_training_keeps_trainables_fp32_and_records_the_precision(write_recipe, tmp_path):
     from workbench.precision import detect_hardware

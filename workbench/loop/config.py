@@ -56,6 +56,8 @@ class RetrofitConfig:
     memory, memory_window, memory_heads: Loop Memory Attention before each block layer.
     max_loops: hook points exist for loops 1..max_loops.
     halting, halting_pooling: a halting head reading the pooled loop state.
+    loop_codes: a learned vector per loop t >= 2 added at re-entry (`workbench.loop.reentry.LoopCodes`; in
+        neither paper), so the weight-tied block can tell which loop it is in. Loop 1 never sees one.
     lora: the adapter on the block, or None.
     """
 
@@ -67,6 +69,7 @@ class RetrofitConfig:
     memory_heads: int = 4
     halting: bool = False
     halting_pooling: str = "mean"
+    loop_codes: bool = False
     lora: LoraSettings | None = field(default=None)
 
     def __post_init__(self):
@@ -78,8 +81,13 @@ class RetrofitConfig:
             object.__setattr__(self, "lora", LoraSettings(**self.lora))
 
     def to_dict(self) -> dict:
-        """JSON-ready: the block as a list, `lora` present only when there is an adapter."""
-        out = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "lora"}
+        """JSON-ready: the block as a list, `lora` present only when there is an adapter, `loop_codes` only when on.
+
+        (A retrofit without loop codes writes exactly what it wrote before they existed, so every committed
+        retrofit.json and every parent comparison stays as it was.)
+        """
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name != "lora" and not (f.name == "loop_codes" and not self.loop_codes)}
         out["block"] = list(self.block)
         if self.lora is not None:
             out["lora"] = self.lora.to_dict()

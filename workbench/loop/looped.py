@@ -102,7 +102,7 @@ class LoopedLM(StrictHookNames, HookedRootModule):
     """A looped retrofit of a decoder LM. Build it with `workbench.loop.surgery.retrofit`.
 
     The base model is held by reference (its weights are shared, never copied). Re-entry,
-    memory and halting modules are the only new parameters. `retrofit_config` declares the
+    memory, halting and loop-code modules are the only new parameters. `retrofit_config` declares the
     architecture (`workbench.loop.config.RetrofitConfig`); `a`, `b`, `max_loops` and
     `memory_window` read it. (`config` is the base's Hugging Face config.)
     """
@@ -110,7 +110,8 @@ class LoopedLM(StrictHookNames, HookedRootModule):
     retrofit_config: RetrofitConfig
 
     def __init__(self, base: nn.Module, retrofit_config: RetrofitConfig, reentry: nn.Module,
-                 memory: nn.ModuleDict | None = None, halting: nn.Module | None = None):
+                 memory: nn.ModuleDict | None = None, halting: nn.Module | None = None,
+                 loop_codes: nn.Module | None = None):
         super().__init__()
         self.base = base
         self.retrofit_config = retrofit_config
@@ -118,6 +119,7 @@ class LoopedLM(StrictHookNames, HookedRootModule):
         self.reentry = reentry
         self.memory = memory
         self.halting = halting
+        self.loop_codes = loop_codes  # `reentry.LoopCodes`, when the retrofit declares them
         self.precision = "fp32"  # "bf16": frozen weights in bf16, forward under autocast (workbench.precision)
         self.prelude = nn.ModuleDict({str(i): _Site("hook_resid_post") for i in range(self.a)})
         self.hook_prelude = HookPoint()
@@ -227,10 +229,15 @@ class LoopedLM(StrictHookNames, HookedRootModule):
         p = self.hook_prelude(h)                                    # [b, s, d]
         return p, p
 
+    def _reenter(self, t: int, p: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        """Loop t >= 2's input: the re-entry of (p, h_{t-1}), plus loop t's code when there are codes."""
+        u = self.reentry(p, h)
+        return u if self.loop_codes is None else self.loop_codes(t, u)
+
     def _step(self, t: int, h: torch.Tensor, p: torch.Tensor, ctx, past: dict) -> torch.Tensor:
         """One loop: h_t = Block(u_t) from h_{t-1}, memory windows in `past` updated in place."""
         sites = self.loop[str(t)]
-        h = sites.hook_input(h if t == 1 else self.reentry(p, h))
+        h = sites.hook_input(h if t == 1 else self._reenter(t, p, h))
         for i in range(self.a, self.b):
             site = sites.block[str(i)]
             if self.memory is not None and t > 1:

@@ -64,6 +64,30 @@ class AdditiveInjection(nn.Module):
         return h + self.alpha * self.prelude_norm(p)
 
 
+class LoopCodes(nn.Module):
+    """A learned vector per loop t >= 2, added to the re-entry's output: `u_t + codes[t - 2]`.
+
+    In neither paper. A weight-tied block fed only its carried state and the Prelude output has no loop index,
+    so a model that must act on the loop count (park on x_d when the prompt states d: issue 33's park model)
+    has to build a counter inside its state. The codes give it one. Loop 1 never sees a code, so the loop-1
+    identity holds whatever they learn; they start at 0 (the retrofit unchanged at every loop) and, being
+    added with no gate, take the gradient dL/du_t from the first step.
+    """
+
+    def __init__(self, max_loops: int, d_model: int):
+        super().__init__()
+        self.codes = nn.Parameter(torch.zeros(max(max_loops - 1, 0), d_model))
+
+    def reset_parameters(self) -> None:
+        with torch.no_grad():
+            self.codes.zero_()
+
+    def forward(self, t: int, u: torch.Tensor) -> torch.Tensor:
+        if t < 2:
+            raise WorkbenchError(f"loop codes start at loop 2 (loop 1 is the base); got loop {t}")
+        return u + self.codes[t - 2].to(u.dtype)
+
+
 REENTRY_DESIGNS = {"bridge": SplitBridge, "inject": AdditiveInjection}
 
 

@@ -19,7 +19,7 @@ from workbench.loop.config import LoraSettings, RetrofitConfig
 from workbench.loop.halting import HaltingHead
 from workbench.loop.looped import LoopedLM
 from workbench.loop.memory import LoopMemoryAttention
-from workbench.loop.reentry import make_reentry
+from workbench.loop.reentry import LoopCodes, make_reentry
 
 
 def check_block(block: tuple[int, int], n_layers: int) -> tuple[int, int]:
@@ -73,8 +73,9 @@ def retrofit(model: nn.Module, config: RetrofitConfig | tuple[int, int] | str | 
         mem = nn.ModuleDict({str(i): LoopMemoryAttention(d, n_heads=config.memory_heads) for i in range(a, b)})
     reentry = make_reentry(config.reentry, d)  # built in this order: each draws from the torch RNG
     halting = HaltingHead(d, config.halting_pooling) if config.halting else None
-    looped = LoopedLM(model, replace(config, lora=None), reentry, memory=mem, halting=halting)
-    for part in (looped.reentry, looped.memory, looped.halting):
+    codes = LoopCodes(config.max_loops, d) if config.loop_codes else None
+    looped = LoopedLM(model, replace(config, lora=None), reentry, memory=mem, halting=halting, loop_codes=codes)
+    for part in (looped.reentry, looped.memory, looped.halting, looped.loop_codes):
         if part is not None:
             part.to(device=ref.device, dtype=ref.dtype)
     if config.lora is not None:
@@ -107,8 +108,8 @@ def attach_lora(looped: LoopedLM, lora: LoraSettings | None = None, init_lora_we
 
 
 def parameter_groups(looped: LoopedLM) -> dict[str, list[tuple[str, torch.nn.Parameter]]]:
-    """Named parameters by group: base (outside the block), block, lora, reentry, memory, halting."""
-    groups: dict[str, list] = {k: [] for k in ("base", "block", "lora", "reentry", "memory", "halting")}
+    """Named parameters by group: base (outside the block), block, lora, reentry, memory, halting, loop_codes."""
+    groups: dict[str, list] = {k: [] for k in ("base", "block", "lora", "reentry", "memory", "halting", "loop_codes")}
     block_prefixes = tuple(f"base.model.layers.{i}." for i in range(looped.a, looped.b))
     for name, param in looped.named_parameters(remove_duplicate=True):
         if "lora_" in name:
@@ -119,6 +120,8 @@ def parameter_groups(looped: LoopedLM) -> dict[str, list[tuple[str, torch.nn.Par
             groups["memory"].append((name, param))
         elif name.startswith("halting."):
             groups["halting"].append((name, param))
+        elif name.startswith("loop_codes."):
+            groups["loop_codes"].append((name, param))
         elif name.startswith(block_prefixes):
             groups["block"].append((name, param))
         else:
@@ -141,7 +144,8 @@ def parameter_report(looped: LoopedLM) -> dict:
         "total": total,
         "forward_active": total,
         "base": count(groups["base"]) + count(groups["block"]),
-        "added": {g: count(groups[g]) for g in ("reentry", "memory", "halting", "lora")},
+        "added": {g: count(groups[g]) for g in ("reentry", "memory", "halting", "lora")}
+        | ({"loop_codes": count(groups["loop_codes"])} if looped.loop_codes is not None else {}),
         "trainable": trainable,
         "trainable_total": sum(trainable.values()),
     }

@@ -36,7 +36,8 @@ def optimizer_groups(looped, trainable: list[str]) -> list[tuple[str, list[tuple
 def make_optimizer(looped, trainable: list[str], cfg: OptimTable) -> tuple[torch.optim.Optimizer, list[list[str]]]:
     """Returns (the optimizer, the parameter names of each of its groups in order).
 
-    One parameter group per trainable group, W_p at lr × prelude_lr_mult. The names are what a
+    One parameter group per trainable group, W_p at lr × prelude_lr_mult, the loop codes (a group of their own)
+    at lr × loop_codes_lr_mult, neither with weight decay. The names are what a
     checkpoint records (`workbench.train.rundir.save_checkpoint`) and checks on resume.
 
     Raises:
@@ -47,13 +48,16 @@ def make_optimizer(looped, trainable: list[str], cfg: OptimTable) -> tuple[torch
     if cfg.name != "adamw" and mult != 1.0:
         raise WorkbenchError(f"optim.name = '{cfg.name}' with optim.prelude_lr_mult = {mult}: only adamw honours "
                              "a per-group rate multiplier here; use adamw or set prelude_lr_mult = 1")
+    if cfg.name != "adamw" and "loop_codes" in trainable and cfg.loop_codes_lr_mult != 1.0:
+        raise WorkbenchError(f"optim.name = '{cfg.name}' with optim.loop_codes_lr_mult = {cfg.loop_codes_lr_mult}: "
+                             "only adamw honours a per-group rate multiplier here; use adamw or set it to 1")
     groups, names = [], []
     for g, params in optimizer_groups(looped, trainable):
         for _, p in params:
             p.requires_grad_(True)
         names.append([n for n, _ in params])
-        lr = cfg.lr * (mult if g == "prelude_proj" else 1.0)
-        wd = 0.0 if g == "prelude_proj" else cfg.weight_decay  # as the paper's Listing 3
+        lr = cfg.lr * {"prelude_proj": mult, "loop_codes": cfg.loop_codes_lr_mult}.get(g, 1.0)
+        wd = 0.0 if g in ("prelude_proj", "loop_codes") else cfg.weight_decay  # W_p: as the paper's Listing 3
         groups.append({"name": g, "params": [p for _, p in params], "lr": lr, "weight_decay": wd})
     if cfg.name == "adamw":
         opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, foreach=False)

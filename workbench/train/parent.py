@@ -49,6 +49,8 @@ def check_parent(parent: str, recipe_dir: Path, base_hash: str, config: Retrofit
         halting_only: every stage of the child is a halting stage. Stage 2 alone may add a halting head to a parent
             trained without one (RecurTrace App. E freezes everything else, so the parent's tensors load strictly
             and the head starts from its own init).
+    Any child may add loop codes (`[model] loop_codes`) to a parent without them: the parent's tensors load
+    strictly and the codes start at 0, so the child starts as the parent at every loop. The lineage records it.
     Raises:
         WorkbenchError: a missing or damaged parent, another base, another retrofit, or other trained groups.
     """
@@ -60,16 +62,21 @@ def check_parent(parent: str, recipe_dir: Path, base_hash: str, config: Retrofit
                              f"recipe's base is {base_hash[:12]}...")
     mine, theirs = json.loads(json.dumps(config.to_dict())), record["settings"]
     adds_head = bool(mine.get("halting") and not theirs.get("halting") and halting_only)
+    adds_codes = bool(mine.get("loop_codes") and not theirs.get("loop_codes"))
     compared = ({**mine, "halting": False, "halting_pooling": theirs.get("halting_pooling")}
-                if adds_head else mine)   # the new head's pooling is its own choice
+                if adds_head else dict(mine))   # the new head's pooling is its own choice
+    if adds_codes:
+        compared.pop("loop_codes")   # a retrofit without codes does not write the key (RetrofitConfig.to_dict)
     if theirs != compared:
         diff = sorted(k for k in set(mine) | set(theirs) if compared.get(k) != theirs.get(k))
         raise WorkbenchError(f"init_from: '{parent}' has another retrofit ({', '.join(diff)} differ); "
                              "the recipe's [model] and [lora] must match the parent's")
-    parent_groups = [g for g in groups if g != "halting"] if adds_head else groups
+    added = (["halting"] if adds_head else []) + (["loop_codes"] if adds_codes else [])
+    parent_groups = [g for g in groups if g not in added]
     if record["trained_groups"] != parent_groups:
         raise WorkbenchError(f"init_from: '{parent}' trained {record['trained_groups']}, this recipe trains {groups}")
     lineage = [{"run": parent, "name": tomllib.loads((parent_dir / rundir.RECIPE).read_text()).get("name"),
                 "provenance_sha256": sha256_file(parent_dir / rundir.PROVENANCE),
-                "trainable_sha256": prov["files"][rundir.TRAINABLE], "halting_head_added": adds_head}]
+                "trainable_sha256": prov["files"][rundir.TRAINABLE], "halting_head_added": adds_head}
+               | ({"loop_codes_added": True} if adds_codes else {})]
     return Parent(parent_dir, parent_groups, {"parents": lineage + (prov.get("lineage") or {}).get("parents", [])})

@@ -129,6 +129,7 @@ class ModelTable:
     memory_heads: int = declared(_RETROFIT["memory_heads"], within(1, 64))
     halting: bool = declared(_RETROFIT["halting"])
     halting_pooling: str = declared(_RETROFIT["halting_pooling"])
+    loop_codes: bool = declared(_RETROFIT["loop_codes"])   # a learned vector per loop t >= 2 (reentry.LoopCodes)
     # 8, not RetrofitConfig's 16: every committed run was trained and recorded at 8 (its recipe.toml and
     # retrofit.json), while a retrofit built in Python keeps the documented 16 (docs/api.md).
     max_loops: int = declared(8, within(1, MAX_LOOPS))
@@ -191,6 +192,7 @@ class OptimTable:
     name: str = declared("adamw", one_of(*OPTIMIZERS))
     lr: float = declared(1e-4, above(0.0, strict=True))
     prelude_lr_mult: float = declared(10.0, within(0.0, 1e6, low_ok=False))  # W_p's own group (retrofit paper Sec. 5.1)
+    loop_codes_lr_mult: float = declared(10.0, within(0.0, 1e6, low_ok=False))  # the loop codes' own group
     weight_decay: float = declared(0.0, within(0.0, 1e3))
     betas: list[float] = declared([0.9, 0.999], _two_betas)
     eps: float = declared(1e-8, within(0.0, 1.0, low_ok=False))

@@ -107,7 +107,7 @@ def trained_groups(config: RetrofitConfig, block_trainable: bool) -> list[str]:
     if config.lora is not None:
         groups.append("lora")
     groups.append("reentry")
-    groups += [g for g in ("memory", "halting") if getattr(config, g)]
+    groups += [g for g in ("memory", "halting", "loop_codes") if getattr(config, g)]
     return groups
 
 
@@ -246,7 +246,7 @@ def set_run_precision(looped, groups: list[str], precision: str) -> int:
 RECORD_FIELDS = {"base": dict, "settings": dict, "trained_groups": list}
 BASE_FIELDS = {"spec": str, "sha256": str, "dtype": str, "attn_implementation": str}
 DTYPES = ("float32", "bfloat16", "float16")
-GROUPS = ("block", "lora", "reentry", "memory", "halting")  # `trained_groups`
+GROUPS = ("block", "lora", "reentry", "memory", "halting", "loop_codes")  # `trained_groups`
 
 
 def read_retrofit(run_dir: str | os.PathLike) -> tuple[dict, RetrofitConfig]:

@@ -71,7 +71,7 @@ def retrofit_config(recipe: Recipe, block) -> RetrofitConfig:
     m, lora = recipe.model, recipe.lora
     return RetrofitConfig(block=block, reentry=m.reentry, memory=m.memory, max_loops=m.max_loops,
                           memory_window=m.memory_window, memory_heads=m.memory_heads, halting=m.halting,
-                          halting_pooling=m.halting_pooling,
+                          halting_pooling=m.halting_pooling, loop_codes=m.loop_codes,
                           lora=LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout)
                           if lora.enabled else None)
 
