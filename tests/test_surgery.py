@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.conftest import perturb
 from workbench.errors import WorkbenchError
 from workbench.loop.config import LoraSettings, RetrofitConfig, parse_block
 from workbench.loop.halting import HaltingHead, halt_depth, oracle_labels
@@ -101,6 +102,33 @@ def test_additive_injection_alpha_is_live():
     assert torch.equal(out, h)
     out.sum().backward()
     assert inj.alpha.grad.abs() > 0
+
+
+def test_loop_codes_leave_loop_1_exact_start_as_no_codes_and_are_live(tiny, batch):
+    """LoopCodes: loop 1 never sees a code; zero codes change no loop; each code run takes gradient at once."""
+    base, _ = tiny
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    plain = retrofit(base, (1, 3), max_loops=4)
+    coded = retrofit(base, (1, 3), max_loops=4, loop_codes=True)
+    perturb(plain.reentry)                                       # loops 2+ differ from loop 1
+    coded.reentry.load_state_dict(plain.reentry.state_dict())
+    assert coded.loop_codes.codes.shape == (3, 64) and not coded.loop_codes.codes.any()
+    for t in (1, 2, 3):                                          # zero codes: the retrofit unchanged at every loop
+        assert torch.equal(coded(ids, mask, loops=t).logits, plain(ids, mask, loops=t).logits)
+    coded.loop_codes.codes.requires_grad_(True)
+    out = coded(ids, mask, loops=3).logits
+    out[:, -1].logsumexp(-1).sum().backward()
+    grad = coded.loop_codes.codes.grad.abs().sum(-1)
+    assert grad[0] > 0 and grad[1] > 0 and grad[2] == 0          # loops 2 and 3 ran, loop 4 did not
+    with torch.no_grad():
+        coded.loop_codes.codes.normal_()
+        # loop 1 is the plain retrofit's (the base: test_identity) whatever the codes learn
+        assert torch.equal(coded(ids, mask, loops=1).logits, plain(ids, mask, loops=1).logits)
+        assert not torch.equal(coded(ids, mask, loops=2).logits, plain(ids, mask, loops=2).logits)
+    assert parameter_report(coded)["added"]["loop_codes"] == 3 * 64
+    assert "loop_codes" not in parameter_report(plain)["added"]
+    assert RetrofitConfig.from_dict(coded.retrofit_config.to_dict()) == coded.retrofit_config
+    assert "loop_codes" not in plain.retrofit_config.to_dict()   # committed records without codes are unchanged
 
 
 def test_memory_initialisation_matches_recurtrace(tiny):
