@@ -74,9 +74,9 @@ class LoopCodes(nn.Module):
     added with no gate, take the gradient dL/du_t from the first step.
     """
 
-    def __init__(self, max_loops: int, d_model: int):
+    def __init__(self, max_loops: int, d_model: int, device: torch.device | str | None = None):
         super().__init__()
-        self.codes = nn.Parameter(torch.zeros(max(max_loops - 1, 0), d_model))
+        self.codes = nn.Parameter(torch.zeros(max(max_loops - 1, 0), d_model, device=device))
 
     def reset_parameters(self) -> None:
         with torch.no_grad():

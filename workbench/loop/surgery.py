@@ -73,7 +73,7 @@ def retrofit(model: nn.Module, config: RetrofitConfig | tuple[int, int] | str | 
         mem = nn.ModuleDict({str(i): LoopMemoryAttention(d, n_heads=config.memory_heads) for i in range(a, b)})
     reentry = make_reentry(config.reentry, d)  # built in this order: each draws from the torch RNG
     halting = HaltingHead(d, config.halting_pooling) if config.halting else None
-    codes = LoopCodes(config.max_loops, d) if config.loop_codes else None
+    codes = LoopCodes(config.max_loops, d, device=ref.device) if config.loop_codes else None
     looped = LoopedLM(model, replace(config, lora=None), reentry, memory=mem, halting=halting, loop_codes=codes)
     for part in (looped.reentry, looped.memory, looped.halting, looped.loop_codes):
         if part is not None:
