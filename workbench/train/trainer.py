@@ -209,6 +209,8 @@ class Trainer:
 
     def build_optimizer(self, kind: str) -> None:
         """The main optimizer (every trained group but the halting head) or Stage 2's (head only)."""
+        if isinstance(self.opt, Zero2Optimizer):
+            self.opt.close()   # its DeepSpeed engine's gradient hooks go with it
         for p in self.looped.parameters():
             p.requires_grad_(False)
         r = self.recipe

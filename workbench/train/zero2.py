@@ -66,7 +66,9 @@ class Zero2Optimizer:
         self.touched: set[int] = set()
         self._hooks = [p.register_post_accumulate_grad_hook(self._touch) for ps in self.params for p in ps]
         numel = sum(p.numel() for ps in self.params for p in ps)
-        bucket = int(min(5e8, max(numel, 1 << 20)))   # DeepSpeed's 5e8-element buckets, no larger than needed
+        # DeepSpeed's default 5e8-element reduce bucket is allocated whole: as large as every trained gradient for
+        # any model below 5e8 trained weights. 1/N of them (at least 2**20) keeps the gradient memory at about 2/N.
+        bucket = int(min(5e8, max(-(-numel // world_size), 1 << 20)))
         config = {"train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
                   "gradient_clipping": float(clip), "steps_per_print": 2 ** 62, "wall_clock_breakdown": False,
                   "zero_optimization": {"stage": 2, "contiguous_gradients": True, "overlap_comm": False,
@@ -82,6 +84,13 @@ class Zero2Optimizer:
                 holder.register_parameter(names[id(p)].replace(".", "__"), p)
         with mock.patch.object(deepspeed.runtime.engine.DeepSpeedEngine, "_broadcast_model", lambda engine: None):
             self.engine, self.zero, _, _ = deepspeed.initialize(model=holder, optimizer=optimizer, config=config)
+
+    def close(self) -> None:
+        """Removes this engine's gradient hooks (DeepSpeed's and ours): a new optimizer replaces it (Stage 2's, or a
+        resume trying an older checkpoint), and two engines must not both reduce one tensor's gradient."""
+        for hook in self._hooks:
+            hook.remove()
+        self.engine.destroy()
 
     def _touch(self, param) -> None:
         self.touched.add(id(param))
