@@ -126,3 +126,15 @@ def test_zero2_resumes_from_its_checkpoint_where_the_uninterrupted_run_ends(one_
         torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=2e-6, msg=k)
     assert [r["step"] for r in train_records(cut)] == [1, 2, 3]
     load_run(cut)
+
+
+def test_zero2_refuses_an_optimizer_other_than_adamw_before_writing(write_recipe, monkeypatch, tmp_path):
+    from workbench.errors import WorkbenchError
+    from workbench.train import trainer
+    from workbench.train.recipe import Recipe
+
+    monkeypatch.setattr(trainer, "requested_engine", lambda n: "zero2")   # as under the preset with 2 processes
+    recipe = Recipe.from_toml(write_recipe(optim={"name": "sgd", "prelude_lr_mult": 1.0}), None)
+    with pytest.raises(WorkbenchError, match="optim.name = 'sgd' under the zero2 preset"):
+        trainer.Trainer(recipe, tmp_path / "run", progress=False, device="cpu")
+    assert not (tmp_path / "run").exists()

@@ -107,6 +107,9 @@ class Trainer:
                                "partitioned": "gradients, fp32 master copy and AdamW state of the trained tensors",
                                "whole": "the trained tensors and the frozen base, on every rank"}
                               if self.engine == "zero2" else {"engine": self.engine})
+        if self.engine == "zero2" and recipe.optim.name != "adamw":
+            raise WorkbenchError(f"optim.name = '{recipe.optim.name}' under the zero2 preset: ZeRO-2 here partitions "
+                                 "AdamW's state only; use optim.name = 'adamw' or --preset ddp")
         self.stages = recipe.stages
         self.total = sum(s.steps for s in self.stages)
         self.main_total = sum(s.steps for s in self.stages if s.kind != "halting")
