@@ -5,6 +5,7 @@ and a run resumed from a ZeRO-2 checkpoint ends where the uninterrupted one-proc
 
 from __future__ import annotations
 
+import ast
 import json
 import math
 import os
@@ -138,3 +139,74 @@ def test_zero2_refuses_an_optimizer_other_than_adamw_before_writing(write_recipe
     with pytest.raises(WorkbenchError, match="optim.name = 'sgd' under the zero2 preset"):
         trainer.Trainer(recipe, tmp_path / "run", progress=False, device="cpu")
     assert not (tmp_path / "run").exists()
+
+
+TOY = """import os
+import torch
+import torch.distributed as dist
+from workbench.errors import WorkbenchError
+from workbench.train.optim import step_with_movement
+from workbench.train.zero2 import Zero2Optimizer
+
+dist.init_process_group("gloo", rank=0, world_size=1, init_method="tcp://127.0.0.1:" + os.environ["PORT"])
+
+
+class Toy(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Parameter(torch.randn(3, 3)), torch.nn.Parameter(torch.randn(3))
+        self.c1, self.c2 = torch.nn.Parameter(torch.randn(3)), torch.nn.Parameter(torch.randn(3))
+
+    def forward(self, x, use_b, use_c2):
+        h = (x @ self.a).tanh()
+        h = h + self.b if use_b else h
+        h = h * self.c1 + (self.c2 if use_c2 else 0)
+        return h.pow(2).sum()
+
+
+def opt(m):
+    return torch.optim.AdamW([{"name": "a", "params": [m.a], "lr": 1e-2}, {"name": "b", "params": [m.b], "lr": 1e-1},
+                              {"name": "c", "params": [m.c1, m.c2], "lr": 1e-2}], foreach=False, weight_decay=0.1)
+
+
+x = torch.randn(4, 3)
+one, two = Toy(), Toy()
+o1 = opt(one)
+z = Zero2Optimizer(two, opt(two), clip=0.0, world_size=1)
+for step, (use_b, use_c2) in enumerate([(False, True), (True, True), (True, False)]):
+    o1.zero_grad(set_to_none=True)
+    one(x, use_b, use_c2).backward()
+    m1 = step_with_movement(o1)
+    z.zero_grad()
+    z.backward(two(x, use_b, use_c2))
+    try:
+        m2 = z.step_with_movement([["a"], ["b"], ["c1", "c2"]])
+    except WorkbenchError as err:
+        print("REFUSED", step + 1, err)
+        break
+    print("MOVE", step + 1, {k: (m1[k], m2[k]) for k in m1})
+    print("MAXDIFF", step + 1, max(float((p - q).abs().max()) for p, q in zip(one.parameters(), two.parameters())))
+"""
+
+
+@pytest.mark.slow   # one process with DeepSpeed's engine (about 50 s loaded: its import and start-up)
+@pytest.mark.timeout(300)
+def test_zero2_skips_an_untouched_group_as_adamw_does_and_refuses_a_partly_touched_one(tmp_path):
+    """A toy with three groups against plain per-tensor AdamW, bit for bit: group b gets no gradient on step 1 (no
+    move, no AdamW step counted, so step 2's bias correction is one process's), and on step 3 one of group c's two
+    tensors gets none, which ZeRO-2 cannot skip alone: one line naming it."""
+    from tests.training.test_accelerate import free_port
+
+    (tmp_path / "toy.py").write_text(TOY)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "DS_ACCELERATOR": "cpu", "LOCAL_RANK": "0", "RANK": "0",
+           "WORLD_SIZE": "1", "PORT": str(free_port())}
+    done = subprocess.run([sys.executable, str(tmp_path / "toy.py")], env=env, capture_output=True, text=True,
+                          timeout=240, cwd=str(tmp_path))
+    lines = [line for line in done.stdout.splitlines() if line.split(" ")[0] in ("MOVE", "MAXDIFF", "REFUSED")]
+    assert [line.split(" ")[:2] for line in lines] == [["MOVE", "1"], ["MAXDIFF", "1"], ["MOVE", "2"],
+                                                        ["MAXDIFF", "2"], ["REFUSED", "3"]], done.stderr[-3000:]
+    moves = [ast.literal_eval(lines[i].split(" ", 2)[2]) for i in (0, 2)]   # {group: (one process, zero2)}
+    assert all(a == b for m in moves for a, b in m.values()) and moves[0]["b"] == (0.0, 0.0) and moves[1]["b"][0] > 0
+    assert lines[1] == "MAXDIFF 1 0.0" and lines[3] == "MAXDIFF 2 0.0"
+    assert "trained tensor 'c2' got no gradient while the rest of its group 'c' did" in lines[4]
