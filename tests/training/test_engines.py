@@ -39,12 +39,13 @@ def one_process(tmp_path_factory):
     return root
 
 
-def launch(root, preset: str, out: str, *extra: str):
+def launch(root, preset: str, out: str, *extra: str) -> str:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}   # --cpu sets DS_ACCELERATOR=cpu for zero2
     done = subprocess.run([sys.executable, "-m", "workbench", "launch", str(root / "recipe.toml"), "--preset", preset,
                            "--processes", "2", "--cpu", "--out", str(root / out), *extra],
                           env=env, capture_output=True, text=True, timeout=540)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def train_records(run) -> list[dict]:
@@ -118,7 +119,8 @@ def test_zero2_resumes_from_its_checkpoint_where_the_uninterrupted_run_ends(one_
     shutil.rmtree(cut / "checkpoints" / "step_3")
     for name in ("trainable.safetensors", "provenance.json"):
         (cut / name).unlink()
-    launch(root, "zero2", "zero2-resumed", "--resume")
+    out = launch(root, "zero2", "zero2-resumed", "--resume", "--json")
+    assert json.loads(out)["finished"] is True   # stdout holds the summary alone (DeepSpeed's prints go to stderr)
     a = load_file(str(root / "one" / "trainable.safetensors"))
     b = load_file(str(cut / "trainable.safetensors"))
     start = load_file(str(cut / "checkpoints" / "step_2" / "trainable.safetensors"))

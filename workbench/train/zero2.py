@@ -24,7 +24,9 @@ for the optimizer in the trainer (`param_groups` with the real parameters and na
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from unittest import mock
 
 import torch
@@ -54,6 +56,12 @@ class Zero2Optimizer:
     """
 
     def __init__(self, looped, optimizer: torch.optim.Optimizer, clip: float, world_size: int):
+        # DeepSpeed print()s to stdout (its CPU accelerator's shared-memory op: "... built successfully"), where
+        # `workbench train --json` writes its one JSON object: everything it prints while starting goes to stderr.
+        with contextlib.redirect_stdout(sys.stderr):
+            self._start(looped, optimizer, clip, world_size)
+
+    def _start(self, looped, optimizer, clip: float, world_size: int) -> None:
         import deepspeed  # noqa: PLC0415 - optional: only a zero2 run imports it
 
         _quiet_deepspeed()
