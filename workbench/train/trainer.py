@@ -496,7 +496,7 @@ class Trainer:
 
     def _checkpoint(self, step: int) -> None:
         if isinstance(self.opt, Zero2Optimizer):
-            self.opt.gather_state()   # the full AdamW state, gathered on every rank (a collective)
+            self.opt.gather_state(keep=self.acc.is_main_process)   # a collective; the main process saves it
         if self.acc.is_main_process:
             rundir.save_checkpoint(self.run_dir, step, self.looped, self.groups, self.opt, self.opt_names,
                                    self.sched, dict(self.state), keep=self.recipe.checkpoint.keep,

@@ -72,6 +72,7 @@ class Zero2Optimizer:
         # DeepSpeed replaces each group's "params" by its flat fp32 partition: keep the real tensors and names.
         self.params = [list(g["params"]) for g in optimizer.param_groups]
         self.touched: set[int] = set()
+        self._gathered: dict | None = None   # the full AdamW state, between gather_state and state_dict
         self._hooks = [p.register_post_accumulate_grad_hook(self._touch) for ps in self.params for p in ps]
         numel = sum(p.numel() for ps in self.params for p in ps)
         # DeepSpeed's default 5e8-element reduce bucket is allocated whole: as large as every trained gradient for
@@ -187,30 +188,33 @@ class Zero2Optimizer:
                 for g, ps, s in zip(groups, self.params, sq.tolist())}
 
     # ------------------------------------------------------------------ checkpoints
-    def gather_state(self) -> dict:
-        """The full AdamW state in torch's per-parameter format (a collective: every rank calls it)."""
+    def gather_state(self, keep: bool) -> None:
+        """Gathers the full AdamW state in torch's per-parameter format (a collective: every rank calls it, one
+        tensor at a time); `keep` (the main process, which saves it) holds it for the next `state_dict` call."""
         from deepspeed.utils import safe_get_full_optimizer_state  # noqa: PLC0415 - optional
 
         state, index = {}, 0
         for g, ps in zip(self.client.param_groups, self.params):
-            flat = self.client.state.get(g["params"][0], {}) if g["params"] else {}
-            step = flat.get("step")
+            step = self.client.state.get(g["params"][0], {}).get("step")
             for p in ps:
-                if step is not None and float(step) > 0:
-                    state[index] = {"step": step.detach().clone(),
-                                    **{k: safe_get_full_optimizer_state(p, k).detach().clone() for k in _MOMENTS}}
+                if step is not None and float(step) > 0:   # never stepped: no state, as in one process
+                    full = {k: safe_get_full_optimizer_state(p, k).detach() for k in _MOMENTS}
+                    if keep:
+                        state[index] = {"step": step.detach().clone(), **full}
                 index += 1
-        self._gathered = state
-        return state
+        self._gathered = state if keep else None
 
     def state_dict(self) -> dict:
-        """What `gather_state` gathered (call it on every rank first), with the groups' hyperparameters."""
+        """What `gather_state(keep=True)` gathered (then released), with the groups' hyperparameters."""
+        if self._gathered is None:
+            raise RuntimeError("Zero2Optimizer.state_dict: call gather_state(keep=True) on this rank first")
         index, groups = 0, []
         for g, ps in zip(self.client.param_groups, self.params):
             groups.append({**{k: v for k, v in g.items() if k != "params"}, "params": list(range(index,
                                                                                                index + len(ps)))})
             index += len(ps)
-        return {"state": self._gathered, "param_groups": groups}
+        state, self._gathered = self._gathered, None   # the full moments are not held between checkpoints
+        return {"state": state, "param_groups": groups}
 
     def load_state_dict(self, sd: dict) -> None:
         """Loads a torch AdamW state dict (one process's or `state_dict`'s) into the partitions, after the trained
