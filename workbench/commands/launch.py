@@ -1,9 +1,9 @@
 """`workbench launch`: `workbench train` on several processes through `accelerate launch` and a preset.
 
-A preset is an accelerate config file; the shipped ones are in training/accelerate/ (ddp, fsdp2;
-docs/gpu.md). The preset, its engine and the GPUs it needs are checked before anything starts,
-so a preset naming an engine that is not installed (DeepSpeed here) or more GPUs than the
-machine has is one line and exit status 2, with nothing written.
+A preset is an accelerate config file; the shipped ones are in training/accelerate/ (ddp, fsdp2,
+zero2; docs/gpu.md). The preset, its engine and the GPUs it needs are checked before anything
+starts, so a preset naming an engine that is not installed or not driven here (DeepSpeed other
+than ZeRO-2) or more GPUs than the machine has is one line and exit status 2, with nothing written.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ PRESETS = Path(__file__).resolve().parents[2] / "training" / "accelerate"
 
 
 def preset_path(preset: str) -> Path:
-    """A shipped preset's file (ddp, fsdp2) or the given YAML file."""
+    """A shipped preset's file (ddp, fsdp2, zero2) or the given YAML file."""
     path = Path(preset)
     if path.suffix in (".yaml", ".yml"):
         if not path.is_file():
@@ -45,18 +45,18 @@ def check_preset(path: Path, processes: int, cpu: bool) -> dict:
     import torch
     import yaml
 
+    from workbench.train.sharding import check_deepspeed
+
     try:
         config = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise WorkbenchError(f"--preset {path}: not valid YAML ({str(err).splitlines()[0]})") from None
     kind = str(config.get("distributed_type", "NO")).upper()
     if kind == "DEEPSPEED":
-        missing = importlib.util.find_spec("deepspeed") is None
-        raise WorkbenchError(f"--preset {path} asks for DeepSpeed, which "
-                             + ("is not installed here" if missing else "this trainer does not drive (it steps its "
-                                                                        "own optimizer)")
-                             + "; use --preset ddp or fsdp2")
-    if kind == "FSDP":
+        ds = config.get("deepspeed_config") or {}
+        check_deepspeed(f"--preset {path}", ds.get("zero_stage", 2), ds.get("offload_optimizer_device"),
+                        ds.get("offload_param_device"), ds.get("deepspeed_config_file"))
+    elif kind == "FSDP":
         version = int((config.get("fsdp_config") or {}).get("fsdp_version", 1))
         if version != 2:
             raise WorkbenchError(f"--preset {path} asks for FSDP version {version}; this trainer shards with FSDP2 "
@@ -65,7 +65,7 @@ def check_preset(path: Path, processes: int, cpu: bool) -> dict:
             raise WorkbenchError(f"--preset {path} asks for FSDP2, which this torch build lacks")
     elif kind not in ("MULTI_GPU", "MULTI_CPU", "NO"):
         raise WorkbenchError(f"--preset {path}: distributed_type {kind} is not driven by this trainer "
-                             "(accepted: MULTI_GPU, MULTI_CPU, FSDP with fsdp_version 2)")
+                             "(accepted: MULTI_GPU, MULTI_CPU, FSDP with fsdp_version 2, DEEPSPEED with zero_stage 2)")
     if processes < 1:
         raise WorkbenchError(f"--processes {processes}: at least 1")
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -83,7 +83,7 @@ def _free_port() -> int:
 
 def launch(
     recipe: str = typer.Argument(..., help="A TOML recipe file or a shipped recipe's name (as for train)."),
-    preset: str = typer.Option("ddp", "--preset", help="ddp, fsdp2 (training/accelerate/) or an accelerate config "
+    preset: str = typer.Option("ddp", "--preset", help="ddp, fsdp2, zero2 (training/accelerate/) or an accelerate config "
                                ".yaml."),
     processes: int = typer.Option(2, "--processes", help="Processes (one per GPU)."),
     cpu: bool = typer.Option(False, "--cpu", help="Run the processes on the CPU over gloo (tests, no GPU)."),
@@ -121,5 +121,6 @@ def launch(
         cmd.append("--resume")
     ui = Output(quiet, as_json)
     cmd += ["--quiet"] * ui.quiet + ["--json"] * ui.as_json
-    env = {**os.environ, **({"ACCELERATE_USE_CPU": "1"} if cpu else {})}
+    # DeepSpeed picks its accelerator itself: on the CPU it must be told (its CPU accelerator, over gloo here).
+    env = {**os.environ, **({"ACCELERATE_USE_CPU": "1", "DS_ACCELERATOR": "cpu"} if cpu else {})}
     raise typer.Exit(subprocess.run(cmd, env=env).returncode)

@@ -132,8 +132,15 @@ def step_with_movement(optimizer) -> dict[str, float]:
     return out
 
 
-def liveness(looped) -> dict[str, float]:
-    """Gradient RMS of the re-entry's live parameters (W_p, W_s, gate; or alpha)."""
-    return {n: (0.0 if p.grad is None else float(p.grad.double().pow(2).mean().sqrt()))
-            for n, p in looped.reentry.named_parameters() if n in ("prelude_proj.weight", "state_proj.weight",
-                                                                    "gate", "alpha")}
+def liveness(looped, squares: dict[int, float] | None = None) -> dict[str, float]:
+    """Gradient RMS of the re-entry's live parameters (W_p, W_s, gate; or alpha).
+
+    `squares` ({id(param): sum of squares of its full gradient}) replaces `param.grad` where a rank holds only
+    part of the gradient (ZeRO-2, `workbench.train.zero2`)."""
+    def rms(p) -> float:
+        if squares is not None:
+            return math.sqrt(squares[id(p)] / max(p.numel(), 1))
+        return 0.0 if p.grad is None else float(p.grad.double().pow(2).mean().sqrt())
+
+    return {n: rms(p) for n, p in looped.reentry.named_parameters()
+            if n in ("prelude_proj.weight", "state_proj.weight", "gate", "alpha")}

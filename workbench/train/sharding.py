@@ -10,9 +10,10 @@ gradient would be reduced once per visit), the trained tensors are then plain te
 trainer reduces and saves exactly as in one process, and the tied embedding / LM head is never
 split (consolidated checkpoints that lose tied parameters cannot happen: none is sharded).
 
-Presets live in `training/accelerate/` (docs/gpu.md). DeepSpeed is not driven by this trainer
-(ZeRO-2 shards optimizer state and gradients inside DeepSpeed's own engine, which would replace
-the trainer's step); a preset asking for it is refused with one line.
+Presets live in `training/accelerate/` (docs/gpu.md). DeepSpeed is driven at ZeRO stage 2 only
+(`workbench.train.zero2`: the gradients and AdamW state of the trained tensors partitioned over the
+ranks, the trainer's own AdamW and records kept); another stage, offload, or a DeepSpeed JSON
+config file of the user's is refused with one line (`check_deepspeed`).
 """
 
 from __future__ import annotations
@@ -29,22 +30,40 @@ def _flag(name: str) -> bool:
     return os.environ.get(name, "false").lower() in ("1", "true", "yes")
 
 
+def check_deepspeed(where: str, stage, offload_optimizer=None, offload_param=None, config_file=None) -> None:
+    """Refuses, in one line, a DeepSpeed setting this trainer does not drive: it drives ZeRO stage 2 without offload,
+    from its own config (`workbench.train.zero2`). `where` names what was given (the preset)."""
+    if importlib.util.find_spec("deepspeed") is None:
+        raise WorkbenchError(f"{where} asks for DeepSpeed, which is not installed here (pip install deepspeed==0.19.8; "
+                             "or use training/accelerate/ddp.yaml or fsdp2.yaml)")
+    if config_file not in (None, "", "none"):
+        raise WorkbenchError(f"{where} gives a DeepSpeed config file ({config_file}); this trainer builds its own "
+                             "ZeRO-2 config: use deepspeed_config with zero_stage: 2 (training/accelerate/zero2.yaml)")
+    if str(stage) != "2":
+        raise WorkbenchError(f"{where} asks for DeepSpeed ZeRO stage {stage}; this trainer drives stage 2 only "
+                             "(training/accelerate/zero2.yaml)")
+    for name, value in (("offload_optimizer_device", offload_optimizer), ("offload_param_device", offload_param)):
+        if str(value or "none").lower() != "none":
+            raise WorkbenchError(f"{where} asks for DeepSpeed {name}: {value}; this trainer drives ZeRO-2 without "
+                                 "offload (none)")
+
+
 def requested_engine(num_processes: int) -> str:
-    """The engine `accelerate launch` set up for this process: none (one process), ddp or fsdp2.
+    """The engine `accelerate launch` set up for this process: none (one process), ddp, fsdp2 or zero2.
 
     Raises:
-        WorkbenchError: DeepSpeed, Megatron or FSDP version 1 (not driven by this trainer), or an
-            engine whose package is not installed.
+        WorkbenchError: DeepSpeed other than ZeRO-2 without offload, Megatron or FSDP version 1 (not driven by
+            this trainer), or an engine whose package is not installed.
     """
     if _flag("ACCELERATE_USE_DEEPSPEED"):
-        if importlib.util.find_spec("deepspeed") is None:
-            raise WorkbenchError("the accelerate preset asks for DeepSpeed, which is not installed here; "
-                                 "use training/accelerate/ddp.yaml or fsdp2.yaml")
-        raise WorkbenchError("the accelerate preset asks for DeepSpeed, which this trainer does not drive "
-                             "(it steps its own optimizer); use training/accelerate/ddp.yaml or fsdp2.yaml")
+        env = os.environ.get
+        check_deepspeed("the accelerate preset", env("ACCELERATE_DEEPSPEED_ZERO_STAGE", "2"),
+                        env("ACCELERATE_DEEPSPEED_OFFLOAD_OPTIMIZER_DEVICE"),
+                        env("ACCELERATE_DEEPSPEED_OFFLOAD_PARAM_DEVICE"), env("ACCELERATE_DEEPSPEED_CONFIG_FILE"))
+        return "zero2" if num_processes > 1 else "none"
     if _flag("ACCELERATE_USE_MEGATRON_LM"):
         raise WorkbenchError("the accelerate preset asks for Megatron-LM, which this trainer does not drive; "
-                             "use training/accelerate/ddp.yaml or fsdp2.yaml")
+                             "use training/accelerate/ddp.yaml, fsdp2.yaml or zero2.yaml")
     if _flag("ACCELERATE_USE_FSDP"):
         if os.environ.get("FSDP_VERSION", "1") != "2":
             raise WorkbenchError("the accelerate preset asks for FSDP version 1, whose frozen parameters used "

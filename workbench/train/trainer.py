@@ -53,6 +53,7 @@ from workbench.train.recipe import DENSE_KINDS, Recipe, Stage, TaskTable, dumps
 from workbench.train.resume import check_run_dir, keep_metrics_through, restore_newest
 from workbench.train.sharding import any_rank, reduce_grads, requested_engine, shard_frozen_base
 from workbench.train.steps import STEPS, StepInputs, hashed_seed
+from workbench.train.zero2 import Zero2Optimizer
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
 
@@ -101,7 +102,14 @@ class Trainer:
         self.recipe_dir = Path(recipe_dir) if recipe_dir is not None else Path.cwd()  # init_from resolves here
         self.acc, self.device = training_accelerator(device)   # --device; each rank's own under accelerate launch
         self.device_record = device_record(device, self.device)
-        self.engine, self.sharding = requested_engine(self.acc.num_processes), None   # ddp / fsdp2 (sharding.py)
+        self.engine, self.sharding = requested_engine(self.acc.num_processes), None   # ddp / fsdp2 / zero2 (sharding.py)
+        self.engine_record = ({"engine": "zero2", "world_size": self.acc.num_processes, "stage": 2,
+                               "partitioned": "gradients, fp32 master copy and AdamW state of the trained tensors",
+                               "whole": "the trained tensors and the frozen base, on every rank"}
+                              if self.engine == "zero2" else {"engine": self.engine})
+        if self.engine == "zero2" and recipe.optim.name != "adamw":
+            raise WorkbenchError(f"optim.name = '{recipe.optim.name}' under the zero2 preset: ZeRO-2 here partitions "
+                                 "AdamW's state only; use optim.name = 'adamw' or --preset ddp")
         self.stages = recipe.stages
         self.total = sum(s.steps for s in self.stages)
         self.main_total = sum(s.steps for s in self.stages if s.kind != "halting")
@@ -204,6 +212,8 @@ class Trainer:
 
     def build_optimizer(self, kind: str) -> None:
         """The main optimizer (every trained group but the halting head) or Stage 2's (head only)."""
+        if isinstance(self.opt, Zero2Optimizer):
+            self.opt.close()   # its DeepSpeed engine's gradient hooks go with it
         for p in self.looped.parameters():
             p.requires_grad_(False)
         r = self.recipe
@@ -221,6 +231,9 @@ class Trainer:
             factor = _lr_factor(r.optim.warmup_steps, self.main_total, r.optim.schedule)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
         self.params = [p for g in self.opt.param_groups for p in g["params"]]
+        if self.engine == "zero2":   # the same AdamW and groups, partitioned inside a DeepSpeed engine (zero2.py)
+            clip = 1.0 if kind == "halting" else r.optim.grad_clip
+            self.opt = Zero2Optimizer(self.looped, self.opt, clip, self.acc.num_processes)
         self.state["optimizer"] = "halting" if kind == "halting" else "main"
 
     def _freeze_for_stage2(self) -> None:
@@ -295,17 +308,28 @@ class Trainer:
             kl = kl_to_base(self.looped, self._rehearsal(step), self.teacher)
             info["kl_base"] = round(float(kl.detach()), 6)
             loss = loss + self.recipe.preserve.kl_weight * kl
-        loss.backward()
-        total_loss = reduce_grads(self.acc, self.params, loss.detach(), self.device)
+        zero2 = isinstance(self.opt, Zero2Optimizer)   # DeepSpeed reduces (an average, the loss scaled to a sum)
+        if zero2:
+            total_loss = self.opt.backward(loss)
+            squares = self.opt.grad_squares()          # of the full gradients, as one process reads them
+        else:
+            loss.backward()
+            total_loss = reduce_grads(self.acc, self.params, loss.detach(), self.device)
+            squares = None
         if not torch.isfinite(total_loss):
             self._stop_non_finite(step, f"the loss is {float(total_loss)}")
         if stage.kind != "halting" and loops >= 2 and "reentry" in self.groups:
-            self._check_liveness(step, info)
+            self._check_liveness(step, info, squares)
         clip = self.recipe.optim.grad_clip if stage.kind != "halting" else 1.0
-        grad_rms = group_rms(self.opt, lambda p: p.grad)
-        norm = torch.nn.utils.clip_grad_norm_(self.params, clip) if clip > 0 else torch.tensor(float("nan"))
         lr = {g["name"]: g["lr"] for g in self.opt.param_groups}
-        move = step_with_movement(self.opt)
+        if zero2:   # DeepSpeed clips inside its step, on the same global norm
+            grad_rms = self.opt.group_rms(squares)
+            norm = math.sqrt(sum(squares.values())) if clip > 0 else float("nan")
+            move = self.opt.step_with_movement(self.opt_names)
+        else:
+            grad_rms = group_rms(self.opt, lambda p: p.grad)
+            norm = torch.nn.utils.clip_grad_norm_(self.params, clip) if clip > 0 else torch.tensor(float("nan"))
+            move = step_with_movement(self.opt)
         self.sched.step()
         bad = next((self._param_name(p) for p in self.params if not torch.isfinite(p).all()), None)
         if bad is not None:
@@ -331,10 +355,10 @@ class Trainer:
         batch = rehearsal_batch(self.tok, texts, p.positions)
         return {k: v.to(self.device) for k, v in batch.items()}
 
-    def _check_liveness(self, step: int, info: dict) -> None:
+    def _check_liveness(self, step: int, info: dict, squares: dict | None = None) -> None:
         """W_p / W_s (or alpha) must get gradient on the first step through the re-entry; the gate on a
         later one (its gradient is (translated - h) * dL/du, exactly zero until W_p or W_s move)."""
-        grads = liveness(self.looped)
+        grads = liveness(self.looped, squares)
         if self.state["live_projections"] is None:
             need = [n for n in ("prelude_proj.weight", "state_proj.weight", "alpha") if n in grads]
             dead = [n for n in need if grads[n] == 0.0]
@@ -471,6 +495,8 @@ class Trainer:
         return guardrail_provenance(self.guardrail_base, self.run_dir / rundir.METRICS, self.recipe.guardrail.max_drop)
 
     def _checkpoint(self, step: int) -> None:
+        if isinstance(self.opt, Zero2Optimizer):
+            self.opt.gather_state(keep=self.acc.is_main_process)   # a collective; the main process saves it
         if self.acc.is_main_process:
             rundir.save_checkpoint(self.run_dir, step, self.looped, self.groups, self.opt, self.opt_names,
                                    self.sched, dict(self.state), keep=self.recipe.checkpoint.keep,
@@ -531,7 +557,7 @@ class Trainer:
                                                   "gate_step": self.state["live_gate"]},
                                      "stage2_frozen": None if frozen is None else True,
                                      "status": "finished", "precision": self.precision_record,
-                                     "device": self.device_record, "engine": self.sharding or {"engine": self.engine},
+                                     "device": self.device_record, "engine": self.sharding or self.engine_record,
                                      "guardrail": self._guardrail_record(), "lineage": self.lineage})
         self.acc.wait_for_everyone()
 
