@@ -108,3 +108,27 @@ def test_the_state_query_plain_arm_rereads_its_committed_loop_accuracy(specimen)
     frame = read_rows(looped, tok, rows, loops=8).frame()
     got = frame.merge(committed, on=["row_id", "loop"], suffixes=("", "_committed"), validate="one_to_one")
     assert len(got) == 16 * 8 and (got["predicted"] == got["predicted_committed"]).all()
+
+
+@pytest.mark.slow
+def test_the_park_model_rereads_its_committed_overshoot_cells():
+    """The Stage 1 model the park-* ledger rows read (issue 33 item 3): 8 rows per overshoot depth (1-3), read again
+    from the committed tensors to loop d + 5, give the committed predictions and classes (park / iterate / other),
+    and the model holds the answer on those rows past d, where iterate and park differ."""
+    from workbench.tasks.manifest import read_manifest
+    from workbench.tasks.reader import read_rows
+    from workbench.train.rundir import load_run
+
+    run = ROOT / "training" / "keepers" / "smollm2-chase-park-count"
+    committed = pd.read_parquet(run / "battery" / "overshoot.parquet")
+    looped, tok, info = load_run(run)                      # strict load, base hash checked; fp32 as the battery
+    assert info["provenance"]["status"] == "finished"
+    for depth in (1, 2, 3):
+        rows = [r for r in read_manifest(MANIFEST).rows if r["depth"] == depth][:8]
+        frame = read_rows(looped, tok, rows, loops=depth + 5).frame()
+        want = committed[(committed["depth"] == depth) & committed["row_id"].isin({r["row_id"] for r in rows})]
+        got = frame.merge(want, on=["row_id", "loop"], suffixes=("", "_committed"), validate="one_to_one")
+        assert len(got) == 8 * 5
+        assert (got["predicted"] == got["predicted_committed"]).all()
+        decidable = got[~got["coincide"]]
+        assert (decidable["predicted"] == decidable["park_symbol"]).mean() >= 0.5
