@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup browser demo check test clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	# The CPU build of torch lies on this machine's disk; a bare `torch` pulls a CUDA build.
