@@ -328,7 +328,7 @@ class Trainer:
             move = self.opt.step_with_movement(self.opt_names)
         else:
             grad_rms = group_rms(self.opt, lambda p: p.grad)
-            norm = torch.nn.utils.clip_grad_norm_(self.params, clip) if clip > 0 else torch.tensor(float("nan"))
+            norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip)) if clip > 0 else float("nan")
             move = step_with_movement(self.opt)
         self.sched.step()
         bad = next((self._param_name(p) for p in self.params if not torch.isfinite(p).all()), None)
