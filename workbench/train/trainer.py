@@ -27,6 +27,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
+import torch._dynamo
+from torch._dynamo.exc import FailOnRecompileLimitHit
 from tqdm.auto import tqdm
 
 from workbench.block_selection import resolve_block
@@ -382,7 +384,7 @@ class Trainer:
         # A Trainer set up by hand (setup() before run()) passed the gate in setup() and wrote the directory itself.
         gate = contextlib.nullcontext() if self.looped is not None else self._gate()
         lock = locked_dir(self.run_dir, "run directory") if main else contextlib.nullcontext()
-        with gate, lock:
+        with gate, lock, compile_limits(self.recipe.train.compile):
             return self._run(stop_after)
 
     def _gate(self):
@@ -569,6 +571,30 @@ class Trainer:
                 "before": evals[0]["acc"] if evals and evals[0]["step"] == 0 else None,
                 "after": evals[-1]["acc"] if evals else None, "wall_s": round(self.state["elapsed_s"], 1),
                 "device": self.device_record}
+
+
+# Every decoder layer shares one forward, so torch compiles it once per variant it meets: frozen Linear or LoRA
+# projections, grad mode on or off, an input that requires grad or not, each shape first static and then dynamic.
+# The default limit of 8 was reached in a run's first few steps, after which torch ran the remaining variants
+# eager without an error (the first whole-run measurement read that mix). The limit is raised for the run
+# and reaching it is an error, so a compiled run is compiled throughout or stops saying why.
+COMPILE_RECOMPILE_LIMIT = 64
+
+
+@contextlib.contextmanager
+def compile_limits(enabled: bool):
+    """The run's torch.compile settings: the recompile limit raised, and reaching it a one-line WorkbenchError."""
+    if not enabled:
+        yield
+        return
+    try:
+        with torch._dynamo.config.patch(recompile_limit=COMPILE_RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+            yield
+    except FailOnRecompileLimitHit as e:
+        raise WorkbenchError(f"[train] compile = true: torch recompiled the decoder layers' forward "
+                             f"{COMPILE_RECOMPILE_LIMIT} times, its limit for this run; rather than run the rest "
+                             "eager unannounced the run stops (TORCH_LOGS=recompiles lists why; "
+                             "set train.compile=false to train eager)") from e
 
 
 def train(recipe_path: str | Path, out: str | Path | None = None,
