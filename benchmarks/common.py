@@ -223,10 +223,14 @@ def machine() -> dict:
 
 
 def _commit() -> str | None:
+    """The checkout's short commit, with "-dirty" when tracked files differ from it (the code that ran is not that
+    commit's alone)."""
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BENCH_DIR, capture_output=True,
-                             text=True, timeout=10)
-        return out.stdout.strip() or None
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=BENCH_DIR, capture_output=True,
+                              text=True, timeout=10).stdout.strip()
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=BENCH_DIR,
+                                 capture_output=True, text=True, timeout=10).stdout.strip()
+        return (head + ("-dirty" if changed else "")) or None
     except (OSError, subprocess.SubprocessError):
         return None
 

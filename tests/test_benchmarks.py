@@ -177,3 +177,36 @@ def test_table_lists_every_benchmark(bench, smoke):
     assert f"{forced['median']:.2f}×" in text  # the table shows the measured ratio, not a stale one
     for name in SMOKE:
         assert records[name]["command"] in text
+
+
+def _run(wall: float, losses: list[float], acc: float = 1.0, guard: int = 46) -> dict:
+    cells = {"1": {"1": 1.0}, "2": {"1": 1.0, "2": acc}}
+    return {"wall_s": wall, "losses": losses, "final_eval": cells, "guardrail": {"correct": guard, "total": 64}}
+
+
+def test_compile_whole_run_rule_fails_the_policies_it_must(bench):
+    """The whole-run rule (fixed before the run): 1.15x, loss windows and held-out cells; planted runs on each side."""
+    cw = bench("compile_whole_run")
+    losses = [0.5 + 0.1 * ((7 * i) % 5) for i in range(45)]           # 3 windows: 20, 20, 5 steps
+    same = [x + 1e-3 for x in losses]
+
+    def judge(eager: dict, compiled: dict) -> dict:
+        return cw.verdict([{"eager": eager, "compiled": compiled}], per_depth=64)
+
+    v = judge(_run(120.0, losses), _run(100.0, same))
+    assert v["adopt"] and v["speedup"]["median"] == pytest.approx(1.2)
+    assert v["windows_matched"] == [3, 3] and v["cells_matched"] == [3, 3]
+    # "always adopt" fails on time alone: identical training, 1.10x
+    v = judge(_run(110.0, losses), _run(100.0, same))
+    assert not v["adopt"] and v["checks"] == {"time": False, "loss_curve": True, "held_out": True}
+    # fast but training differently: a loss curve shifted by a window's spread, a cell off, the guardrail off
+    assert not judge(_run(200.0, losses), _run(100.0, [x + 0.2 for x in losses]))["checks"]["loss_curve"]
+    assert not judge(_run(200.0, losses), _run(100.0, same, acc=0.8))["checks"]["held_out"]
+    assert not judge(_run(200.0, losses), _run(100.0, same, guard=30))["checks"]["held_out"]
+    # the median of rounds decides, with each ratio taken within its round
+    rounds = [{"eager": _run(e, losses), "compiled": _run(c, same)} for e, c in ((120, 100), (300, 200), (90, 100))]
+    assert cw.verdict(rounds, 64)["speedup"]["median"] == pytest.approx(1.2)
+    lo, hi = cw.wilson(64, 64)
+    assert hi == 1.0 and lo == pytest.approx(0.9434, abs=1e-4)
+    with pytest.raises(ValueError, match="logged 45 and 44"):
+        cw.loss_windows(losses, same[:-1])
