@@ -142,7 +142,7 @@ class TrainTable:
 
     block: bool = declared(True)                    # full-block budget: the looped block's own weights train
     precision: str = declared("fp32", one_of("fp32", "bf16"))  # bf16: frozen weights bf16, trainables fp32
-    compile: bool = declared(False)                 # torch.compile every decoder layer (benchmarks/precision.py)
+    compile: bool = declared(False)                 # torch.compile every decoder layer; off: 0.86x on a whole run (docs/gpu.md)
 
 
 @dataclass(frozen=True)
