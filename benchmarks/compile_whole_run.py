@@ -42,6 +42,8 @@ from pathlib import Path
 
 import common
 
+from workbench.analysis.stats import wilson
+
 NAME = "compile_whole_run"
 ROOT = common.BENCH_DIR.parent
 DEFAULT_RECIPE = ROOT / "training" / "smollm2_lora_chase_anneal.toml"
@@ -51,16 +53,6 @@ Z = 1.96
 
 
 # ----------------------------------------------------------------------------- the rule
-def wilson(k: int, n: int, z: float = Z) -> tuple[float, float]:
-    """Wilson score interval of k successes in n."""
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return (max(0.0, centre - half), min(1.0, centre + half))
-
-
 def loss_windows(eager: list[float], compiled: list[float], window: int = WINDOW) -> list[dict]:
     """Per window of `window` steps: both means, the two-sample 95% half-width, and whether they match."""
     if len(eager) != len(compiled):

@@ -210,3 +210,12 @@ def test_compile_whole_run_rule_fails_the_policies_it_must(bench):
     assert hi == 1.0 and lo == pytest.approx(0.9434, abs=1e-4)
     with pytest.raises(ValueError, match="logged 45 and 44"):
         cw.loss_windows(losses, same[:-1])
+
+
+def test_the_committed_whole_run_verdict_is_its_rule_applied_to_its_rounds(bench):
+    """benchmarks/results/compile_whole_run.json: the verdict the README quotes follows from the runs it records."""
+    cw = bench("compile_whole_run")
+    rec = json.loads((BENCH / "results" / "compile_whole_run.json").read_text())["results"]
+    assert cw.verdict(rec["rounds"], per_depth=64) == rec["verdict"]
+    assert not rec["verdict"]["adopt"] and round(rec["verdict"]["speedup"]["median"], 2) == 0.86
+    assert all(r["compiled"]["recompile_limit_hit"] == 0 for r in rec["rounds"])
