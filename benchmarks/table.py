@@ -19,7 +19,7 @@ from workbench.io import atomic_path
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 ORDER = ("forced_read", "readout_memory", "hook_overhead", "loop_cost", "training_step", "cpu_efficiency", "precision",
-         "early_exit")
+         "early_exit", "prompt_lens")
 
 
 def load(results_dir: Path) -> dict[str, dict]:
@@ -139,6 +139,12 @@ def rows_for(name: str, rec: dict) -> list[list[str]]:
                         f"{r['row_loops'][case]} of {r['row_loops']['fixed']} (the layer model leaves out the "
                         "memory attention, which runs from loop 2 on)", "–"])
         return out
+    if name == "prompt_lens":
+        lens = r["times"]["lens_one_forward"]["wall"]
+        return [[f"`wb.lens` on one prompt ({r['seq']} tokens), T = {r['loops']}: one forward reading every loop",
+                  f"< {r['target_s']:.0f} s", f"{lens['median']:.2f} s ({lens['min']:.2f}–{lens['max']:.2f})",
+                  f"T forwards instead: {_r(r['ratio_per_loop_to_lens'])}; loop T vs the T-loop forward: "
+                  f"max |Δp| {r['max_abs_diff_last_loop']:.0e}", _met(r["target_met"])]]
     raise KeyError(name)
 
 

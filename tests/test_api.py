@@ -23,6 +23,7 @@ SURFACE = {
     "HaltPolicy", "hook_name", "loop_hook_names", "stack_loops", "build_rows", "read_manifest", "write_manifest",
     "read_rows", "read_answers", "train_recipe", "load_run", "resolve_run", "identity_report", "select_block", "probe",
     "probe_names", "load_battery", "run_battery", "load_results", "read_summary", "build_ledger", "WorkbenchError",
+    "lens",
 }
 
 

@@ -106,6 +106,7 @@ SMOKE = {
     "cpu_efficiency": ["--rows", "2", "--loops", "2", "--batch", "2", "--depth", "2"],
     "precision": ["--batch", "2", "--depth", "2", "--read-rows", "2", "--read-loops", "2", "--mm-reps", "1"],
     "early_exit": ["--rows", "4", "--loops", "3", "--alphabet", "4"],
+    "prompt_lens": ["--loops", "3"],
 }
 
 
@@ -126,6 +127,8 @@ def _ratios(name: str, r: dict) -> list[float]:
         return _clocks(r["speedup"]) + [v["median"] for v in r["tokens_per_s"].values()]
     if name == "early_exit":
         return [x for v in r["ratio_to_fixed"].values() for x in _clocks(v)] + list(r["predicted_layers"].values())
+    if name == "prompt_lens":
+        return _clocks(r["ratio_per_loop_to_lens"]) + _clocks(r["times"]["lens_one_forward"])
     if name == "precision":
         return (_clocks(r["train_speedup"]) + _clocks(r["read_speedup"]) + list(r["achieved_gflops"].values())
                 + [v for k, m in r["matmul"].items() if k != "weighted" for v in m["gflops"].values()])
@@ -163,6 +166,8 @@ def test_benchmark_runs_on_a_tiny_model(smoke, name):
         assert r["row_loops"] == {"fixed": 4 * 3, "half_at_1": 2 * 1 + 2 * 3, "all_at_1": 4}
         a, k, c = r["split"]
         assert r["predicted_layers"]["all_at_1"] == pytest.approx((a + k + c) / (a + 3 * k + c))
+    if name == "prompt_lens":  # the lens's last loop is the model's own output
+        assert r["max_abs_diff_last_loop"] < 1e-5 and r["loops"] == 3
     if name == "precision":  # the same model in both precisions: the same loss up to bf16 rounding
         assert r["loss_check"]["bf16"] == pytest.approx(r["loss_check"]["fp32"], rel=0.05)
         assert r["step_flops"] > 0 and 0 < r["read_argmax_agreement"] <= 1

@@ -51,6 +51,7 @@ _EXPORTS: dict[str, str] = {
     "identity_report": "workbench.loop.identity",
     "select_block": "workbench.block_selection",
     "probe": "workbench.api",
+    "lens": "workbench.lens",  # a per-loop lens on any prompt
     "probe_names": "workbench.api",
     "load_battery": "workbench.probes.battery",
     "run_battery": "workbench.probes.battery",
@@ -71,6 +72,7 @@ __all__ = [
     "build_rows",
     "hook_name",
     "identity_report",
+    "lens",
     "load_base",
     "load_battery",
     "load_looped",

@@ -22,6 +22,7 @@ from workbench.commands.demo import demo
 from workbench.commands.figures import figures
 from workbench.commands.identity import identity
 from workbench.commands.launch import launch
+from workbench.commands.lens import lens
 from workbench.commands.probe import probe
 from workbench.commands.report import report
 from workbench.commands.rows import rows
@@ -51,6 +52,7 @@ app.command("select-block")(select_block)
 app.command("train")(train)
 app.command("launch")(launch)
 app.command("probe")(probe)
+app.command("lens")(lens)
 app.command("compare")(compare)
 app.command("report")(report)
 app.command("figures")(figures)

@@ -53,7 +53,7 @@ from workbench.io import (
 )
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import retrofit
-from workbench.models import load_base, load_looped, weights_sha256
+from workbench.models import TINY_CONFIGS, load_base, load_looped, weights_sha256
 from workbench.native import native_family
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
@@ -158,6 +158,39 @@ def load_checkpoint(spec: str):
     }
 
 
+def load_model(spec: str, block: str | None = None):
+    """Returns (looped, tokenizer, info) for any model a reading command takes (`lens`, `generate`).
+
+    `spec` is what `load_checkpoint` takes (a run directory or keeper name, a native looped model,
+    `untrained:...`), or a base model (an HF directory, a .gguf, the embedded default, a tiny config) with
+    `block` "A:B": a fresh, untrained retrofit of that base looping layers A..B-1 (`untrained:BASE:A:B`).
+
+    Raises:
+        WorkbenchError: a base without `block`, a `block` beside a model that has its own, a malformed block.
+    """
+    spec = str(spec)
+    if block is not None:
+        lo, sep, hi = str(block).partition(":")
+        if not sep or not lo.isdigit() or not hi.isdigit():
+            raise WorkbenchError(f"--block '{block}' is not A:B (e.g. 10:16: layers 10..15 looped)")
+        if spec.startswith(UNTRAINED) or native_family(spec) is not None or _is_run(spec):
+            raise WorkbenchError(f"--block is for a base model; '{spec}' has its own block (drop --block)")
+        return load_checkpoint(f"{UNTRAINED}{spec}:{lo}:{hi}")
+    if not spec.startswith(UNTRAINED) and native_family(spec) is None and not _is_run(spec) and _is_base(spec):
+        raise WorkbenchError(f"'{spec}' is a base model: give --block A:B to loop its layers A..B-1 "
+                             f"(e.g. --block 10:16), or a run directory, keeper or native looped model")
+    return load_checkpoint(spec)
+
+
+def _is_run(spec: str) -> bool:
+    return (resolve_run(spec) / RETROFIT).is_file()
+
+
+def _is_base(spec: str) -> bool:
+    path = Path(spec).expanduser()
+    return spec in TINY_CONFIGS or spec == EMBEDDED_DEFAULT or path.suffix == ".gguf" or (path / "config.json").is_file()
+
+
 def _native(spec: str):
     looped, tok = load_looped(spec)
     digest = weights_sha256(looped.base)
@@ -204,9 +237,16 @@ def run_probe(name: str, model, tokenizer, rows: list[dict], options: dict, cont
     """Runs one probe with `options` (unknown ones are errors) plus the `context` values it accepts.
 
     Returns {table name: DataFrame}.
+
+    Raises:
+        NotApplicable: "needs <field>, ..." when a row lacks a field the probe declares (`ProbeSpec.needs`),
+            before it runs; or the probe's own reason.
     """
     module = get_probe(name)
     check_options(name, options)
+    lacking = module.lacking(rows)
+    if lacking:
+        raise NotApplicable(f"needs {', '.join(lacking)}")
     params = inspect.signature(module.run).parameters
     kwargs = {k: v for k, v in context.items() if k in params and v is not None}
     kwargs.update(options)
@@ -330,4 +370,4 @@ def _created_by() -> str:
         return "workbench"
 
 
-__all__ = ["PROBES", "load_battery", "load_checkpoint", "plan", "run_battery", "run_probe"]
+__all__ = ["PROBES", "load_battery", "load_checkpoint", "load_model", "plan", "run_battery", "run_probe"]
