@@ -23,7 +23,7 @@ SURFACE = {
     "HaltPolicy", "hook_name", "loop_hook_names", "stack_loops", "build_rows", "read_manifest", "write_manifest",
     "read_rows", "read_answers", "train_recipe", "load_run", "resolve_run", "identity_report", "select_block", "probe",
     "probe_names", "load_battery", "run_battery", "load_results", "read_summary", "build_ledger", "WorkbenchError",
-    "lens",
+    "lens", "read_user_rows", "generate",
 }
 
 
@@ -43,6 +43,14 @@ def test_every_public_name_resolves_with_a_docstring_and_type_hints(name):
     missing = [p for p in sig.parameters if sig.parameters[p].annotation is inspect.Parameter.empty]
     assert missing == [], f"{name}: parameters without a type hint: {missing}"
     assert sig.return_annotation is not inspect.Signature.empty, f"{name} has no return type"
+
+
+def test_no_public_name_is_also_a_module_of_the_package():
+    """`import workbench.x` binds `workbench.x` to the module: a public name `x` would then read as the module, not
+    the function, depending on what was imported before (`wb.lens` once did)."""
+    package = ROOT / "workbench"
+    modules = {p.stem for p in package.glob("*.py")} | {p.name for p in package.iterdir() if (p / "__init__.py").is_file()}
+    assert sorted(SURFACE & modules) == []
 
 
 def test_docs_api_lists_every_public_name():

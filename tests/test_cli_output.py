@@ -76,6 +76,8 @@ CASES = {  # command -> its arguments, given the inputs and a fresh output folde
     "select-block": lambda i, d: ["select-block", "--model", "tiny-llama", "--corpus", i / "corpus.txt",
                                   "--window", "2", "--out", d / "sel"],
     "train": lambda i, d: ["train", i / "recipe.toml", "--out", d / "run"],
+    "generate": lambda i, d: ["generate", "tiny-llama", "--block", "2:4", "-p", "Hello", "--loops", "1,2",
+                              "--max-new-tokens", "3"],
 }
 WITH_BARS = ("probe", "select-block", "train")   # the cases whose library calls draw bars on a terminal
 

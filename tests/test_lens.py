@@ -16,7 +16,7 @@ import torch
 from tests.conftest import perturb
 from workbench import cli
 from workbench.errors import WorkbenchError
-from workbench.lens import fit_tuned_lens, lens, load_tuned_lens, save_tuned_lens
+from workbench.lenses import fit_tuned_lens, lens, load_tuned_lens, save_tuned_lens
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base, load_looped
 

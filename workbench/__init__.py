@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "build_rows": "workbench.tasks",
     "read_manifest": "workbench.tasks.manifest",
     "write_manifest": "workbench.tasks.manifest",
+    "read_user_rows": "workbench.tasks.user",  # a user's own rows (`workbench rows --from`), checked
     "read_rows": "workbench.tasks.reader",
     "read_answers": "workbench.tasks.reader",
     # runs: training one, loading one
@@ -51,7 +52,8 @@ _EXPORTS: dict[str, str] = {
     "identity_report": "workbench.loop.identity",
     "select_block": "workbench.block_selection",
     "probe": "workbench.api",
-    "lens": "workbench.lens",  # a per-loop lens on any prompt
+    "lens": "workbench.lenses",  # a per-loop lens on any prompt
+    "generate": "workbench.generation",  # the continuation under every loop count
     "probe_names": "workbench.api",
     "load_battery": "workbench.probes.battery",
     "run_battery": "workbench.probes.battery",
@@ -70,6 +72,7 @@ __all__ = [
     "attach_lora",
     "build_ledger",
     "build_rows",
+    "generate",
     "hook_name",
     "identity_report",
     "lens",
@@ -86,6 +89,7 @@ __all__ = [
     "read_manifest",
     "read_rows",
     "read_summary",
+    "read_user_rows",
     "resolve_run",
     "retrofit",
     "run_battery",
@@ -117,6 +121,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
     from workbench.api import probe, probe_names
     from workbench.block_selection import select_block
     from workbench.errors import WorkbenchError
+    from workbench.generation import generate
     from workbench.loop.config import LoraSettings, RetrofitConfig
     from workbench.loop.halting import HaltPolicy
     from workbench.loop.hooks import hook_name, loop_hook_names, stack_loops
@@ -129,4 +134,5 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
     from workbench.tasks import build_rows
     from workbench.tasks.manifest import read_manifest, write_manifest
     from workbench.tasks.reader import read_answers, read_rows
+    from workbench.tasks.user import read_user_rows
     from workbench.train.trainer import train as train_recipe

@@ -20,6 +20,7 @@ from workbench.commands.claims import claims
 from workbench.commands.compare import compare
 from workbench.commands.demo import demo
 from workbench.commands.figures import figures
+from workbench.commands.generate import generate
 from workbench.commands.identity import identity
 from workbench.commands.launch import launch
 from workbench.commands.lens import lens
@@ -53,6 +54,7 @@ app.command("train")(train)
 app.command("launch")(launch)
 app.command("probe")(probe)
 app.command("lens")(lens)
+app.command("generate")(generate)
 app.command("compare")(compare)
 app.command("report")(report)
 app.command("figures")(figures)

@@ -262,6 +262,14 @@ def ranges(ints: Iterable[int]) -> str:
     return ", ".join(out)
 
 
+def depth_ranges(depths: Iterable[int]) -> str:
+    """`ranges` of the depths given, then "not given" when some row has depth 0 (a user's row without one,
+    `workbench.tasks.user`): "1-3", "1-3, not given", "not given"."""
+    ints = {int(d) for d in depths}
+    known = [d for d in ints if d >= 1]
+    return ", ".join(([ranges(known)] if known else []) + (["not given"] if len(known) < len(ints) else []))
+
+
 # ----------------------------------------------------------------------------- comparing specimens
 @dataclass
 class Pairing:

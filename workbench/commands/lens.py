@@ -28,7 +28,7 @@ def read_prompts(prompt: list[str] | None, prompts_file: Path | None) -> list[st
         except UnicodeDecodeError as err:
             raise WorkbenchError(f"--prompts '{path}' is not UTF-8 text (byte {err.start})") from None
         out += [line.replace("\\n", "\n") for line in lines if line.strip()]
-    from workbench.lens import check_prompts
+    from workbench.lenses import check_prompts
 
     return check_prompts(out)
 
@@ -47,7 +47,7 @@ def lens(
     top_k: int = typer.Option(5, "--top-k", help="Most probable tokens listed per loop and lens."),
     target: Optional[list[str]] = typer.Option(None, "--target", help="A token whose rank is listed (repeatable); "
                                                "exactly one token, e.g. ' Paris' with its leading space."),
-    tuned: Optional[Path] = typer.Option(None, "--tuned", help="A tuned lens saved by workbench.lens.save_tuned_lens."),
+    tuned: Optional[Path] = typer.Option(None, "--tuned", help="A tuned lens saved by workbench.lenses.save_tuned_lens."),
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write an offline HTML page: a loop x position "
                                             "map of the top token and its probability per prompt and lens."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --html page the workbench wrote."),
@@ -57,7 +57,7 @@ def lens(
 ) -> None:
     """Per-loop lens on your prompts: top tokens, probabilities, entropy and KL to the last loop, every loop."""
     from workbench.devices import resolve_device
-    from workbench.lens import parse_positions, target_ids
+    from workbench.lenses import parse_positions, target_ids
 
     ui = Output(quiet, as_json)
     texts = read_prompts(prompt, prompts_file)
@@ -65,7 +65,7 @@ def lens(
     if top_k < 1:
         raise WorkbenchError(f"--top-k {top_k} must be at least 1")
     if tuned is not None and not Path(tuned).is_file():
-        raise WorkbenchError(f"--tuned '{tuned}' does not exist (write one with workbench.lens.save_tuned_lens)")
+        raise WorkbenchError(f"--tuned '{tuned}' does not exist (write one with workbench.lenses.save_tuned_lens)")
     run_on = resolve_device(device)
     gate = None
     if html_out is not None:
@@ -80,8 +80,8 @@ def lens(
     ui.step(f"loading {model}")
     looped, tok, info = load_model(model, block)
     target_ids(tok, target)                     # a target that is not one token: refused before any forward
-    from workbench.lens import check_loops
-    from workbench.lens import lens as read_lens
+    from workbench.lenses import check_loops
+    from workbench.lenses import lens as read_lens
 
     T = check_loops(looped, loops)
     looped.to(run_on)
@@ -110,7 +110,7 @@ def print_lens(frame, top: int = 3) -> None:
     from rich.table import Table
 
     from workbench.analysis.headlines import console
-    from workbench.lens import loop_table
+    from workbench.lenses import loop_table
 
     con = console()
     prompts = frame.attrs.get("prompts", [])

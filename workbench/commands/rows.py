@@ -1,4 +1,10 @@
-"""`workbench rows`: generate a task family and freeze it as a row manifest (JSONL + sidecar)."""
+"""`workbench rows`: generate a task family, or check a user's own rows, and freeze them as a row manifest.
+
+`--task` names a built-in family (chase, phop, state, state_query, arith: `--depths` and `--seed`
+required) or a user's generator function `module:function`; `--from FILE.jsonl` reads a user's
+rows (`workbench.tasks.user`: every row checked against `--model`'s tokenizer, the first bad one
+named in one line, nothing written).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ import typer
 from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError
+
+PER_DEPTH = 128  # --per-depth of the built-in tasks
 
 
 def parse_depths(spec: str) -> list[int]:
@@ -33,11 +41,15 @@ def parse_depths(spec: str) -> list[int]:
 
 
 def rows(
-    task: str = typer.Option("chase", "--task", help="chase, phop, state, state_query or arith."),
+    task: str = typer.Option(None, "--task", help="chase (the default), phop, state, state_query, arith, or "
+                             "module:function (your generator of rows in the --from format)."),
+    source: Path = typer.Option(None, "--from", help="Your own rows: a .jsonl of prompt, answer and optional "
+                                "candidates, depth, chain, id (docs/cli.md), each checked."),
     alphabet: int = typer.Option(None, "--alphabet", help="Symbols N (chase: 8, 16, 24; phop: 32). Default 16 / 32."),
-    depths: str = typer.Option(..., "--depths", help="'1-14' or '1,2,5'."),
-    per_depth: int = typer.Option(128, "--per-depth", help="Rows at each depth."),
-    seed: int = typer.Option(..., "--seed", help="Base seed, hashed with each row's key."),
+    depths: str = typer.Option(None, "--depths", help="'1-14' or '1,2,5' (required for the built-in tasks)."),
+    per_depth: int = typer.Option(None, "--per-depth", help=f"Rows at each depth (built-in tasks: {PER_DEPTH})."),
+    seed: int = typer.Option(None, "--seed", help="Base seed, hashed with each row's key (required for the "
+                             "built-in tasks)."),
     out: Path = typer.Option(..., "--out", help="The .jsonl file to write; its sidecar goes beside it."),
     surface: str = typer.Option("symbolic", "--surface", help="chase: symbolic, relay or pointer."),
     symbols: str = typer.Option(
@@ -53,23 +65,50 @@ def rows(
     as_json: bool = JSON,
 ) -> None:
     """Write a frozen row manifest: F.jsonl and F.manifest.json."""
-    from workbench.tasks import build_rows
+    from workbench.tasks import TASKS, build_rows
     from workbench.tasks.manifest import sidecar_path, write_manifest
 
     if Path(out).suffix != ".jsonl":
         raise WorkbenchError(f"--out '{out}' must end in .jsonl")
     from workbench.io import gate_output
 
+    user = source is not None or (task is not None and ":" in task)
+    if source is not None and task is not None:
+        raise WorkbenchError("give --from FILE or --task, not both (--from reads your rows; --task generates them)")
+    task = task or "chase"
+    if user:
+        given = {"--alphabet": alphabet is not None, "--surface": surface != "symbolic", "--symbols": symbols is not None,
+                 "--permutation": permutation, "--split": split != "test"}
+        if source is not None:
+            given.update({"--depths": depths is not None, "--per-depth": per_depth is not None, "--seed": seed is not None})
+        extra = next((k for k, v in given.items() if v), None)
+        if extra is not None:
+            raise WorkbenchError(f"{extra} is an option of the built-in tasks ({', '.join(TASKS)}); "
+                                 f"{'--from' if source is not None else f'--task {task}'} takes none")
+    else:
+        for name, value in (("--depths", depths), ("--seed", seed)):
+            if value is None:
+                raise WorkbenchError(f"--task {task} needs {name} (e.g. --depths 1-7 --seed 1)")
+    wanted = parse_depths(depths) if depths is not None else None
     # a frozen manifest is replaced only when asked, and only one the workbench wrote: both files, before any work
     gates = [gate_output(path, "rows", kind="file", overwrite=overwrite) for path in (Path(out), sidecar_path(out))]
-    tokenizer = _tokenizer(model) if task in ("chase", "phop") else None
-    generated = build_rows(task, parse_depths(depths), per_depth, seed, alphabet=alphabet, tokenizer=tokenizer,
-                           surface=surface, symbol_set=symbols, permutation=permutation, split=split)
-    meta = {
-        "task": task, "alphabet": alphabet, "depths": depths, "per_depth": per_depth, "seed": seed,
-        "surface": surface, "symbols": symbols, "permutation": permutation, "split": split,
-        "tokenizer": model if tokenizer is not None else None,
-    }
+    if user:
+        from workbench.tasks.user import Deferred, read_user_rows, task_rows
+
+        tokenizer = Deferred(lambda: _tokenizer(model))   # loaded once every row's form is checked
+        made = (read_user_rows(source, tokenizer) if source is not None
+                else task_rows(task, tokenizer, seed=seed, depths=wanted, per_depth=per_depth))
+        generated, meta = made.rows, {**made.meta, "tokenizer": model}
+    else:
+        per_depth = PER_DEPTH if per_depth is None else per_depth
+        tokenizer = _tokenizer(model) if task in ("chase", "phop") else None
+        generated = build_rows(task, wanted, per_depth, seed, alphabet=alphabet, tokenizer=tokenizer,
+                               surface=surface, symbol_set=symbols, permutation=permutation, split=split)
+        meta = {
+            "task": task, "alphabet": alphabet, "depths": depths, "per_depth": per_depth, "seed": seed,
+            "surface": surface, "symbols": symbols, "permutation": permutation, "split": split,
+            "tokenizer": model if tokenizer is not None else None,
+        }
     for gate in gates:
         gate.recheck()
     sidecar = write_manifest(generated, out, meta=meta)

@@ -25,6 +25,7 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 
 from workbench.errors import WorkbenchError
 from workbench.loop.attention import pattern_hook
+from workbench.loop.cache import LoopCache
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.hooks import StrictHookNames, hook_name
 from workbench.loop.positions import last_real_token, position_ids
@@ -159,6 +160,12 @@ class LoopedLM(StrictHookNames, HookedRootModule):
     def config(self):
         return self.base.config
 
+    def new_cache(self, loops: int) -> LoopCache:
+        """An empty KV cache for decoding at `loops` loops (`workbench.loop.cache.LoopCache`): one slot per
+        (loop, layer) use of the shared layers. Exact with loop-time memory too (it attends along loop time only)."""
+        self._check_loops(loops)
+        return LoopCache(self.config, (self.a, self.b), self.n_layers, loops)
+
     def _check_hook_names(self, names) -> None:
         """Raises WorkbenchError for a hook name this retrofit lacks: TransformerLens would silently skip it."""
         unknown = [n for n in names if isinstance(n, str) and n not in self.hook_dict]
@@ -170,35 +177,44 @@ class LoopedLM(StrictHookNames, HookedRootModule):
         if not isinstance(loops, int) or not 1 <= loops <= self.max_loops:
             raise WorkbenchError(f"loops={loops!r} is outside 1..{self.max_loops} (this retrofit's max_loops)")
 
-    def _context(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None):
-        """Embeddings, per-layer-type masks, position ids and rotary tables: the base model's own."""
+    def _context(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cache: LoopCache | None = None):
+        """Embeddings, per-layer-type masks, position ids and rotary tables: the base model's own.
+
+        With a `cache` (decoding), `input_ids` are the new tokens and `attention_mask` covers the cached ones too;
+        the ctx then carries the cache as a fifth element, which `_layer` hands to every layer."""
         if input_ids.dim() != 2 or 0 in input_ids.shape:
             raise WorkbenchError(f"input_ids of shape {tuple(input_ids.shape)} must be [batch >= 1, seq >= 1]")
         limit = self.config.max_position_embeddings
-        if input_ids.shape[-1] > limit:  # refused before eager attention allocates [b, heads, s, s]
-            raise WorkbenchError(f"a prompt of {input_ids.shape[-1]} tokens is longer than the model's {limit} "
+        length = input_ids.shape[-1] if cache is None or attention_mask is None else attention_mask.shape[-1]
+        if length > limit:  # refused before eager attention allocates [b, heads, s, s]
+            raise WorkbenchError(f"a prompt of {length} tokens is longer than the model's {limit} "
                                  "positions (max_position_embeddings); give shorter prompts")
         inner = self.base.model
         x = inner.embed_tokens(input_ids)
         if attention_mask is None:
-            pos = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+            seen = 0 if cache is None else cache.get_seq_length()
+            pos = torch.arange(seen, seen + x.shape[1], device=x.device).unsqueeze(0)
         else:
-            pos = position_ids(attention_mask)
+            pos = position_ids(attention_mask)[:, -x.shape[1]:]  # counted over real tokens, cached ones included
         # Always build the mask: with eager attention an absent mask is not causal.
-        kw = dict(config=self.config, inputs_embeds=x, attention_mask=attention_mask, cache=None, position_ids=pos)
+        kw = dict(config=self.config, inputs_embeds=x, attention_mask=attention_mask, cache=cache, position_ids=pos)
         masks = {"full_attention": create_causal_mask(**kw)}
         layer_types = getattr(self.config, "layer_types", None) or ["full_attention"] * self.n_layers
         if "sliding_attention" in layer_types:
             masks["sliding_attention"] = create_sliding_window_causal_mask(**kw)
         rope = inner.rotary_emb(x, pos)
-        return x, [masks[layer_types[i]] for i in range(self.n_layers)], pos, rope
+        ctx = (x, [masks[layer_types[i]] for i in range(self.n_layers)], pos, rope)
+        return ctx if cache is None else (*ctx, cache)
 
     def _layer(self, i: int, h: torch.Tensor, ctx, pattern: HookPoint | None = None) -> torch.Tensor:
-        _, masks, pos, rope = ctx
+        _, masks, pos, rope, *cache = ctx
+        kw = dict(attention_mask=masks[i], position_ids=pos, position_embeddings=rope)
+        if cache:
+            kw["cache"] = cache[0]
         if pattern is not None and (pattern.fwd_hooks or pattern.bwd_hooks):
             with pattern_hook(self.config, pattern):
-                return self.layers[i](h, attention_mask=masks[i], position_ids=pos, position_embeddings=rope)
-        return self.layers[i](h, attention_mask=masks[i], position_ids=pos, position_embeddings=rope)
+                return self.layers[i](h, **kw)
+        return self.layers[i](h, **kw)
 
     def _coda(self, t: int, h: torch.Tensor, ctx) -> torch.Tensor:
         """Coda layers and the final norm on loop t's state: [b, s, d] -> [b, s, d]."""
@@ -211,13 +227,17 @@ class LoopedLM(StrictHookNames, HookedRootModule):
         return self.loop[str(t)].halt.hook_prob(self.halting(h, attention_mask))
 
     # ----------------------------------------------------------------- the loop
-    def _loop(self, input_ids, attention_mask, loops: int):
+    def _loop(self, input_ids, attention_mask, loops: int, cache: LoopCache | None = None):
         """Yields (t, h_t, ctx) for t = 1..loops; the recurrence of docs/architecture.md."""
         self._check_loops(loops)
-        ctx = self._context(input_ids, attention_mask)
+        if cache is not None and cache.loops != loops:
+            raise WorkbenchError(f"this cache holds {cache.loops} loops; a forward of {loops} loops was asked for")
+        ctx = self._context(input_ids, attention_mask, cache)
         h, p = self._prelude(ctx)
         past: dict[int, list[tuple]] = {i: [] for i in range(self.a, self.b)}
         for t in range(1, loops + 1):
+            if cache is not None:
+                cache.at_loop(t)
             h = self._step(t, h, p, ctx, past)
             yield t, h, ctx
 
@@ -252,12 +272,16 @@ class LoopedLM(StrictHookNames, HookedRootModule):
         return sites.hook_state(h)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                loops: int = 1) -> LoopedOutput:
-        """Returns `LoopedOutput(logits=[batch, pos, vocab])` read through the Coda at loop `loops` (fp32)."""
+                loops: int = 1, cache: LoopCache | None = None) -> LoopedOutput:
+        """Returns `LoopedOutput(logits=[batch, pos, vocab])` read through the Coda at loop `loops` (fp32).
+
+        `cache` (a `new_cache(loops)`) decodes incrementally: the first call fills it with the prompt, each
+        later one gives only the new tokens, with `attention_mask` over every token so far."""
         with autocast(self.precision, input_ids.device.type):
-            for t, h, ctx in self._loop(input_ids, attention_mask, loops):
+            for t, h, ctx in self._loop(input_ids, attention_mask, loops, cache):
                 if self.halting is not None:
-                    self._halt_prob(t, h, attention_mask)
+                    mask = attention_mask if attention_mask is None else attention_mask[:, -h.shape[1]:]
+                    self._halt_prob(t, h, mask)
             normed = self.loop[str(loops)].hook_readout(self._coda(loops, h, ctx))
         if self.precision == "fp32":
             return LoopedOutput(logits=self.base.lm_head(normed))

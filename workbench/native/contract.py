@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
+from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from workbench.errors import WorkbenchError
@@ -147,15 +148,25 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
 
     # ----------------------------------------------------------------- forward and reads
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, loops: int | None = None,
-                position_ids: torch.Tensor | None = None) -> LoopedOutput:
+                position_ids: torch.Tensor | None = None, cache=None) -> LoopedOutput:
         """Returns `LoopedOutput(logits=[batch, pos, vocab])` read through the Coda at pass `loops` (default native).
 
         Positions default to `workbench.loop.positions.position_ids(attention_mask)`; pass `position_ids` to
         choose them (transformers' own forward counts padding: give it the same ids to compare).
+        `cache` (a `new_cache(loops)`) decodes incrementally: the first call fills it with the prompt, each later
+        one gives only the new tokens, with `attention_mask` over every token so far (positions continue per row).
         """
         loops = self._loops(loops)
-        pos = self._positions(input_ids, attention_mask, position_ids)
-        ctx = self._context(input_ids, attention_mask, pos, None, loops)
+        if cache is None:
+            pos = self._positions(input_ids, attention_mask, position_ids)
+        else:
+            if getattr(cache, "workbench_loops", loops) != loops:
+                raise WorkbenchError(f"this cache holds {cache.workbench_loops} passes; a forward of {loops} was asked for")
+            whole = input_ids if attention_mask is None else attention_mask
+            pos = self._positions(whole, attention_mask, position_ids)
+            if pos is not None and position_ids is None:
+                pos = pos[:, -input_ids.shape[1]:]
+        ctx = self._context(input_ids, attention_mask, pos, cache, loops, use_cache=cache is not None)
         for t, carry in self._run(ctx, loops):
             pass
         normed = self.loop[str(loops)].hook_readout(self._coda(loops, carry, ctx))
@@ -220,11 +231,21 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
         return weight[candidates]
 
     # ----------------------------------------------------------------- generation
+    def new_cache(self, loops: int | None = None):
+        """An empty KV cache for decoding at `loops` passes (default native) through `forward(..., cache=...)`.
+
+        transformers' own cache (`DynamicCache(config=...)`), which the family's context extends to one copy of the
+        looped layers' slots per pass at any pass count 1..max_loops: exact past the native count too."""
+        cache = DynamicCache(config=self.config)
+        cache.workbench_loops = self._loops(loops)
+        return cache
+
     def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs):
         """transformers' `generate` on the base model, its inner forward replaced by the adapter's hooked passes.
 
         Runs at the native pass count (the KV cache holds one copy of the looped layers per native pass);
-        hooks attached with `hooks(...)` fire at every decoding step.
+        hooks attached with `hooks(...)` fire at every decoding step. `workbench.generation.generate` decodes at
+        any pass count 1..max_loops (on `new_cache`) and equals this at the native one.
         """
         inner = self.text_model
         inner.forward = self._inner_forward

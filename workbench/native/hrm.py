@@ -17,6 +17,7 @@ KV cache slot (`cycle_offset`), as in transformers.
 
 from __future__ import annotations
 
+import copy
 from contextlib import nullcontext
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from transformer_lens.hook_points import HookPoint
 from transformers.cache_utils import DynamicCache
 from transformers.masking_utils import create_causal_mask
 
+from workbench.errors import WorkbenchError
 from workbench.loop.attention import pattern_hook
 from workbench.native.contract import Carry, NativeLoopedLM, Site, hooked
 
@@ -81,6 +83,11 @@ class HrmLooped(NativeLoopedLM):
         inputs_embeds = inputs_embeds * tm.embedding_scale
         if use_cache and cache is None:
             cache = DynamicCache(config=cfg)
+        slots = self.n_stack * loops * (cfg.L_cycles + 1)      # every L and H invocation's own slot, as transformers
+        if cache is not None and len(cache.layers) < slots:    # past the native count: the config sized it for H_cycles
+            if cache.get_seq_length() > 0:
+                raise WorkbenchError(f"this cache was filled at fewer than {loops} H cycles; start a new one")
+            cache.layers += [copy.deepcopy(cache.layers[k % len(cache.layers)]) for k in range(len(cache.layers), slots)]
         if position_ids is None:
             past_seen_tokens = cache.get_seq_length() if cache is not None else 0
             position_ids = torch.arange(inputs_embeds.shape[1], device=inputs_embeds.device) + past_seen_tokens

@@ -1,6 +1,6 @@
 """The lens on your own prompts drawn: per prompt, a loop x position map of the top token and its probability.
 
-`lens_figure(frame, prompt_index, lens)` draws one prompt's reading through one lens (`workbench.lens.lens`'s
+`lens_figure(frame, prompt_index, lens)` draws one prompt's reading through one lens (`workbench.lenses.lens`'s
 tidy frame); `lens_page(frame, title)` is the offline HTML page `workbench lens --html` writes: plotly.js
 embedded once, every text escaped, one figure per prompt and lens.
 """

@@ -194,6 +194,24 @@ def batches(tokenizer, rows: list[dict], batch_size: int, device=None):
         yield idx, (enc.to(device) if device is not None else enc)
 
 
+UNKNOWN_DEPTH_LOOPS = 8  # loops read on rows whose depth is not given, when the model names no count of its own
+
+
+def default_loops(model, rows: list[dict], at_least: int = 1) -> int:
+    """The loops a probe reads when its battery gives no `loops`: the rows' max depth (at least `at_least`).
+
+    A row whose depth is not given (depth 0, `workbench.tasks.user`) is read to the model's own loop count
+    instead: `native_loops` (a native looped model), else 8 or the model's `max_loops` when smaller; never
+    below a given depth.
+    """
+    depths = [r["depth"] for r in rows]
+    if all(d >= 1 for d in depths):
+        return max(at_least, max(depths))
+    own = getattr(model, "native_loops", None) or min(UNKNOWN_DEPTH_LOOPS,
+                                                      getattr(model, "max_loops", None) or UNKNOWN_DEPTH_LOOPS)
+    return max(at_least, own, *[d for d in depths if d >= 1])
+
+
 def check_loops(model, loops: int) -> int:
     """Returns `loops` if the model can run that many, else raises naming its max_loops."""
     limit = getattr(model, "max_loops", None)

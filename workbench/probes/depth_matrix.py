@@ -188,6 +188,7 @@ def _num(x: float) -> float | None:
 
 SPEC = ProbeSpec(
     name="depth_matrix", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "answer", "symbols", "chain", "depth"),
     title="Depth × loop accuracy and the frontier",
     about="Active-label accuracy at every loop t ≤ d; the diagonal is the final answer.",
     figures=(

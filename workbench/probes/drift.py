@@ -33,7 +33,7 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
-from workbench.probes.common import batches, check_loops
+from workbench.probes.common import batches, check_loops, default_loops
 from workbench.probes.spec import Figure, ProbeSpec
 
 POSITIONS = ("all", "read")
@@ -45,7 +45,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, k: int = 8
     """Returns {"drift", "drift__concentration", "drift__heads"} (see the module docstring).
 
     Args:
-        loops: T (default the rows' max depth, at least 2).
+        loops: T (default the rows' max depth, at least 2; `common.default_loops` when a row gives none).
         k: PCA components per loop.
         positions: "all" real positions or the "read" position of each row.
         layer: the block layer whose o_proj defines the head subspaces (default the last).
@@ -56,7 +56,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, k: int = 8
     layer = model.b - 1 if layer is None else int(layer)
     if not model.a <= layer < model.b:
         raise WorkbenchError(f"drift layer {layer} is not a block layer; accepted: {model.a}..{model.b - 1}")
-    T = check_loops(model, loops or max(2, max(r["depth"] for r in rows)))
+    T = check_loops(model, loops or default_loops(model, rows, at_least=2))
     states = collect_states(model, tokenizer, rows, T, positions, max_samples, batch_size, seed, progress)
     if min(len(s) for s in states) <= k:
         raise WorkbenchError(f"drift needs more than k={k} pooled states per loop, got {min(len(s) for s in states)}")
@@ -219,6 +219,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 SPEC = ProbeSpec(
     name="drift", run=run, summarize=summarize, headline=headline,
+    needs=("prompt",),
     title="Subspace drift",
     about="How far each loop's state subspace moves, and where the drift concentrates.",
     figures=(

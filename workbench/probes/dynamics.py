@@ -23,7 +23,8 @@ lambda (h_t - h*)), and
     marginal  otherwise                steps of about constant size (an orbit, or a slow walk)
 
 (docs/analyses.md; band = 0.1: rho <= 0.9 settling, rho >= 1.11 drifting). A row whose steps
-are all zero is settling (rho = 0).
+are all zero is settling (rho = 0). A row whose depth is not given (depth 0, a user's row,
+`workbench.tasks.user`) is classed from pass 1 (t0 = 1) and its passes' past_depth is None.
 
 Tables:
     dynamics: row_id, depth, layer, loop, rel_step, angle_deg, dist_last, past_depth, beyond_support
@@ -40,7 +41,7 @@ import pandas as pd
 from workbench.analysis.headlines import Headline, counted, measured
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
-from workbench.probes.common import check_loops, require_symbols
+from workbench.probes.common import check_loops, default_loops, require_symbols
 from workbench.probes.passes import read_passes
 from workbench.probes.spec import Figure, ProbeSpec
 
@@ -60,7 +61,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, layers=Non
         support: the trained support, marking passes beyond it (the battery passes the checkpoint's).
     """
     require_symbols(rows, "dynamics")
-    T = check_loops(model, loops or max(3, getattr(model, "max_loops", None) or max(r["depth"] for r in rows)))
+    T = check_loops(model, loops or max(3, getattr(model, "max_loops", None) or default_loops(model, rows)))
     if T < 3:
         raise WorkbenchError(f"dynamics needs at least 3 passes (two steps), got loops={T}")
     if not 0 < band < 1:
@@ -120,9 +121,9 @@ def layer_tables(rows: list[dict], h: np.ndarray, layer: int, band: float,
         d = row["depth"]
         for t in range(1, T + 1):
             records.append((row["row_id"], d, layer, t, rel[r, t - 1] if t < T else np.nan,
-                            angle[r, t - 2] if 2 <= t < T else np.nan, dist[r, t - 1], t > d,
+                            angle[r, t - 2] if 2 <= t < T else np.nan, dist[r, t - 1], t > d if d >= 1 else None,
                             support is not None and t > support))
-        t0 = max(1, min(d, T - 2))
+        t0 = max(1, min(d, T - 2))   # a depth not given (0): from pass 1
         rate = contraction_rate(s[r], t0)
         per_row.append((row["row_id"], d, layer, t0, rate, float(rel[r, -1]), classify(rate, band)))
     return (pd.DataFrame.from_records(records, columns=["row_id", "depth", "layer", "loop", "rel_step", "angle_deg",
@@ -195,14 +196,18 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
         words.append(f"the heads' read-position attention moves by {js[a]:.3g} nats (mean JS) between passes {a} and "
                      f"{a + 1} and {js[b]:.3g} between {b} and {b + 1}")
     shares = ", ".join(f"{nb.text()} {c}" for c, nb in zip(CLASSES, numbers))
-    sentence = (f"Past each row's depth the state (block layer {layer}) is {shares} of {n} rows (median contraction "
-                f"rate {rate:.3g})" if n else "No rows")
+    unknown = int((rows["depth"] < 1).sum()) if n else 0   # a user's rows without a depth: classed from pass 1
+    where = ("From pass 1 (no row gives a depth)" if unknown == n else
+             "Past each row's depth (from pass 1 where a row gives none)" if unknown else "Past each row's depth")
+    sentence = (f"{where} the state (block layer {layer}) is {shares} of {n} rows (median contraction rate "
+                f"{rate:.3g})" if n else "No rows")
     sentence += ("; " + "; ".join(words)) if words else ""
     return Headline("dynamics", numbers, sentence + ".")
 
 
 SPEC = ProbeSpec(
     name="dynamics", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "answer", "symbols"),
     title="Loop dynamics",
     about="Step size, step angle and distance to the last state per pass and block layer, each head's attention "
           "divergence between passes, and each row classed settling, marginal or drifting past its depth.",

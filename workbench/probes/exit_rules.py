@@ -43,7 +43,7 @@ import pandas as pd
 from workbench.analysis.headlines import Headline, measured, proportion
 from workbench.analysis.stats import paired_counts
 from workbench.errors import WorkbenchError
-from workbench.probes.common import check_loops, require_symbols, split_rows
+from workbench.probes.common import check_loops, default_loops, require_symbols, split_rows
 from workbench.probes.halting import RULES as HEAD_RULES
 from workbench.probes.halting import THRESHOLDS as HEAD_THRESHOLDS
 from workbench.probes.halting import _depths as head_depths
@@ -61,7 +61,8 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, rules=RULE
     """Returns the four tables of the module docstring.
 
     Args:
-        loops: T, the budget (default the rows' max depth, at least 2).
+        loops: T, the budget (default the rows' max depth, at least 2; `common.default_loops` when a row gives
+            none).
         rules: the rules to sweep (see the module docstring).
         grids: {rule: thresholds} replacing a rule's default grid.
         heads: {name: Stage 2 run directory} of more halting heads on the same frozen model.
@@ -73,7 +74,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, rules=RULE
     unknown = [r for r in [*rules, *(grids or {})] if r not in RULES]
     if unknown:
         raise WorkbenchError(f"exit rule '{unknown[0]}' is unknown; accepted: {', '.join(RULES)}")
-    T = check_loops(model, loops or max(2, max(r["depth"] for r in rows)))
+    T = check_loops(model, loops or default_loops(model, rows, at_least=2))
     extra = {name: load_head(model, path) for name, path in (heads or {}).items()}
     passes = read_passes(model, tokenizer, rows, T, batch_size, progress, heads={n: h for n, (h, _) in extra.items()},
                          desc="exit_rules")
@@ -315,6 +316,7 @@ def _rule_depths(rep: pd.DataFrame, pick) -> pd.Series | None:
 
 SPEC = ProbeSpec(
     name="exit_rules", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "answer", "symbols"),
     title="Post-hoc exit rules",
     about="Exit rules read off the passes (argmax stability, KL, entropy, step size and its second difference, max "
           "probability) swept on calibration rows, against fixed depths, the oracle and the learned halting heads.",

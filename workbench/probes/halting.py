@@ -51,6 +51,7 @@ from workbench.probes import NotApplicable
 from workbench.probes.common import (
     batches,
     check_loops,
+    default_loops,
     read_final,
     row_candidates,
     shared_candidates,
@@ -71,7 +72,8 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds
     "halting__adaptive".
 
     Args:
-        loops: T, the budget (default the rows' max depth, at least 2).
+        loops: T, the budget (default the rows' max depth, at least 2; `common.default_loops` when a row gives
+            none).
         heads: {method name: run directory} of more Stage 2 heads trained on the same frozen model.
         calibration: share of each depth's rows used to choose thresholds (never reported).
     Raises:
@@ -79,7 +81,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds
     """
     if getattr(model, "halting", None) is None:
         raise NotApplicable("the model has no halting head (retrofit with halting=True to train one)")
-    T = check_loops(model, loops or max(2, max(r["depth"] for r in rows)))
+    T = check_loops(model, loops or default_loops(model, rows, at_least=2))
     extra = {name: load_head(model, path) for name, path in (heads or {}).items()}
     read = read_final(model, tokenizer, rows, T, batch_size, progress, {n: h for n, (h, _) in extra.items()})
     cal_rows, rep_rows = split_rows(rows, calibration, seed)
@@ -286,6 +288,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 SPEC = ProbeSpec(
     name="halting", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "answer", "symbols"),
     title="Halting",
     about="The compute-accuracy curve: accuracy against mean loops for every fixed depth, the oracle, the halting "
           "heads over their thresholds and a confidence exit, chosen on calibration rows and read on the others; hard "

@@ -193,6 +193,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 SPEC = ProbeSpec(
     name="heads", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "depth", "table", "start"),
     title="Head specialisation",
     about="Attention mass from the read position onto the table line of the current symbol, per loop, layer and head.",
     figures=(

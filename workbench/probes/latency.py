@@ -28,7 +28,7 @@ import torch
 
 from workbench.analysis.headlines import Headline, measured
 from workbench.devices import device_of
-from workbench.probes.common import check_loops, row_candidates, shared_candidates, token_lengths
+from workbench.probes.common import check_loops, default_loops, row_candidates, shared_candidates, token_lengths
 from workbench.probes.spec import Figure, ProbeSpec
 from workbench.tasks.reader import encode_prompts
 
@@ -38,11 +38,11 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, batch_size
     """Returns the latency table (see the module docstring).
 
     Args:
-        loops: T (default the rows' max depth).
+        loops: T (default the rows' max depth; `common.default_loops` when a row gives none).
         batch_size: rows in the fixed batch.
         repeats: timed calls per measurement (the median is kept).
     """
-    T = check_loops(model, loops or max(r["depth"] for r in rows))
+    T = check_loops(model, loops or default_loops(model, rows))
     lengths = token_lengths(tokenizer, rows)
     common = Counter(lengths).most_common(1)[0][0]
     batch = [r for r, n in zip(rows, lengths) if n == common][:batch_size]
@@ -135,6 +135,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 SPEC = ProbeSpec(
     name="latency", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "symbols"),
     title="Latency",
     about="Measured cost ratios against the ratios the layer count predicts.",
     figures=(

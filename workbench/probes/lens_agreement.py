@@ -31,6 +31,7 @@ lens differs ("tuned"), each in an order drawn by `seed`.
 
 Tables:
     lens_agreement: row_id, depth, loop, lens, top1, label, final, agree_final, agree_label, kl_final, past_depth
+        (label, agree_label and past_depth None where a user's row gives no chain or depth, `workbench.tasks.user`)
     lens_agreement__pairs: row_id, depth, loop, pair, agree
     lens_agreement__summary: loop, lens, measure, value, low, high, n, method — means over rows with 95%
         intervals (Wilson for agreements, row bootstrap for KL); `lens` is a pair name for agree_pair
@@ -57,6 +58,7 @@ from workbench.loop.positions import last_real_token
 from workbench.probes.common import (
     batches,
     check_loops,
+    default_loops,
     iterate_from,
     require_symbols,
     row_candidates,
@@ -79,7 +81,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, fit_fracti
     """Returns the five tables of the module docstring.
 
     Args:
-        loops: T, the passes read (default the rows' max depth).
+        loops: T, the passes read (default the rows' max depth; `common.default_loops` when a row gives none).
         fit_fraction: share of each depth's rows that fit the tuned lens (never evaluated).
         ridge: the tuned lens's ridge strength (relative, as the logit_lens probe's).
         max_causal: most disagreeing cells spliced (picked by `seed`); 0 skips the causal column.
@@ -90,7 +92,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, fit_fracti
         WorkbenchError: the coda lens at t = T is not the model's output (beyond `tolerance`).
     """
     require_symbols(rows, "lens_agreement")
-    T = check_loops(model, loops or max(r["depth"] for r in rows))
+    T = check_loops(model, loops or default_loops(model, rows))
     if horizon < 0 or max_causal < 0 or check_rows < 1:
         raise WorkbenchError(f"lens_agreement needs horizon >= 0, max_causal >= 0 and check_rows >= 1, got "
                              f"{horizon}, {max_causal}, {check_rows}")
@@ -166,9 +168,13 @@ def _log_softmax(x: np.ndarray) -> np.ndarray:
 
 
 def label_of(row: dict, t: int) -> str | None:
-    """x_t of a row: f^t(x_0) for function-table rows (past the depth too), chain[t-1] for t <= d otherwise."""
+    """x_t of a row: f^t(x_0) for function-table rows (past the depth too), chain[t-1] for t <= d otherwise;
+    a row without a chain (`workbench.tasks.user`) has its answer as the label at t = d, and none when its depth
+    is not given."""
     if "table" in row:
         return iterate_from(row, row["start"], t)
+    if row.get("chain") is None:
+        return row["answer"] if t == row["depth"] else None
     chain = row.get("chain") or []
     return chain[t - 1] if t <= len(chain) else None
 
@@ -191,7 +197,8 @@ def agreement_tables(rows: list[dict], logits: dict[str, np.ndarray]) -> tuple[p
                 tops[lens] = top
                 kl = float((np.exp(final_logp[e]) * (final_logp[e] - _log_softmax(x))).sum())
                 records.append((row["row_id"], row["depth"], t, lens, top, label, final, top == final,
-                                None if label is None else top == label, max(kl, 0.0), t > row["depth"]))
+                                None if label is None else top == label, max(kl, 0.0),
+                                t > row["depth"] if row["depth"] >= 1 else None))   # None: depth not given
             for a, b in combinations(LENSES, 2):
                 if a in tops and b in tops:
                     pairs.append((row["row_id"], row["depth"], t, f"{a}-{b}", tops[a] == tops[b]))
@@ -341,7 +348,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
     f = tables["lens_agreement"]
     f = f.set_index(f["row_id"] + "@" + f["loop"].astype(str))
     numbers, words = [], []
-    inside = f[f["loop"] <= f["depth"]]
+    inside = f[(f["loop"] <= f["depth"]) & f["agree_label"].notna()]   # a user's row without a chain: only t = d
     for lens in [x for x in LENSES if x in set(f["lens"])]:
         g = inside[inside["lens"] == lens]
         if len(g):
@@ -354,6 +361,11 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
                                       g["agree_final"].astype(float), g["row_id"]))
     sentence = (f"At pass t ≤ d (d = {ranges(f['depth'])}, {f['row_id'].nunique()} rows) " + "; ".join(words)
                 if words else "No pass within the depth")
+    if not words and (f["depth"] < 1).any():   # rows from a user's file without a depth: no pass has a label x_t
+        finals = [n for n in numbers if n.key.startswith("final_")]
+        agree = [f"{WORDS[n.key.removeprefix('final_')]} agrees with the final output in {n.text()} of (row, pass) "
+                 "entries" for n in finals]
+        sentence = f"No row gives a depth ({f['row_id'].nunique()} rows), so no pass has a label x_t; " + "; ".join(agree)
     causal = tables.get("lens_agreement__causal")
     if causal is not None and len(causal):
         j = 1 if (causal["j"] == 1).any() else 0
@@ -387,6 +399,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 SPEC = ProbeSpec(
     name="lens_agreement", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "answer", "symbols"),
     title="Lens agreement per pass",
     about="Logit, coda and tuned lens at every pass against the row's x_t, the final output and each other; where "
           "they disagree, which lens's reading a splice into another row carries.",

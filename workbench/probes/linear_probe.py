@@ -171,6 +171,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 SPEC = ProbeSpec(
     name="linear_probe", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "depth", "table", "start"),
     title="Linear probes",
     about="Decodability of x_{t−1}, x_t, x_{t+1} from the loop state against a label-permutation null.",
     figures=(

@@ -11,9 +11,15 @@ At the read position of every loop t, from one forward per row batch:
            vector makes the lens agree with the final loop's Coda readout over the whole vocabulary.
 Evaluation rows only are reported, for every lens alike.
 
+Rows from a user's file (`workbench.tasks.user`) may give no chain and no depth: a row without a
+chain is read for its answer alone (chain_index d, or 0 when the depth is not given either); a row
+whose depth is not given counts as final at the last loop T (the tuned lens's target, as
+lens_agreement's), and the headline reads the answer's rank at T for those rows.
+
 Tables:
-    logit_lens: row_id, depth, loop, lens, chain_index (k of x_k, 1..d), symbol, rank (0 = top among
-        the task's candidates), prob (softmax over the task's candidates)
+    logit_lens: row_id, depth, loop, lens, chain_index (k of x_k, 1..d; a row without a chain: its answer
+        at k = d, or k = 0 when the depth is not given), symbol, rank (0 = top among the task's candidates),
+        prob (softmax over the task's candidates)
     logit_lens__top: row_id, loop, lens, k (0..top_k-1), token (decoded), prob (softmax over the vocabulary)
 """
 
@@ -24,13 +30,14 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.analysis.headlines import Headline, clustered_mean, judge_above, ranges
+from workbench.analysis.headlines import Headline, clustered_mean, judge_above, proportion, ranges
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name, stack_loops
 from workbench.probes.common import (
     batches,
     check_loops,
+    default_loops,
     require_symbols,
     row_candidates,
     shared_candidates,
@@ -47,18 +54,19 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, fit_fracti
     """Returns {"logit_lens": per (row, loop, lens, chain symbol), "logit_lens__top": per (row, loop, lens, k)}.
 
     Args:
-        loops: T (default the rows' max depth).
+        loops: T (default the rows' max depth; `common.default_loops` when a row gives none).
         fit_fraction: share of each depth's rows used to fit the tuned lens (never evaluated).
         ridge: ridge strength, relative to the mean squared norm of the centred fit states.
         top_k: top tokens over the whole vocabulary per (row, loop, lens).
     """
     require_symbols(rows, "logit_lens")
-    T = check_loops(model, loops or max(r["depth"] for r in rows))
+    T = check_loops(model, loops or default_loops(model, rows))
     fit_rows, eval_rows = split_rows(rows, fit_fraction, seed)
     states, readouts = collect(model, tokenizer, rows, T, batch_size, progress)
     where = {r["row_id"]: i for i, r in enumerate(rows)}
     fit_idx, eval_idx = [where[r["row_id"]] for r in fit_rows], [where[r["row_id"]] for r in eval_rows]
     depths = np.array([r["depth"] for r in rows])
+    depths = np.where(depths >= 1, depths, T)  # a depth not given (0): final at the last loop
     final = np.minimum(depths, T) - 1  # each row's final loop, the tuned lens's target
     maps = fit_tuned(states[fit_idx], readouts[fit_idx, final[fit_idx]], depths[fit_idx], ridge)
     vectors = lens_vectors(model, states[eval_idx], readouts[eval_idx], maps)   # {lens: [E, T, D]}
@@ -131,6 +139,13 @@ def _logits(model, vectors: np.ndarray, ids: torch.Tensor | None = None) -> torc
     return (out if transform is None else transform(out)).double().cpu()
 
 
+def targets(row: dict) -> list[tuple[int, str]]:
+    """(k, x_k) of every chain symbol; a row without a chain: its answer at k = d, or k = 0 (depth not given)."""
+    if row.get("chain") is not None:
+        return list(enumerate(row["chain"], 1))
+    return [(max(row["depth"], 0), row["answer"])]
+
+
 @torch.no_grad()
 def symbol_table(model, tokenizer, rows, vectors) -> pd.DataFrame:
     """Rank and candidate probability of every chain symbol x_1..x_d at every loop and lens."""
@@ -143,7 +158,7 @@ def symbol_table(model, tokenizer, rows, vectors) -> pd.DataFrame:
             for t in range(V.shape[1]):
                 if torch.isnan(logits[t]).any():
                     continue
-                for k, x in enumerate(row["chain"], 1):
+                for k, x in targets(row):
                     j = row["symbols"].index(x)
                     rank = int((logits[t] > logits[t, j]).sum())
                     records.append((row["row_id"], row["depth"], t + 1, lens, k, x, rank, float(probs[t, j])))
@@ -178,7 +193,16 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
         by_loop = g.groupby("loop").agg(top1=("rank", lambda r: float((r == 0).mean())), prob=("prob", "mean"))
         out[lens] = {"top1": round(float((g["rank"] == 0).mean()), 4), "mean_prob": round(float(g["prob"].mean()), 4),
                      "top1_by_loop": {str(int(t)): round(float(v), 4) for t, v in by_loop["top1"].items()}}
-    return {"lenses": out, "rows": int(f["row_id"].nunique()), "headline": headline(tables).to_dict()}
+    answers = last_loop_answers(f)
+    extra = {"answer_top1_last_loop": {lens: round(float((g["rank"] == 0).mean()), 4)
+                                       for lens, g in answers.groupby("lens")}} if len(answers) else {}
+    return {"lenses": out, **extra, "rows": int(f["row_id"].nunique()), "headline": headline(tables).to_dict()}
+
+
+def last_loop_answers(f: pd.DataFrame) -> pd.DataFrame:
+    """The entries of rows whose depth is not given (chain_index 0: their answer) at the last loop read."""
+    answers = f[f["chain_index"] == 0]
+    return answers[answers["loop"] == f["loop"].max()]
 
 
 LENS_WORDS = {"coda": "the Coda readout", "raw": "the raw lens (no Coda)", "tuned": "the tuned lens"}
@@ -204,12 +228,27 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
         first = LENS_WORDS.get(numbers[0].key.removeprefix("top1_"), numbers[0].key)
         sentence += (f" {first} ranks x_t first among the task's candidates in {numbers[0].text()} of {numbers[0].n} "
                      f"(row, loop) entries from {n_rows} rows" + "".join(f"; {w}" for w in words[1:]))
+    answers = last_loop_answers(f)
+    if len(answers):  # rows whose depth is not given: their answer at the last loop
+        T, found = int(f["loop"].max()), []
+        for lens in [x for x in LENSES if x in set(answers["lens"])] + sorted(set(answers["lens"]) - set(LENSES)):
+            g = answers[answers["lens"] == lens].set_index("row_id")
+            found.append((lens, proportion(f"answer_top1_{lens}", f"{LENS_WORDS.get(lens, lens)} ranks the answer "
+                                           f"first at the last loop (rows without a depth)", g["rank"] == 0)))
+        numbers += [n for _, n in found]
+        words = [f"{LENS_WORDS.get(lens, lens)} in {n.text()}" for lens, n in found]
+        (lens, n), rest = found[0], words[1:]
+        part = (f"for the {answers['row_id'].nunique()} rows without a depth, at the last loop (t = {T}) "
+                f"{LENS_WORDS.get(lens, lens)} ranks the answer first among the candidates in {n.text()}"
+                + "".join(f"; {w}" for w in rest))
+        sentence = f"{sentence}; {part}" if len(diag) else part[0].upper() + part[1:]
     sentence += "."
     return Headline("logit_lens", numbers, sentence)
 
 
 SPEC = ProbeSpec(
     name="logit_lens", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "answer", "symbols"),
     title="Per-loop logit lens",
     about="Which chain symbol each loop's readout holds, through the Coda and the raw and tuned lenses.",
     figures=(

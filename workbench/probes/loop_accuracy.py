@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.analysis.headlines import Headline, proportion, ranges
+from workbench.analysis.headlines import Headline, depth_ranges, proportion
 from workbench.probes.common import check_loops, read_final
 from workbench.probes.spec import Figure, ProbeSpec
 
@@ -62,7 +62,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
     best = max(numbers, key=lambda n: (n.value, -int(n.key.removeprefix("loop_"))))
     first = numbers[0]
     n_rows = int(frame["row_id"].nunique())
-    where = f"d = {ranges(frame['depth'].unique())}, n = {n_rows} rows"
+    where = f"d = {depth_ranges(frame['depth'].unique())}, n = {n_rows} rows"
     if best is first:
         sentence = f"The final answer reads best at 1 loop ({first.text()}; {where}); more loops do not help."
     else:
@@ -73,6 +73,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 SPEC = ProbeSpec(
     name="loop_accuracy", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "answer", "symbols"),
     title="Accuracy by loop count",
     about="The final answer read after every loop count, for any task: the fixed depths of the compute-accuracy "
           "curve.",

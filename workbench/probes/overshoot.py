@@ -109,6 +109,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 SPEC = ProbeSpec(
     name="overshoot", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start"),
     title="Overshoot",
     about="Rows forced past their depth: iterate the rule, park on the answer, or neither.",
     figures=(

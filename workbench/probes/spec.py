@@ -49,6 +49,10 @@ class ProbeSpec:
         about: the sentence under the heading: what the probe measures.
         figures: the figures the report draws in the section and `workbench figures` exports, in order.
         table_caption: for a probe shown as its main table instead of figures (identity), the caption under it.
+        needs: the row fields `run` reads (`prompt`, `answer`, `symbols`, `chain`, `depth`, `table`, `start`, ...).
+            The battery (through `workbench.probes.battery.run_probe`) records the probe "not applicable: needs
+            <field>" when a chosen row lacks one, instead of running it (`lacking`); the probe's own checks
+            (`require_symbols`, `require_chase`) still test the values. Empty: no check.
     """
 
     name: str
@@ -59,3 +63,17 @@ class ProbeSpec:
     about: str
     figures: tuple[Figure, ...] = ()
     table_caption: str | None = None
+    needs: tuple[str, ...] = ()
+
+    def lacking(self, rows: list[dict]) -> list[str]:
+        """The fields of `needs` that some row lacks, in `needs` order: absent or None, or for `depth` below 1
+        (depth 0 is a row from a user's file that gives none, `workbench.tasks.user`)."""
+        return [f for f in self.needs if any(lacks(r, f) for r in rows)]
+
+
+def lacks(row: dict, field: str) -> bool:
+    """Whether `row` lacks `field`: absent or None; a `depth` below 1 is not given (`workbench.tasks.user`)."""
+    value = row.get(field)
+    if value is None:
+        return True
+    return field == "depth" and isinstance(value, int) and value < 1

@@ -266,6 +266,7 @@ def _and(items: list[str]) -> str:
 
 SPEC = ProbeSpec(
     name="splice", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "symbols", "depth", "table", "start"),
     title="Counterfactual splice",
     about="Row B's state spliced into row A at loop k0, classified j loops later.",
     figures=(

@@ -16,6 +16,10 @@ A row is a JSON-serialisable dict. Every task writes:
 plus, per task: `table` (K -> V) and `symbol_set`, `surface`, `permutation` for the chase;
 `table` for p-hop; `registers`, `steps` for state tracking (and `query`, `answer_prefix` for
 state_query, whose prompt ends with "Answer: "); `steps` for arithmetic.
+
+Rows of a user's own (`workbench rows --from FILE.jsonl`, or a generator function named as
+`module:function`) are checked and made into the same rows, task "user", by `workbench.tasks.user`:
+their depth is 0 where not given, and they carry only the fields given.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import TYPE_CHECKING, Iterable
 from workbench.errors import WorkbenchError
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.recurtrace import recurtrace_rows
+from workbench.tasks.user import task_rows
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -39,13 +44,21 @@ def build_rows(task: str, depths: Iterable[int], per_depth: int, seed: int, *, a
     """Returns the rows of one task family, depth-major; options a task does not use must be left default.
 
     `alphabet` defaults to 16 for the chase and 32 for p-hop; state and arith take none. Row
-    indices run from `first_index` at each depth.
+    indices run from `first_index` at each depth. A `task` "module:function" is a user's generator
+    (`workbench.tasks.user.task_rows`: called with those of seed, depths, per_depth it takes, its rows
+    checked against `tokenizer`, which it needs); it takes none of the other options.
 
     Raises:
         WorkbenchError: an unknown task, an option the task does not take, or a bad value.
     """
+    if ":" in task:
+        if (alphabet, surface, symbol_set, permutation, split, first_index) != (None, "symbolic", None, False, "test", 0):
+            raise WorkbenchError(f"task '{task}' is a generator function; it takes no alphabet, surface, symbol set, "
+                                 "permutation, split or first index")
+        return task_rows(task, tokenizer, seed=seed, depths=list(depths), per_depth=per_depth, strict=False).rows
     if task not in TASKS:
-        raise WorkbenchError(f"task '{task}' is unknown; accepted: {', '.join(TASKS)}")
+        raise WorkbenchError(f"task '{task}' is unknown; accepted: {', '.join(TASKS)}, or module:function "
+                             "(a generator of rows, workbench.tasks.user)")
     alphabet = DEFAULT_ALPHABET.get(task) if alphabet is None else alphabet
     if task == "chase":
         return chase_rows(alphabet, depths, per_depth, seed, tokenizer=tokenizer, surface=surface,

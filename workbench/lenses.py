@@ -312,7 +312,7 @@ def load_tuned_lens(path: str | os.PathLike) -> dict[int, tuple]:
     """Reads `save_tuned_lens`'s file; a missing or foreign file is a one-line WorkbenchError."""
     path = Path(path)
     if not path.is_file():
-        raise WorkbenchError(f"tuned lens '{path}' does not exist (write one with workbench.lens.save_tuned_lens)")
+        raise WorkbenchError(f"tuned lens '{path}' does not exist (write one with workbench.lenses.save_tuned_lens)")
     try:
         tensors = load_file(str(path))
     except (SafetensorError, OSError, ValueError) as err:
