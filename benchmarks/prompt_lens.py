@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/prompt_lens.py [--model smollm2-135m-instruct] [--quick]
 
-The lens (`workbench.lens.lens`) reads loops 1..T from one pass: the Prelude once, the block T times and the
+The lens (`workbench.lenses.lens`) reads loops 1..T from one pass: the Prelude once, the block T times and the
 Coda at every loop, then the raw lens and the tables. The way a user would do it without the workbench's read
 is T forwards, `looped(ids, loops=t).logits[:, -1]` for t = 1..T, each running the Prelude, t blocks and the
 Coda. Both are timed side by side, after the model is loaded; the target is the issue's: the lens on one prompt
@@ -26,7 +26,7 @@ TARGET_S = 3.0
 
 
 def run(looped, tok, loops: int, reps: int, warmup: int, progress: bool = True) -> dict:
-    from workbench.lens import lens
+    from workbench.lenses import lens
 
     enc = tok([PROMPT], return_tensors="pt")
     out: dict = {}
