@@ -104,3 +104,11 @@ def test_probe_by_name_returns_the_probes_tables(tiny):
     assert "depth_matrix" in wb.probe_names()
     with pytest.raises(wb.WorkbenchError, match="known probes"):
         wb.probe("depth_matrixx", looped, tok, rows)
+
+
+def test_load_run_takes_a_shipped_keepers_name_from_any_directory(tmp_path, monkeypatch):
+    """README: `wb.load_run("smollm2-chase")` (a keeper's name, not a path) loads the keeper wherever Python runs."""
+    monkeypatch.chdir(tmp_path)
+    looped, _, info = wb.load_run("smollm2-chase")
+    assert Path(info["run_dir"]).resolve() == (ROOT / "training" / "keepers" / "smollm2-chase").resolve()
+    assert (looped.a, looped.b) == (12, 24)

@@ -35,7 +35,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from workbench.defaults import shipped_keepers
+from workbench.defaults import resolve_run, shipped_keepers
 from workbench.errors import WorkbenchError
 from workbench.io import atomic_path, gate_output, read_json, sha256_file, write_json_atomic
 from workbench.loop.config import RetrofitConfig
@@ -297,7 +297,7 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
         WorkbenchError: a file whose hash differs from provenance.json, a base whose SHA-256
             differs from retrofit.json, or a missing / unexpected tensor.
     """
-    run_dir = Path(run_dir)
+    run_dir = resolve_run(run_dir)   # a shipped keeper's name, as the README and docs/api.md promise
     if not run_dir.is_dir():
         raise WorkbenchError(f"run directory '{run_dir}' {'is a file' if run_dir.exists() else 'does not exist'}; "
                              f"give a run directory or a shipped keeper's name: {', '.join(shipped_keepers())}")
