@@ -29,6 +29,7 @@ from tqdm.auto import tqdm
 
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
+from workbench.lenses import check_prompts  # one rule for prompts, lens and generate alike
 from workbench.tasks.reader import encode_prompts
 
 if TYPE_CHECKING:
@@ -84,17 +85,6 @@ def check_loops(model, loops: Sequence[int] | int | None) -> list[int]:
     if twice is not None:
         raise WorkbenchError(f"loops {twice} is given twice")
     return [int(t) for t in asked]
-
-
-def check_prompts(prompts: Sequence[str] | str) -> list[str]:
-    """The prompts as a list; none, a non-string or an empty prompt is a one-line WorkbenchError."""
-    prompts = [prompts] if isinstance(prompts, str) else list(prompts)
-    if not prompts:
-        raise WorkbenchError("no prompt given: pass --prompt TEXT (repeatable) or --prompts FILE")
-    for i, p in enumerate(prompts):
-        if not isinstance(p, str) or not p.strip():
-            raise WorkbenchError(f"prompt {i + 1} is empty; every prompt needs some text")
-    return prompts
 
 
 def check_settings(max_new_tokens: int, temperature: float, top_k: int | None, seed: int, batch_size: int) -> None:
