@@ -2,7 +2,10 @@
 
 The reference side of every comparison is transformers alone: `AutoModelForCausalLM` loaded from the
 same saved directory, and per-pass states recorded with plain `register_forward_hook`s on its modules
-(`_reference_calls`, which imports nothing from the workbench). The adapter side is `load_looped(dir)`.
+(`_reference_calls`, which imports nothing from the workbench). Its positions are transformers' own too: its
+plain forward (which counts padding, so it is read on right-padded or unpadded rows) or, for a left-padded batch,
+the position ids transformers' `generate` computes from the mask (`_their_positions`). The adapter side is
+`load_looped(dir)`, whose positions come from `workbench.loop.positions`.
 """
 
 import json
@@ -13,7 +16,6 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name, loop_hook_names, stack_loops
-from workbench.loop.positions import position_ids
 from workbench.models import load_looped, load_tokenizer
 from workbench.native import TINY_NATIVE
 
@@ -27,6 +29,8 @@ def _save(tmp_path, name: str, seed: int) -> str:
     extra = dict(TINY_NATIVE[name])
     model_type = extra.pop("model_type")
     vocab = {"unpadded_vocab_size": len(tok)} if model_type.startswith("inkling") else {}
+    if model_type.startswith("inkling"):   # its only absolute-position term (log scaling) starts past position 1,
+        extra["log_scaling_n_floor"] = 2   # not past the default 8192: a short prompt's positions then count
     config = AutoConfig.for_model(model_type, vocab_size=len(tok), eos_token_id=tok.eos_token_id,
                                   pad_token_id=tok.pad_token_id, **vocab, **extra)
     torch.manual_seed(seed)
@@ -60,10 +64,21 @@ def _reference_calls(model, modules: dict[str, torch.nn.Module], *args, **kwargs
     return seen
 
 
-def _batch(tok):
-    enc = tok(PROMPTS, return_tensors="pt", padding=True)
+def _batch(tok, side: str = "left"):
+    before, tok.padding_side = tok.padding_side, side
+    try:
+        enc = tok(PROMPTS, return_tensors="pt", padding=True)
+    finally:
+        tok.padding_side = before
     assert (enc["attention_mask"] == 0).any()  # a padded batch
+    assert (enc["attention_mask"][:, 0 if side == "left" else -1] == 0).any()  # padded on that side
     return enc["input_ids"], enc["attention_mask"]
+
+
+def _their_positions(model, ids, mask):
+    """The position ids transformers' `generate` gives a padded batch (its own `_prepare_position_ids_for_generation`):
+    a plain transformers forward counts padding as positions, so a left-padded comparison takes these."""
+    return model._prepare_position_ids_for_generation(ids, {"attention_mask": mask})
 
 
 @pytest.fixture(scope="module")
@@ -81,16 +96,25 @@ def test_logits_equal_transformers_forward_exactly(saved, name, seed, dtype):
     looped, tok = load_looped(path, dtype=dtype)
     ref = _reference(path, dtype)
     ids, mask = _batch(tok)
+    right_ids, right_mask = _batch(tok, "right")
+    pos = _their_positions(ref, ids, mask)
     with torch.no_grad():
         ours = looped(ids, attention_mask=mask).logits
-        theirs = ref(ids, attention_mask=mask, position_ids=position_ids(mask)).logits          # with its KV cache
-        theirs_plain = ref(ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=False).logits
+        theirs = ref(ids, attention_mask=mask, position_ids=pos).logits                         # with its KV cache
+        theirs_plain = ref(ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
         unpadded = ref(ids[:1, -5:]).logits                                                     # its own positions
         ours_unpadded = looped(ids[:1, -5:]).logits
+        real = right_mask.bool()   # right padding: transformers' plain forward counts the real tokens 0, 1, ...
+        right = ref(right_ids, attention_mask=right_mask).logits
+        ours_right = looped(right_ids, attention_mask=right_mask).logits
+        rows = [(ref(ids[i:i + 1, mask[i].bool()]).logits[0], ours[i, mask[i].bool()]) for i in range(len(ids))]
     assert ours.dtype == theirs.dtype
     assert (ours - theirs).abs().max().item() == 0.0
     assert (ours - theirs_plain).abs().max().item() == 0.0
     assert (ours_unpadded - unpadded).abs().max().item() == 0.0
+    assert (ours_right[real] - right[real]).abs().max().item() == 0.0
+    for i, (alone, in_batch) in enumerate(rows):   # each left-padded row against transformers on its tokens alone
+        torch.testing.assert_close(in_batch, alone, msg=lambda m, i=i: f"row {i}: {m}")
 
 
 def _sites(name, looped, ref):
@@ -120,7 +144,7 @@ def test_every_cached_pass_equals_an_independent_recording(saved, name, seed):
     ref = _reference(path)
     ids, mask = _batch(tok)
     mods, per_pass = _sites(name, looped, ref)
-    recorded = _reference_calls(ref, mods, ids, attention_mask=mask, position_ids=position_ids(mask))
+    recorded = _reference_calls(ref, mods, ids, attention_mask=mask, position_ids=_their_positions(ref, ids, mask))
     T = looped.native_loops
     names = [site(t) for site, _, _ in per_pass for t in range(1, T + 1)]
     with torch.no_grad():
@@ -300,11 +324,12 @@ def test_every_pass_count_equals_transformers_run_at_that_count(saved, name):
     ref = _reference(path)
     ids, mask = _batch(tok)
     count = "loop_num_passes" if name == "tiny-inkling2-loop" else "H_cycles"
+    pos = _their_positions(ref, ids, mask)
     with torch.no_grad():
         r = looped.read(ids, attention_mask=mask, loops=looped.max_loops)
         for t in range(1, looped.max_loops + 1):
             setattr(ref.config, count, t)
-            theirs = ref(ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=False).logits
+            theirs = ref(ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
             ours = looped(ids, attention_mask=mask, loops=t).logits
             assert (ours - theirs).abs().max().item() == 0.0, t
             assert torch.allclose(r.scores[:, t - 1, 0], theirs[:, -1].float(), atol=1e-5, rtol=0)
@@ -316,6 +341,7 @@ def test_the_composite_inkling_config_reads_its_text_model_exactly(tmp_path):
 
     tok = load_tokenizer()
     text = {k: v for k, v in TINY_NATIVE["tiny-inkling2-loop"].items() if k != "model_type"}
+    text["log_scaling_n_floor"] = 2   # positions count (see `_save`)
     config = Inkling2LoopConfig(
         text_config=dict(vocab_size=len(tok), unpadded_vocab_size=len(tok), eos_token_id=tok.eos_token_id,
                          pad_token_id=tok.pad_token_id, **text),
@@ -330,6 +356,7 @@ def test_the_composite_inkling_config_reads_its_text_model_exactly(tmp_path):
     ids, mask = _batch(tok)
     with torch.no_grad():
         ours = looped(ids, attention_mask=mask).logits
-        theirs = ref(input_ids=ids, attention_mask=mask, position_ids=position_ids(mask), use_cache=False).logits
+        theirs = ref(input_ids=ids, attention_mask=mask, position_ids=_their_positions(ref, ids, mask),
+                     use_cache=False).logits
     assert looped.family == "inkling2_loop" and looped.native_loops == 3
     assert (ours - theirs).abs().max().item() == 0.0

@@ -172,6 +172,28 @@ def finished_sweep(sweep_inputs, tmp_path_factory):
     return out
 
 
+def _start(window: str) -> int:
+    return int(window.split(":")[0])
+
+
+def _mean(values) -> float:
+    return sum(values) / len(values)
+
+
+def _readings_by_window(out: Path) -> dict[str, list[dict]]:
+    """{window: its readings in seed order}, straight from readings/A-B-seedK.json."""
+    got: dict[str, list] = {}
+    for path in (out / ws.READINGS).glob("*.json"):
+        a, b, seed = path.stem.split("-")
+        got.setdefault(f"{a}:{b}", []).append((int(seed.removeprefix("seed")), json.loads(path.read_text())))
+    return {w: [r for _, r in sorted(v, key=lambda x: x[0])] for w, v in got.items()}
+
+
+def _heldout_ce(readings: list[dict]) -> float:
+    """A window's held-out CE by hand: each row's CE averaged over the seeds, then the mean over the rows."""
+    return _mean([_mean(ces) for ces in zip(*(r["row_ce"] for r in readings))])
+
+
 @pytest.mark.slow   # five tiny trainings and their reads, end to end through the CLI
 def test_a_sweep_trains_every_candidate_and_the_top_two_twice(finished_sweep):
     out = finished_sweep
@@ -189,8 +211,15 @@ def test_a_sweep_trains_every_candidate_and_the_top_two_twice(finished_sweep):
     assert sorted(r["window"] for r in table) == sorted(names)
     assert [r["seeds"] for r in table[:2]] == [2, 2] and all(r["seeds"] == 1 for r in table[2:])
     assert record["recommended"] == table[0]["window"]
-    ces = [r["heldout_ce"]["value"] for r in table]
-    assert ces == sorted(ces)
+    readings = _readings_by_window(out)   # the ranking rule applied here, by hand, to readings/
+    assert sorted(readings) == sorted(names)
+    by_hand = {w: _heldout_ce(rs) for w, rs in readings.items()}
+    assert [r["window"] for r in table] == sorted(by_hand, key=lambda w: (by_hand[w], _start(w)))   # none stopped
+    for row in table:
+        assert row["heldout_ce"]["value"] == pytest.approx(by_hand[row["window"]], rel=1e-12)
+    seed1 = {w: _mean(rs[0]["row_ce"]) for w, rs in readings.items()}
+    top_two = sorted(seed1, key=lambda w: (seed1[w], _start(w)))[:2]   # the second seeds went to the first seeds' best
+    assert sorted(w for w, rs in readings.items() if len(rs) == 2) == sorted(top_two)
     assert (out / "stage2.html").stat().st_size > 10_000 and (out / "block_selection.json").is_file()
     assert record["rank_rows"]["depths"] == [1, 2]
     damage = json.loads((out / ws.DAMAGE).read_text())["windows"]   # Stage 1's measure over exactly the trained windows
@@ -200,13 +229,39 @@ def test_a_sweep_trains_every_candidate_and_the_top_two_twice(finished_sweep):
 
 
 @pytest.mark.slow   # five tiny trainings and their reads, end to end through the CLI
-def test_the_table_regenerates_from_the_readings(finished_sweep):
-    """stage2.json's numbers come from readings/ and the runs' provenance: recomputed, they are equal."""
+def test_the_table_regenerates_from_the_readings(finished_sweep, tmp_path):
+    """stage2.json's numbers are what readings/ give, computed here by hand; a planted change to one reading moves
+    the rebuilt table (rebuild reads the readings, it does not carry stage2.json over)."""
+    import shutil
+
     out = finished_sweep
     record = json.loads((out / ws.STAGE2).read_text())
     rebuilt = ws.rebuild(out)
     assert json.dumps(rebuilt["table"], sort_keys=True) == json.dumps(record["table"], sort_keys=True)
     assert rebuilt["recommended"] == record["recommended"] and rebuilt["margin"] == record["margin"]
+    readings = _readings_by_window(out)
+    assert sorted(readings) == sorted(r["window"] for r in record["table"])
+    for row in record["table"]:
+        rs = readings[row["window"]]
+        assert row["heldout_ce"]["value"] == pytest.approx(_heldout_ce(rs), rel=1e-12)
+        assert row["heldout_ce"]["rows"] == len(rs[0]["row_ce"]) and row["seeds"] == len(rs)
+        assert row["seed_ce"] == pytest.approx([_mean(r["row_ce"]) for r in rs], rel=1e-12)
+        hits = [x for r in rs for x in r["correct"]["2"]["2"]]
+        assert row["acc_d2_loop2"]["value"] == sum(hits) / len(hits) and row["acc_d2_loop2"]["n"] == len(hits)
+    best = min(readings, key=lambda w: (_heldout_ce(readings[w]), _start(w)))
+    assert record["recommended"] == best
+    planted = tmp_path / "planted"
+    shutil.copytree(out, planted, ignore=shutil.ignore_patterns("*.safetensors"))
+    for path in (planted / ws.READINGS).glob(f"{best.replace(':', '-')}-seed*.json"):
+        reading = json.loads(path.read_text())
+        reading["row_ce"] = [x + 10.0 for x in reading["row_ce"]]   # the recommendation's every row 10 nats worse
+        path.write_text(json.dumps(reading))
+    moved = ws.rebuild(planted)
+    row = next(r for r in moved["table"] if r["window"] == best)
+    assert row["rank"] == len(moved["table"]) and row["heldout_ce"]["value"] == pytest.approx(
+        _heldout_ce(readings[best]) + 10.0, rel=1e-12)
+    assert moved["recommended"] == record["table"][1]["window"] != best
+    assert moved["margin"]["ce_difference"] != record["margin"]["ce_difference"]
 
 
 @pytest.mark.slow   # five tiny trainings and their reads, end to end through the CLI

@@ -5,6 +5,7 @@ Trainer declares before setup."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -34,14 +35,26 @@ def _counts(right: list[bool]) -> GuardrailCounts:
     return GuardrailCounts(sum(right), len(right), {f"r{i}": v for i, v in enumerate(right)}, "battery")
 
 
+def _mcnemar(helped: int, hurt: int) -> float:
+    """The exact two-sided McNemar p by hand: min(1, 2 * P(X <= min(b, c))), X ~ Bin(b + c, 1/2)."""
+    n = helped + hurt
+    return min(1.0, 2 * sum(math.comb(n, k) for k in range(min(helped, hurt) + 1)) / 2 ** n) if n else 1.0
+
+
 def test_the_guardrail_stops_a_run_past_max_drop_and_records_why(tmp_path):
     base = _counts([True] * 8 + [False] * 2)
     passed, record = judge_guardrail(base, _counts([True] * 8 + [False] * 2), max_drop=3.0, step=5)
     assert passed and record["drop_points"] == 0.0 and record["step"] == 5
+    assert record["p_value"] == 1.0   # no discordant row
     passed, record = judge_guardrail(base, _counts([False] + [True] * 7 + [False] * 2), max_drop=3.0, step=6)
     assert not passed and record == {"kind": "guardrail", "step": 6, "correct": 7, "total": 10, "base": 8,
-                                     "drop_points": 10.0, "helped": 0, "hurt": 1, "p_value": record["p_value"],
+                                     "drop_points": 10.0, "helped": 0, "hurt": 1, "p_value": _mcnemar(0, 1),
                                      "max_drop": 3.0, "passed": False}
+    # 5 rows lost, 1 gained: the exact two-sided p = 2 * P(X <= 1), X ~ Bin(6, 1/2) = 2 * 7/64
+    passed, worse = judge_guardrail(base, _counts([False] * 5 + [True] * 3 + [True, False]), max_drop=3.0, step=7)
+    assert not passed and (worse["correct"], worse["helped"], worse["hurt"]) == (4, 1, 5)
+    assert worse["drop_points"] == 40.0 and worse["p_value"] == pytest.approx(_mcnemar(1, 5), abs=1e-12)
+    assert _mcnemar(1, 5) == 14 / 64
     metrics = tmp_path / "metrics.jsonl"
     metrics.write_text(json.dumps(record) + "\n" + json.dumps({"kind": "eval", "step": 6}) + "\n")
     assert guardrail_provenance(base, metrics, 3.0) == {"battery_sha256": "battery", "base": 8, "total": 10,
@@ -49,12 +62,30 @@ def test_the_guardrail_stops_a_run_past_max_drop_and_records_why(tmp_path):
     assert guardrail_provenance(None, metrics, 3.0) is None
 
 
+def _battery_by_hand(model, tok) -> dict[str, bool]:
+    """Each battery row alone through the base's own forward: is the answer the argmax of the ten digits' logits
+    at the prompt's last token (no workbench reader, no padding)?"""
+    from workbench.tasks.guardrail import guardrail_rows
+
+    right = {}
+    with torch.no_grad():
+        for row in guardrail_rows():
+            ids = tok(row["prompt"], return_tensors="pt")["input_ids"]
+            digits = [tok.encode(row["answer_prefix"] + d, add_special_tokens=False) for d in row["symbols"]]
+            assert all(len(d) == 1 for d in digits)
+            logits = model(ids).logits[0, -1, [d[0] for d in digits]]
+            right[row["row_id"]] = row["symbols"][int(logits.argmax())] == row["answer"]
+    return right
+
+
 def test_reading_the_guardrail_keeps_the_model_in_training_mode(tiny):
     from workbench.loop.surgery import retrofit
 
+    want = _battery_by_hand(tiny[0].eval(), tiny[1])   # loop 1 of a retrofit is its base
     looped = retrofit(tiny[0], (2, 4)).train()
     counts = read_guardrail(looped, tiny[1])
-    assert looped.training and 0 <= counts.correct <= counts.total and counts.total > 0
+    assert looped.training and counts.total == 64
+    assert counts.per_row == want and counts.correct == sum(want.values()) == 8   # the random tiny base: 8 of 64
 
 
 # ----------------------------------------------------------------------------- gradients over ranks
