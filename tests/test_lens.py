@@ -7,14 +7,13 @@ ranks of targets, entropy and KL; bad input is one line, exit 2, and nothing wri
 
 import json
 import math
-import sys
 
 import numpy as np
 import pytest
 import torch
 
 from tests.conftest import perturb
-from workbench import cli
+from tests.test_cli_errors import invoke  # the in-process CLI runner
 from workbench.errors import WorkbenchError
 from workbench.lenses import fit_tuned_lens, lens, load_tuned_lens, save_tuned_lens
 from workbench.loop.surgery import retrofit
@@ -170,15 +169,6 @@ def test_bad_arguments_are_one_line_errors(looped, bad, match):
 
 
 # ----------------------------------------------------------------------------- the command
-def invoke(capsys, monkeypatch, *args):
-    monkeypatch.setattr(sys, "argv", ["workbench", *map(str, args)])
-    with pytest.raises(SystemExit) as exc:
-        cli.run()
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
-
-
 def test_the_command_prints_a_table_writes_json_and_an_escaped_page(capsys, monkeypatch, tmp_path):
     page = tmp_path / "lens.html"
     hostile = "</script><script>alert(1)</script> <b>bold</b>"

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 
 import workbench as wb
-from workbench import cli
+from tests.test_cli_errors import assert_clean_error, invoke  # the in-process CLI runner
 from workbench.models import load_tokenizer
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.battery import run_battery, run_probe
@@ -41,23 +41,6 @@ def capital(i: int, **extra) -> dict:
 
 def write_jsonl(path, lines) -> None:
     path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
-
-
-def invoke(capsys, monkeypatch, *args):
-    monkeypatch.setattr(sys, "argv", ["workbench", *map(str, args)])
-    with pytest.raises(SystemExit) as exc:
-        cli.run()
-        raise SystemExit(0)
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
-
-
-def assert_clean_error(code, err, *fragments):
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
 
 
 # ----------------------------------------------------------------------------- a good file
