@@ -12,9 +12,11 @@ import pytest
 
 import workbench as wb
 from tests.test_cli_errors import assert_clean_error, invoke  # the in-process CLI runner
+from workbench.errors import WorkbenchError
 from workbench.models import load_tokenizer
 from workbench.probes import PROBES, NotApplicable, get_probe
-from workbench.probes.battery import run_battery, run_probe
+from workbench.probes.battery import battery_rows, run_battery, run_probe
+from workbench.probes.common import select_rows
 from workbench.probes.spec import lacks
 from workbench.tasks import build_rows
 from workbench.tasks.manifest import read_manifest
@@ -313,3 +315,25 @@ def test_the_battery_runs_what_a_prompt_and_answer_file_allows(capsys, monkeypat
     dynamics = pd.read_parquet(out / "dynamics__rows.parquet")
     assert (dynamics["t0"] == 1).all() and pd.read_parquet(out / "dynamics.parquet")["past_depth"].isna().all()
     assert set(pd.read_parquet(out / "exit_rules__rows.parquet")["loop"]) == set(range(1, 9))
+
+
+def test_the_default_batterys_depth_selection_reads_every_row_without_a_depth(capsys, monkeypatch, tmp_path):
+    """probes/default.toml selects depths 1-6 x 12 for the logit lens: written for the chase rows. A user's rows
+    have no depth, so `probe --rows` reads all 24 of them (it refused with "no rows left" before)."""
+    source, manifest = tmp_path / "capitals.jsonl", tmp_path / "capitals_rows.jsonl"
+    write_jsonl(source, [capital(i) for i in range(len(CAPITALS))])
+    assert invoke(capsys, monkeypatch, "rows", "--from", source, "--out", manifest)[0] == 0
+    summary = run_battery(checkpoint=UNTRAINED, battery=None, out=tmp_path / "r", rows=str(manifest), progress=False,
+                          only=["logit_lens"])
+    assert summary["probe_runs"]["logit_lens"]["rows"]["n"] == 24
+    assert summary["probe_runs"]["logit_lens"]["rows"]["per_depth"] == 12   # the battery's selection, recorded
+
+
+def test_battery_rows_selects_on_given_depths_and_keeps_every_row_without_one():
+    rows = [{"row_id": f"r{i}", "depth": d} for i, d in enumerate([1, 0, 2, 1, 0, 3, 1, 0])]
+    assert [r["row_id"] for r in battery_rows(rows, [1], 2)] == ["r0", "r1", "r3", "r4", "r7"]
+    assert [r["row_id"] for r in battery_rows(rows, [5], None)] == ["r1", "r4", "r7"]
+    shipped = [r for r in rows if r["depth"]]
+    assert battery_rows(shipped, [1, 3], 1) == select_rows(shipped, [1, 3], 1)
+    with pytest.raises(WorkbenchError, match="no rows left"):
+        battery_rows(shipped, [5], None)

@@ -30,6 +30,7 @@ import json
 import os
 import shutil
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -329,11 +330,31 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     return summary
 
 
+def battery_rows(rows: list[dict], depths=None, per_depth: int | None = None) -> list[dict]:
+    """Returns a probe's rows: the battery's depth selection applied to rows with a depth, every row without one.
+
+    A battery's `depths` and `per_depth` were written for rows that have depths (its own manifest). A row
+    whose depth is not given (depth 0: a user's row, `workbench.tasks.user`) has no depth to select on, so
+    it is always read, and never capped: `--rows` on a user's file reads the whole file.
+    """
+    if all(r["depth"] != 0 for r in rows):
+        return select_rows(rows, depths, per_depth)
+    taken: dict[int, int] = defaultdict(int)
+    out = []
+    for r in rows:
+        d = r["depth"]
+        if d != 0 and ((depths is not None and d not in depths) or (per_depth is not None and taken[d] >= per_depth)):
+            continue
+        taken[d] += 1
+        out.append(r)
+    return out
+
+
 def _one(name, options, manifests, model, tok, context, staging) -> tuple[dict, dict]:
     options = dict(options)
     manifest = options.pop("manifest")
     selection = {k: options.pop(k) for k in ("depths", "per_depth") if k in options}
-    chosen = select_rows(manifests[manifest].rows, selection.get("depths"), selection.get("per_depth"))
+    chosen = battery_rows(manifests[manifest].rows, selection.get("depths"), selection.get("per_depth"))
     record = {"rows": {"manifest": manifest, "n": len(chosen), "rows_sha256": rows_sha256(chosen),
                        "row_ids_sha256": row_ids_sha256(chosen), "chance": chance(chosen), **selection},
               "options": options}
