@@ -429,6 +429,107 @@ per-pass reads come on top.
 pd.DataFrame([default_size("inkling2_loop_text"), default_size("hrm_text")])'''),
 ]
 
+YOUR_PROMPTS = [
+    md("""
+# 07 · Your own prompts
+
+The other notebooks read the workbench's own task rows. This one starts from text you type: what
+each loop "thinks" on a prompt (`wb.lens`), what the model writes with 1, 2, 3, 4 loops
+(`wb.generate`), and the probe battery on rows from your own file (`wb.read_user_rows`). The same
+three things are commands: `workbench lens`, `workbench generate`, `workbench rows --from` then
+`workbench probe --rows` (docs/cli.md).
+
+Two models: the shipped keeper (a retrofit of the embedded SmolLM2-135M trained on the chase, block
+12:24 run up to 8 times) and transformers' Inkling2Loop built tiny with **random weights** (its numbers
+show what runs, not what a trained model computes).
+"""),
+    code(ROOT),
+    code('''import workbench as wb
+from workbench.models import load_looped
+
+keeper, tok, info = wb.load_run(KEEPER)
+ink, ink_tok = load_looped("tiny-inkling2-loop")   # random weights: 4 layers, layers 1-2 looped 3 times
+print(f"{KEEPER.name}: block {keeper.a}:{keeper.b} of {keeper.n_layers} layers, up to {keeper.max_loops} loops")
+print(f"inkling2_loop (random weights): {ink.native_loops} native passes, readable 1..{ink.max_loops}")'''),
+    md("""
+## What each loop reads
+
+A hand-written chase: start at B; the table sends B to A, A to C, C to B, so the chain is A, C, B and
+the answer after 3 applications is B. `wb.lens` runs the loop once to T and decodes every loop's state at
+the chosen positions through the Coda (`coda`, the model's own readout) and straight through the final
+norm and head (`raw`). At loop T the coda lens is the model's next-token distribution (tests/test_lens.py).
+One row per (prompt, position, loop, lens, token); `loop_table` condenses one position.
+"""),
+    code('''from workbench.lenses import loop_table
+
+PROMPTS = [
+    "Function table:\\nA -> C\\nB -> A\\nC -> B\\nD -> D\\nStart at B and apply the table 3 times.\\nAnswer:",
+    "The capital of France is",
+]
+frame = wb.lens(keeper, tok, PROMPTS, loops=4, positions=[-3, -2, -1], targets=["A", "B", "C"])
+last = frame[frame.prompt_index == 0].position.max()
+for r in loop_table(frame, 0, int(last)).to_dict("records"):
+    top = ", ".join(f"{t!r} {p:.2f}" for t, p in r["coda_top"])
+    ranks = ", ".join(f"{s} {r[f'coda_rank:{s}']}" for s in "ABC")
+    print(f"loop {r['loop']}: coda lens top {top}; entropy {r['coda_entropy']:.2f}; rank {ranks}")'''),
+    md("""
+The figure: each cell is one (loop, position) of the prompt, its text the coda lens's top token and its
+colour that token's probability. Hover for the input token at that position.
+"""),
+    code('''from workbench.plots.prompt_lens import lens_figure
+
+lens_figure(frame, 0).update_layout(title="The keeper on a hand-written chase: top token per loop and position")'''),
+    md("""
+## What it writes with 1, 2, 3, 4 loops
+
+`wb.generate` continues each prompt under each loop count (greedy here; `sample=True, seed=...` for
+seeded sampling), on the retrofit's exact KV cache. Loop 1 of a retrofit is the base model.
+"""),
+    code('''runs = wb.generate(keeper, tok, PROMPTS, loops=[1, 2, 3, 4], max_new_tokens=12)
+for r in runs.itertuples():
+    print(f"prompt {r.prompt_index + 1}, {r.loops} loop{'s' if r.loops > 1 else ' '}: {r.text!r}")'''),
+    md("""
+## A native looped model, read the same way
+
+`wb.lens` takes a native model too: every pass 1..6 of the tiny Inkling2Loop (3 are native; 4-6 apply the
+looped layers again, docs/analyses.md), at every position. **Random weights**: the tokens mean nothing.
+"""),
+    code('''ink_frame = wb.lens(ink, ink_tok, PROMPTS[1], loops=6, positions="all")
+print(ink_frame.attrs["kind"], "model;", ink_frame.attrs["loops"], "passes;", "lenses:", ink_frame.attrs["lenses"])
+lens_figure(ink_frame, 0).update_layout(title="Inkling2Loop, random weights: top token per pass and position")'''),
+    md("""
+## The battery on rows from your own file
+
+A row file is one JSON object a line: `prompt` and `answer` at least (docs/cli.md lists the optional
+fields). `wb.read_user_rows` checks every row against the tokenizer and names the first bad one;
+`wb.write_manifest` freezes them with their sidecar. Here eight capital cities with a one-token answer
+each, so the candidates default to the eight answers. The rows give no depth or chain: the probes that
+need them say so instead of running.
+"""),
+    code('''import tempfile
+
+import pandas as pd
+
+work = Path(tempfile.mkdtemp())
+capitals = [("France", "Paris"), ("Italy", "Rome"), ("Germany", "Berlin"), ("Spain", "Madrid"),
+            ("Japan", "Tokyo"), ("Egypt", "Cairo"), ("Greece", "Athens"), ("Norway", "Oslo")]
+pd.DataFrame({"prompt": [f"The capital of {c} is" for c, _ in capitals],
+              "answer": [a for _, a in capitals]}).to_json(work / "capitals.jsonl", orient="records", lines=True)
+user = wb.read_user_rows(work / "capitals.jsonl", tok)
+wb.write_manifest(user.rows, work / "rows" / "capitals.jsonl", meta=user.meta)
+print(len(user.rows), "rows;", user.meta["candidates"], ";", user.meta["depth"])
+
+summary = wb.run_battery(str(KEEPER), None, work / "results", rows=str(work / "rows" / "capitals.jsonl"),
+                         progress=False, only=["loop_accuracy", "logit_lens", "lens_agreement", "overshoot"])
+for name, result in summary["probes"].items():
+    said = "not applicable: " + result["reason"] if "reason" in result else "ran: " + result["headline"]["sentence"]
+    print(f"{name:15s}", said)'''),
+    code('''from workbench.plots import loop_accuracy_figure
+
+loop_accuracy_figure(pd.read_parquet(work / "results" / "loop_accuracy.parquet")).update_layout(
+    title="The keeper on eight capitals: accuracy by loop count")'''),
+]
+
 NOTEBOOKS = {
     "01_logit_lens.ipynb": LOGIT_LENS,
     "02_block_selection.ipynb": BLOCK_SELECTION,
@@ -436,6 +537,7 @@ NOTEBOOKS = {
     "04_heads_and_drift.ipynb": HEADS_DRIFT,
     "05_training_a_small_retrofit.ipynb": TRAINING,
     "06_native_looped_models.ipynb": NATIVE,
+    "07_your_own_prompts.ipynb": YOUR_PROMPTS,
 }
 
 

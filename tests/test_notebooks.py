@@ -3,7 +3,7 @@ top to bottom headless (nbclient, the venv's python3 kernel) on the embedded def
 
 The executed notebooks are then shared the two ways a researcher would: exported with
 `jupyter nbconvert --to html` (every figure must draw in headless Chromium with no network), and
-opened in a real JupyterLab (one server for all six, on 127.0.0.1, in headless Chromium): opening
+opened in a real JupyterLab (one server for all seven, on 127.0.0.1, in headless Chromium): opening
 one must not mark it modified, and every figure output must draw.
 """
 
@@ -43,7 +43,7 @@ def _build_module():
 BUILD = _build_module()
 NAMES = list(BUILD.NOTEBOOKS)
 # Figures each notebook draws, and text its outputs must hold (numbers a reader relies on).
-FIGURES = {"01": 4, "02": 1, "03": 3, "04": 4, "05": 3, "06": 3}
+FIGURES = {"01": 4, "02": 1, "03": 3, "04": 4, "05": 3, "06": 3, "07": 3}
 MUST_SAY = {
     "01": ["smollm2-chase: block 12:24 of 30 layers", "loop.4.hook_state  (1, "],
     "02": ["max |Δlogit| at loop 1: 0.0\n", "span "],
@@ -52,11 +52,13 @@ MUST_SAY = {
     "05": ["'steps': 3", "'finished': True", "trainable.safetensors", "provenance.json"],
     "06": ["inkling2_loop (random weights): looped layers 1:3 of 4", "loop.2.block.1.q_gate.hook_forget",
            "identity        not applicable", "thinkingmachines/Inkling-2-Mini"],
+    "07": ["smollm2-chase: block 12:24 of 30 layers", "loop 3: coda lens top ' B'", "prompt 1, 3 loops: ' B",
+           "native model; 6 passes", "overshoot       not applicable: needs chain, depth, table, start"],
 }
 
 
 def test_notebooks_are_numbered_and_match_the_generator():
-    assert NAMES == sorted(NAMES) and [n[:3] for n in NAMES] == ["01_", "02_", "03_", "04_", "05_", "06_"]
+    assert NAMES == sorted(NAMES) and [n[:3] for n in NAMES] == ["01_", "02_", "03_", "04_", "05_", "06_", "07_"]
     on_disk = sorted(p.name for p in FOLDER.glob("*.ipynb"))
     assert on_disk == NAMES, "run `python notebooks/build.py` after editing it"
     for name in NAMES:

@@ -28,3 +28,21 @@ def test_the_default_battery_gets_chance_only():
                                                                                           "chance": 0.125}}}}
     assert battery_notes(summary) == ["chance (guessing among each row's symbols): 0.125; every accuracy above "
                                       "reads against it"]
+
+
+def test_a_full_battery_with_a_small_probe_says_few_rows_not_demo():
+    summary = {"battery": "probes/default.toml",
+               "probe_runs": {"depth_matrix": {"rows": {"per_depth": 32, "chance": 0.125}},
+                              "gradient_audit": {"rows": {"per_depth": 2, "chance": 0.125}}}}
+    few = battery_notes(summary)[1]
+    assert few.startswith("few rows: as few as 2 rows per depth (gradient_audit);") and "demo" not in few
+
+
+def test_rows_without_a_depth_are_counted_whole_not_by_the_batterys_per_depth():
+    """A user's 40 rows read under a battery entry with per_depth = 12: all 40 were read, enough; 8 would be few."""
+    def summary(n):
+        return {"battery": "probes/default.toml",
+                "probe_runs": {"logit_lens": {"rows": {"n": n, "per_depth": 12, "depth_not_given": n}}}}
+    assert battery_notes(summary(40)) == []
+    assert battery_notes(summary(8)) == ["few rows: as few as 8 rows per depth (logit_lens); their intervals are "
+                                         "wide, and a difference inside them is not a finding"]

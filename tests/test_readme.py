@@ -7,6 +7,7 @@ line in the tour is either run here or named here.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -18,8 +19,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
-SECTIONS = ["Two commands", "Ten lines of Python", "The CLI", "Your own model", "Results, and how to regenerate them",
-            "Documentation"]
+SECTIONS = ["Two commands", "Ten lines of Python", "The CLI", "Your own prompts", "Your own model",
+            "Results, and how to regenerate them", "Documentation"]
 QUICK = ("workbench --help", "workbench identity ", "workbench rows ", "workbench claims")
 SLOW = ("workbench select-block ", "workbench probe ", "workbench compare ", "workbench report ",
         "workbench figures ", "workbench train ", "workbench demo ", "workbench launch ")
@@ -91,3 +92,32 @@ def test_the_quick_cli_lines_run_as_written(line, tmp_path):
     if argv[1] == "claims":
         assert re.search(r"\d+ reproduced, \d+ not reproduced", res.stdout)
         assert res.stdout.startswith("papers: 000 = the retrofit paper")  # the codes in [000 Sec. 6.2] explained
+
+
+CAPITALS = [("France", "Paris"), ("Italy", "Rome"), ("Germany", "Berlin"), ("Spain", "Madrid"), ("Japan", "Tokyo"),
+            ("Egypt", "Cairo"), ("Greece", "Athens"), ("Norway", "Oslo")]
+
+
+@pytest.mark.slow   # four processes load the keeper (135M): about 95 s quiet, the probe's default battery most of it
+def test_the_own_prompts_lines_run_as_written_and_say_what_the_paragraph_says(tmp_path):
+    """The lines of "Your own prompts", in order, in an empty directory holding the capitals.jsonl the comment
+    describes; the paragraph's reading (' Paris' ranked 0 at loop 1, 82 at loop 4) is what `lens` prints."""
+    lines = [line.split("  #")[0].strip() for line in block("Your own prompts", "bash").splitlines() if line.strip()]
+    assert [shlex.split(line)[1] for line in lines] == ["lens", "generate", "rows", "probe"]
+    (tmp_path / "capitals.jsonl").write_text("".join(
+        json.dumps({"prompt": f"The capital of {c} is", "answer": a}) + "\n" for c, a in CAPITALS))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    outs = []
+    for line in lines:
+        res = subprocess.run([sys.executable, "-m", "workbench", *shlex.split(line)[1:]], capture_output=True,
+                             text=True, cwd=tmp_path, env=env, timeout=600)
+        assert res.returncode == 0, f"{line}: {res.stderr[-2000:]}"
+        outs.append(res.stdout)
+    ranks = {int(m[0]): int(m[1]) for m in re.findall(r"^\s+(\d)\s+'.*?\s(\d+)\s*$", outs[0], re.M)}
+    said = re.search(r"' Paris' is ranked (\d+) at loop 1 and (\d+) at loop 4", README.replace("\n", " "))
+    assert said and ranks[1] == int(said[1]) and ranks[4] == int(said[2]), (ranks, outs[0])
+    assert re.search(r"^\s+1\s+Paris\.", outs[1], re.M) and re.search(r"^\s+4\s", outs[1], re.M), outs[1]
+    summary = json.loads((tmp_path / "results" / "capitals" / "summary.json").read_text())
+    assert summary["probe_runs"]["logit_lens"]["rows"] | {"n": 8, "depth_not_given": 8} == summary["probe_runs"]["logit_lens"]["rows"]
+    assert summary["probes"]["overshoot"]["status"] == "not_applicable"
+    assert summary["probes"]["splice"] == {"status": "not_applicable", "reason": "needs depth, table, start"}

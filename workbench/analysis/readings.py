@@ -19,19 +19,30 @@ def chance(rows: list[dict]) -> float | None:
 
 
 def battery_notes(summary: dict) -> list[str]:
-    """One line per note: chance of the rows read, and a demo warning when any probe read few rows per depth."""
+    """One line per note: chance of the rows read; a demo battery, or any probe that read few rows per depth, said so.
+
+    A probe whose rows give no depth (`depth_not_given` = n: a user's rows) read all n of them, per_depth aside.
+    """
     notes = []
     runs = summary.get("probe_runs", {})
     chances = sorted({round(r["rows"]["chance"], 4) for r in runs.values() if r.get("rows", {}).get("chance")})
     if chances:
         notes.append(f"chance (guessing among each row's symbols): {' / '.join(f'{c:.3g}' for c in chances)}; "
                      "every accuracy above reads against it")
-    small = {name: r["rows"]["per_depth"] for name, r in runs.items()
-             if isinstance(r.get("rows", {}).get("per_depth"), int) and r["rows"]["per_depth"] < CITABLE_PER_DEPTH}
+    small = {}
+    for name, r in runs.items():
+        read = r.get("rows", {})
+        if read.get("depth_not_given") and read["depth_not_given"] == read.get("n"):   # no depth: every row is read
+            count = read["n"]
+        else:
+            count = read.get("per_depth") if isinstance(read.get("per_depth"), int) else None
+        if count is not None and count < CITABLE_PER_DEPTH:
+            small[name] = count
     battery = Path(str(summary.get("battery", ""))).stem
-    if small or battery == "demo":
-        fewest = min(small.values()) if small else None
-        rows = f"as few as {fewest} rows per depth ({', '.join(sorted(small))}); " if small else ""
-        notes.append(f"a demo battery: {rows}for looking at the mechanism, not numbers to cite "
+    fewest = f"as few as {min(small.values())} rows per depth ({', '.join(sorted(small))}); " if small else ""
+    if battery == "demo":
+        notes.append(f"a demo battery: {fewest}for looking at the mechanism, not numbers to cite "
                      "(run --battery default for those)")
+    elif small:
+        notes.append(f"few rows: {fewest}their intervals are wide, and a difference inside them is not a finding")
     return notes

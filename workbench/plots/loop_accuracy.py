@@ -18,7 +18,7 @@ def loop_accuracy_figure(df: pd.DataFrame) -> go.Figure:
     """
     require(df, ["row_id", "depth", "loop", "correct"], "loop_accuracy")
     fig = go.Figure()
-    groups = [(f"depth {d}", g) for d, g in df.groupby("depth")] + [("all rows", df)]
+    groups = [(f"depth {d}" if d else "depth not given", g) for d, g in df.groupby("depth")] + [("all rows", df)]
     for i, (name, g) in enumerate(groups):
         agg = g.assign(correct=g["correct"].astype(float)).groupby("loop")["correct"].agg(["sum", "count"])
         k, n = agg["sum"].to_numpy(), agg["count"].to_numpy()

@@ -358,6 +358,9 @@ def _one(name, options, manifests, model, tok, context, staging) -> tuple[dict, 
     record = {"rows": {"manifest": manifest, "n": len(chosen), "rows_sha256": rows_sha256(chosen),
                        "row_ids_sha256": row_ids_sha256(chosen), "chance": chance(chosen), **selection},
               "options": options}
+    unknown = sum(r["depth"] == 0 for r in chosen)
+    if unknown:   # rows that give no depth: the battery's per-depth selection did not apply to them
+        record["rows"]["depth_not_given"] = unknown
     t0 = time.perf_counter()
     if name in getattr(model, "not_applicable", {}):  # e.g. a native looped model: nothing retrofit-only applies
         return {"status": "not_applicable", "reason": model.not_applicable[name]}, {**record, "tables": []}
