@@ -19,8 +19,11 @@ from workbench.analysis.claims import (
     ledger_markdown,
     load_claims,
     no_model_rule,
+    recorded_recipe,
 )
 from workbench.errors import WorkbenchError
+from workbench.io import read_toml
+from workbench.train.recipe import Recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 LEDGER_DIR = ROOT / "claims"  # the committed ledger, in the repository
@@ -47,6 +50,17 @@ def test_the_results_pages_ledger_table_is_the_committed_ledgers():
     theirs = table(ledger, 0)
     assert len(theirs) == 2 + len(load_claims(CLAIMS_FILE)) and theirs[1].startswith("|---")
     assert mine == theirs
+
+
+def test_a_recorded_recipe_reads_as_the_training_recipe_reads_it():
+    """The ledger reads a run's recipe.toml as data (analysis imports no training code): every committed record,
+    its later keys filled in (`RECORDED_LATER`), is the typed recipe's resolved reading of it, value and type."""
+    records = sorted((ROOT / "training").rglob("recipe.toml"))
+    assert len(records) >= 40   # the keepers, the halting runs, the attempts and the window sweep's runs
+    for path in records:
+        ours = recorded_recipe(path.parent)
+        theirs = Recipe.from_dict(read_toml(path, "recipe")).to_dict()
+        assert json.dumps(ours, sort_keys=True) == json.dumps(theirs, sort_keys=True), path
 
 
 def test_every_claim_names_a_paper_number_a_specimen_and_a_verdict():

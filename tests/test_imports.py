@@ -1,4 +1,5 @@
-"""The package's import graph, read from the source: no module imports itself through others.
+"""The package's import graph, read from the source: no module imports itself through others, and no part (a
+subpackage or top-level module) imports one that imports it.
 
 Every `import` / `from ... import` of a workbench module counts, at module top or inside a
 function (a deferred import is still a dependency). `from workbench.x import y` is an edge to
@@ -100,6 +101,39 @@ def test_the_cycle_check_finds_a_cycle_through_a_deferred_import(tmp_path):
     assert cycles(import_graph(pkg)) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
 
 
+def parts(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph between the package's parts: a subpackage (`workbench.native`, everything under it) or a top-level
+    module (`workbench.models`) is one node."""
+    def part(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    out: dict[str, set[str]] = {}
+    for name, deps in graph.items():
+        out.setdefault(part(name), set()).update(part(d) for d in deps if part(d) != part(name))
+    return out
+
+
+def test_no_import_runs_back_up_between_the_packages_parts():
+    """The parts stack in floors: no two import each other, through any modules. A module-level check misses
+    `native.check -> models -> native/__init__` (no module imports itself) and `analysis.claims -> train.recipe ->
+    tasks -> ... -> analysis`: each an arrow from a lower part up to one that imports it."""
+    found = cycles(parts(import_graph(PACKAGE)))
+    assert found == [], found
+
+
+def test_the_parts_check_finds_a_cycle_through_a_subpackages_init(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text("from pkg.low.adapter import A\n")
+    (pkg / "low" / "adapter.py").write_text("A = 1\n")
+    (pkg / "low" / "check.py").write_text("from pkg.high import load\n")  # the arrow back up
+    (pkg / "high.py").write_text("from pkg.low import A\n")
+    graph = import_graph(pkg)
+    assert cycles(graph) == []                               # no module imports itself
+    assert cycles(parts(graph)) == [["pkg.high", "pkg.low"]]
+
+
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     """Every module `start` imports, directly or through others."""
     seen, todo = set(), [start]
@@ -128,9 +162,10 @@ def test_presentation_is_a_leaf():
 
 
 def test_analysis_reads_what_the_probes_wrote_and_imports_no_probe_presentation_or_cli():
-    """Analysis sits under the probes' results: a probe's headline function is handed in, never looked up."""
+    """Analysis sits under the probes' results: a probe's headline function is handed in, never looked up. It reads
+    without a model: no model or training code either (a run's recipe.toml is read as data, not as a typed Recipe)."""
     graph = import_graph(PACKAGE)
-    outside = ("workbench.probes", *PRESENTATION, "workbench.commands", "workbench.cli")
+    outside = ("workbench.probes", *PRESENTATION, "workbench.commands", "workbench.cli", *MODEL, "workbench.native")
     analysis = [name for name in graph if name.startswith("workbench.analysis")]
     assert {"workbench.analysis.stats", "workbench.analysis.headlines", "workbench.analysis.claims"} <= set(analysis)
     for name in analysis:
@@ -144,6 +179,18 @@ def test_the_looped_model_imports_no_probes_training_presentation_or_cli():
     for name in graph:
         if name.startswith("workbench.loop"):
             assert not sorted(d for d in reachable(graph, name) if d.startswith(outside)), name
+
+
+def test_the_native_adapters_import_nothing_that_loads_them():
+    """`workbench.models` loads the native adapters (`load_looped` hands the tiny ones the embedded tokenizer), so
+    nothing under `workbench.native` imports it: what needs that loader is handed it (`native.check.exactness`)."""
+    graph = import_graph(PACKAGE)
+    outside = ("workbench.models", "workbench.train", "workbench.block_selection", "workbench.probes", *PRESENTATION,
+               "workbench.commands", "workbench.cli")
+    native = [name for name in graph if name.startswith("workbench.native")]
+    assert {"workbench.native", "workbench.native.check"} <= set(native)
+    for name in native:
+        assert not sorted(d for d in reachable(graph, name) if d.startswith(outside)), name
 
 
 def test_the_cli_starts_without_the_model_stack():

@@ -41,7 +41,6 @@ from workbench.analysis.stats import PairedCounts, fisher, paired_counts, paired
 from workbench.defaults import DATA, data_root
 from workbench.errors import WorkbenchError
 from workbench.io import read_json, read_toml, write_bytes_atomic
-from workbench.train.recipe import Recipe
 
 CLAIMS_FILE = DATA / "claims.toml"
 ROOT = data_root()   # the checkout's root, or an installed package's data: training/keepers/<specimen>
@@ -668,14 +667,40 @@ def _installed(run: Path) -> tuple[bool, str]:
     return diag[worst] >= 0.71, f"worst loops = depth cell {diag[worst]:.2f} at depth {worst} (step {evals[-1]['step']})"
 
 
-def _training_recipe(run: Path) -> str:
-    """A run's resolved recipe without what names the run or places the block (name, seed, model.block): two runs
-    with the same string trained the same way at different windows."""
-    recipe = Recipe.from_dict(read_toml(run / "recipe.toml", "recipe")).to_dict()
+# The keys a committed recipe.toml may lack: the trainer records its resolved recipe, every key it knew, so a key is
+# absent only from a run recorded before the key existed. Each stands at the default the training recipe
+# (`workbench.train.recipe`) fills in for it, the setting such a run trained with; tests/test_claims.py holds every
+# committed recipe.toml, filled so, to the training recipe's own reading of it.
+RECORDED_LATER = {
+    "init_from": "",
+    "model": {"loop_codes": False},
+    "train": {"precision": "fp32", "compile": False},
+    "guardrail": {"enabled": True, "max_drop": 3.0, "every": 0},
+    "preserve": {"kl_weight": 0.0, "rows": 8, "positions": 8, "sources": ["corpus", "patterns", "numbers"]},
+    "optim": {"loop_codes_lr_mult": 10.0},
+    "halting": {"sweep": 0},
+}
+
+
+def recorded_recipe(run: Path) -> dict:
+    """A run's recipe.toml as data, with the keys recorded only by later runs (`RECORDED_LATER`) filled in."""
+    def filled(recorded: dict, later: dict) -> dict:
+        out = dict(recorded)
+        for key, value in later.items():
+            out[key] = filled(out.get(key, {}), value) if isinstance(value, dict) else out.get(key, value)
+        return out
+
+    return filled(read_toml(run / "recipe.toml", "recipe"), RECORDED_LATER)
+
+
+def _training_recipe(run: Path) -> dict:
+    """A run's recorded recipe without what names the run or places the block (name, seed, model.block): two runs
+    with equal recipes here trained the same way at different windows (an int and a float of one value are equal)."""
+    recipe = recorded_recipe(run)
     for key in ("name", "seed"):
         recipe.pop(key, None)
     recipe["model"].pop("block", None)
-    return json.dumps(recipe, sort_keys=True)
+    return recipe
 
 
 def block_recommendation(specimen: Path, claim: dict) -> dict:
