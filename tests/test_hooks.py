@@ -15,12 +15,16 @@ from workbench.loop.surgery import retrofit
 GOLDEN = [
     "prelude.0.hook_resid_post", "prelude.1.hook_resid_post", "hook_prelude",
     "loop.1.hook_input", "loop.1.hook_state", "loop.1.hook_readout",
-    "loop.1.block.2.hook_resid_post", "loop.1.block.2.attn.hook_pattern", "loop.1.block.2.memory.hook_out",
-    "loop.1.block.3.hook_resid_post", "loop.1.block.3.attn.hook_pattern", "loop.1.block.3.memory.hook_out",
+    "loop.1.block.2.hook_resid_post", "loop.1.block.2.attn.hook_pattern", "loop.1.block.2.attn.hook_out",
+    "loop.1.block.2.mlp.hook_out", "loop.1.block.2.memory.hook_out",
+    "loop.1.block.3.hook_resid_post", "loop.1.block.3.attn.hook_pattern", "loop.1.block.3.attn.hook_out",
+    "loop.1.block.3.mlp.hook_out", "loop.1.block.3.memory.hook_out",
     "loop.1.coda.4.hook_resid_post", "loop.1.coda.5.hook_resid_post", "loop.1.halt.hook_prob",
     "loop.2.hook_input", "loop.2.hook_state", "loop.2.hook_readout",
-    "loop.2.block.2.hook_resid_post", "loop.2.block.2.attn.hook_pattern", "loop.2.block.2.memory.hook_out",
-    "loop.2.block.3.hook_resid_post", "loop.2.block.3.attn.hook_pattern", "loop.2.block.3.memory.hook_out",
+    "loop.2.block.2.hook_resid_post", "loop.2.block.2.attn.hook_pattern", "loop.2.block.2.attn.hook_out",
+    "loop.2.block.2.mlp.hook_out", "loop.2.block.2.memory.hook_out",
+    "loop.2.block.3.hook_resid_post", "loop.2.block.3.attn.hook_pattern", "loop.2.block.3.attn.hook_out",
+    "loop.2.block.3.mlp.hook_out", "loop.2.block.3.memory.hook_out",
     "loop.2.coda.4.hook_resid_post", "loop.2.coda.5.hook_resid_post", "loop.2.halt.hook_prob",
     "hook_loops_used",  # adaptive inference's loops per row (a halting head only)
 ]
@@ -33,8 +37,8 @@ def test_golden_hook_names(tiny):
 
 def test_hook_name_builds_every_name_the_model_has(tiny):
     looped = retrofit(tiny[0], (2, 4), memory=True, halting=True, max_loops=2)
-    layers = {"prelude_resid": range(0, 2), "memory": range(2, 4), "pattern": range(2, 4), "block_resid": range(2, 4),
-              "coda_resid": range(4, 6)}
+    layers = {"prelude_resid": range(0, 2), "memory": range(2, 4), "pattern": range(2, 4), "attn_out": range(2, 4),
+              "mlp_out": range(2, 4), "block_resid": range(2, 4), "coda_resid": range(4, 6)}
     built = set()
     for site in FAMILY_SITES["retrofit"]:
         pattern = SITES[site]

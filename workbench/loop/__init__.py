@@ -8,6 +8,7 @@
 - `memory`: Loop Memory Attention over the previous loops' states.
 - `halting`: the halting head and the oracle labels it is trained on.
 - `attention`: the attention-pattern hook the looped forward installs on the base's layers.
+- `components`: the attention / MLP output hooks (`attn_out`, `mlp_out`) the looped forwards install per layer call.
 - `identity`: the loop-1 identity check: loop 1 of a retrofit against the untouched base, exactly.
 
 Nothing in this package imports probes, training, presentation or the CLI.

@@ -9,6 +9,8 @@ Their names are module paths, and this table is the one source of them:
     input          loop.{loop}.hook_input                       u_t, the block input after re-entry
     memory         loop.{loop}.block.{layer}.memory.hook_out    Loop Memory Attention's update (t >= 2)
     pattern        loop.{loop}.block.{layer}.attn.hook_pattern  attention probabilities [B, H, q, k]
+    attn_out       loop.{loop}.block.{layer}.attn.hook_out      self_attn's output (after o_proj, before the residual add)
+    mlp_out        loop.{loop}.block.{layer}.mlp.hook_out       the MLP's output (before the residual add)
     block_resid    loop.{loop}.block.{layer}.hook_resid_post    a block layer's output (a <= layer < b)
     state          loop.{loop}.hook_state                       h_t, the block's output
     coda_resid     loop.{loop}.coda.{layer}.hook_resid_post     a Coda layer's output on h_t (layer >= b)
@@ -25,10 +27,14 @@ sites above that their architecture has (`FAMILY_SITES`) plus their own:
     message_gate   loop.{loop}.block.{layer}.{gate}_gate.hook_message  Inkling: tanh message gate (same)
     low_input      loop.{loop}.low.{cycle}.hook_input                  HRM: the L stack's input, z_L + z_H
     low_resid      loop.{loop}.low.{cycle}.block.{layer}.hook_resid_post  HRM: an L-stack layer's output
+    low_attn_out   loop.{loop}.low.{cycle}.block.{layer}.attn.hook_out    HRM: an L-stack layer's attention output
+    low_mlp_out    loop.{loop}.low.{cycle}.block.{layer}.mlp.hook_out     HRM: an L-stack layer's MLP output
     low_state      loop.{loop}.low.{cycle}.hook_state                  HRM: z_L after L cycle `cycle` of H cycle t
 
 Loops count from 1 (a native model's pass or H cycle); L cycles count from 1; layers are the
-base model's own indices. Probes, benchmarks and notebooks
+base model's own indices. attn_out and mlp_out ([B, s, d]) are the modules' own returns (self_attn's first),
+routed through their hook points only while hooked (`workbench.loop.components`); Inkling's then pass its
+post-attention / post-MLP convolutions, as in transformers. Probes, benchmarks and notebooks
 build names with `hook_name` and stack a site over loops with `stack_loops`.
 """
 
@@ -46,6 +52,8 @@ SITES = {
     "input": "loop.{loop}.hook_input",
     "memory": "loop.{loop}.block.{layer}.memory.hook_out",
     "pattern": "loop.{loop}.block.{layer}.attn.hook_pattern",
+    "attn_out": "loop.{loop}.block.{layer}.attn.hook_out",
+    "mlp_out": "loop.{loop}.block.{layer}.mlp.hook_out",
     "block_resid": "loop.{loop}.block.{layer}.hook_resid_post",
     "state": "loop.{loop}.hook_state",
     "coda_resid": "loop.{loop}.coda.{layer}.hook_resid_post",
@@ -58,18 +66,20 @@ SITES = {
     "message_gate": "loop.{loop}.block.{layer}.{gate}_gate.hook_message",
     "low_input": "loop.{loop}.low.{cycle}.hook_input",
     "low_resid": "loop.{loop}.low.{cycle}.block.{layer}.hook_resid_post",
+    "low_attn_out": "loop.{loop}.low.{cycle}.block.{layer}.attn.hook_out",
+    "low_mlp_out": "loop.{loop}.low.{cycle}.block.{layer}.mlp.hook_out",
     "low_state": "loop.{loop}.low.{cycle}.hook_state",
 }
 
 # Which sites each kind of looped model has ("retrofit": a LoopedLM; memory / halt / loops_used
 # only with Loop Memory Attention or a halting head). A site outside a family's list is an error there.
 FAMILY_SITES: dict[str, tuple[str, ...]] = {
-    "retrofit": ("prelude_resid", "prelude", "input", "memory", "pattern", "block_resid", "state", "coda_resid",
-                 "readout", "halt", "loops_used"),
-    "inkling2_loop": ("prelude_resid", "prelude", "input", "pattern", "block_resid", "state", "coda_resid",
-                      "readout", "message", "message_pattern", "forget_gate", "message_gate"),
-    "hrm_text": ("prelude", "input", "pattern", "block_resid", "state", "readout", "low_input", "low_resid",
-                 "low_state"),
+    "retrofit": ("prelude_resid", "prelude", "input", "memory", "pattern", "attn_out", "mlp_out", "block_resid",
+                 "state", "coda_resid", "readout", "halt", "loops_used"),
+    "inkling2_loop": ("prelude_resid", "prelude", "input", "pattern", "attn_out", "mlp_out", "block_resid", "state",
+                      "coda_resid", "readout", "message", "message_pattern", "forget_gate", "message_gate"),
+    "hrm_text": ("prelude", "input", "pattern", "attn_out", "mlp_out", "block_resid", "state", "readout",
+                 "low_input", "low_resid", "low_attn_out", "low_mlp_out", "low_state"),
 }
 GATES = ("q", "k", "v", "mlp")
 

@@ -26,6 +26,7 @@ from transformers.masking_utils import create_causal_mask, create_sliding_window
 from workbench.errors import WorkbenchError
 from workbench.loop.attention import pattern_hook
 from workbench.loop.cache import LoopCache
+from workbench.loop.components import component_hooks, hooked
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.hooks import StrictHookNames, hook_name
 from workbench.loop.positions import last_real_token, position_ids
@@ -89,7 +90,7 @@ class _Site(nn.Module):
 
 def _loop_sites(block: range, coda: range, memory: bool, halting: bool) -> _Site:
     blocks = nn.ModuleDict({
-        str(i): _Site("hook_resid_post", attn=_Site("hook_pattern"),
+        str(i): _Site("hook_resid_post", attn=_Site("hook_pattern", "hook_out"), mlp=_Site("hook_out"),
                       **({"memory": _Site("hook_out")} if memory else {}))
         for i in block
     })
@@ -206,15 +207,20 @@ class LoopedLM(StrictHookNames, HookedRootModule):
         ctx = (x, [masks[layer_types[i]] for i in range(self.n_layers)], pos, rope)
         return ctx if cache is None else (*ctx, cache)
 
-    def _layer(self, i: int, h: torch.Tensor, ctx, pattern: HookPoint | None = None) -> torch.Tensor:
+    def _layer(self, i: int, h: torch.Tensor, ctx, site: nn.Module | None = None) -> torch.Tensor:
+        """Layer i on h; for a block layer, `site` (loop t's) hooks its attention pattern, attention output and
+        MLP output, each only when hooked (so with no hook attached the call is the base layer's own)."""
         _, masks, pos, rope, *cache = ctx
         kw = dict(attention_mask=masks[i], position_ids=pos, position_embeddings=rope)
         if cache:
             kw["cache"] = cache[0]
-        if pattern is not None and (pattern.fwd_hooks or pattern.bwd_hooks):
-            with pattern_hook(self.config, pattern):
-                return self.layers[i](h, **kw)
-        return self.layers[i](h, **kw)
+        if site is None:
+            return self.layers[i](h, **kw)
+        with contextlib.ExitStack() as stack:
+            if hooked(site.attn.hook_pattern):
+                stack.enter_context(pattern_hook(self.config, site.attn.hook_pattern))
+            stack.enter_context(component_hooks(self.layers[i], site))
+            return self.layers[i](h, **kw)
 
     def _coda(self, t: int, h: torch.Tensor, ctx) -> torch.Tensor:
         """Coda layers and the final norm on loop t's state: [b, s, d] -> [b, s, d]."""
@@ -266,7 +272,7 @@ class LoopedLM(StrictHookNames, HookedRootModule):
                 outs, keys, values = (torch.stack(x, dim=2) for x in zip(*window))
                 update = self.memory[str(i)].attend(window[-1][0], keys, values, outs.mean(dim=2), distances)
                 h = h + site.memory.hook_out(update)
-            h = site.hook_resid_post(self._layer(i, h, ctx, pattern=site.attn.hook_pattern))
+            h = site.hook_resid_post(self._layer(i, h, ctx, site=site))
             if self.memory is not None:
                 past[i] = (past[i] + [(h, *self.memory[str(i)].keys_values(h))])[-self.memory_window:]
         return sites.hook_state(h)

@@ -26,21 +26,16 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from transformer_lens import HookedRootModule
-from transformer_lens.hook_points import HookPoint
 from transformers.cache_utils import DynamicCache
 from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from workbench.errors import WorkbenchError
+from workbench.loop.components import hooked as hooked  # re-exported: the adapters' "is this hook point hooked?"
 from workbench.loop.hooks import FAMILY_SITES, StrictHookNames
 from workbench.loop.looped import LoopedLM, LoopedOutput, LoopReadout, _Site
 from workbench.loop.positions import position_ids
 
 Site = _Site  # a named holder of hook points (LoopedLM's own): module paths spell the public hook names
-
-
-def hooked(point: HookPoint) -> bool:
-    """Whether a hook point has a hook attached (the adapters take a hooked path only then)."""
-    return bool(point.fwd_hooks or point.bwd_hooks)
 
 
 @dataclass

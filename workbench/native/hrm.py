@@ -13,12 +13,18 @@ pass t is lm_head(z_H^t), the model's own readout at H_cycles = t. A pass is one
 `loop.{t}.hook_input` is z_H + z_L (the H stack's input), `loop.{t}.low.{l}.*` the L cycles inside it.
 Layer indices are the stacks' own (0..num_layers_per_stack - 1). Every L and H invocation has its own
 KV cache slot (`cycle_offset`), as in transformers.
+
+Like transformers, the early L cycles of each H cycle run under `torch.no_grad()` (`L_bp_cycles`, a training-time
+memory trick), so a gradient from the output reaches only the trailing L cycles. For gradient-based attribution
+across every cycle, run inside `looped.all_cycles_with_grad()` (or set `looped.all_cycles_grad = True`): every
+L cycle then records its graph; the values, and so the logits, are exactly the same.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
-from contextlib import nullcontext
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +35,7 @@ from transformers.masking_utils import create_causal_mask
 
 from workbench.errors import WorkbenchError
 from workbench.loop.attention import pattern_hook
+from workbench.loop.components import component_hooks
 from workbench.native.contract import Carry, NativeLoopedLM, Site, hooked
 
 
@@ -46,6 +53,8 @@ class HrmLooped(NativeLoopedLM):
     """HrmTextForCausalLM with a hook point per site and per H cycle (1..2 x H_cycles)."""
 
     family = "hrm_text"
+    # False: transformers' own gradient routing (early L cycles under no_grad); True: every L cycle with grad
+    all_cycles_grad: bool = False
 
     def __init__(self, base: nn.Module):
         super().__init__(base)
@@ -60,10 +69,25 @@ class HrmLooped(NativeLoopedLM):
 
     def _pass_sites(self) -> Site:
         def stack():
-            return nn.ModuleDict({str(i): Site("hook_resid_post", attn=Site("hook_pattern")) for i in range(self.n_stack)})
+            return nn.ModuleDict({str(i): Site("hook_resid_post", attn=Site("hook_pattern", "hook_out"),
+                                               mlp=Site("hook_out")) for i in range(self.n_stack)})
         low = nn.ModuleDict({str(c): Site("hook_input", "hook_state", block=stack())
                              for c in range(1, self.config.L_cycles + 1)})
         return Site("hook_input", "hook_state", "hook_readout", block=stack(), low=low)
+
+    @contextlib.contextmanager
+    def all_cycles_with_grad(self) -> Iterator[HrmLooped]:
+        """For the duration, every L cycle runs with grad (transformers runs the early ones under `no_grad`), so a
+        gradient from the output reaches every cycle's state: `with looped.all_cycles_with_grad(): looped(ids)...`.
+
+        The forward computes the same values (the logits are bit-identical); only the autograd graph, and so the
+        memory a backward needs, grows. An enclosing `torch.no_grad()` still turns grad off everywhere."""
+        saved = self.all_cycles_grad
+        self.all_cycles_grad = True
+        try:
+            yield self
+        finally:
+            self.all_cycles_grad = saved
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -102,15 +126,16 @@ class HrmLooped(NativeLoopedLM):
         return _Ctx(inputs_embeds, mask, rope, position_ids, cache, kwargs)
 
     def _stack(self, stack: nn.Module, h: torch.Tensor, ctx: _Ctx, cycle_offset: int, sites) -> torch.Tensor:
-        """`HrmTextStack.forward` (its layers, then its final norm), each layer's output and pattern hooked."""
+        """`HrmTextStack.forward` (its layers, then its final norm), each layer's output, pattern and attention /
+        MLP outputs hooked."""
         for i, layer in enumerate(stack.layers):
             site = sites[str(i)]
             kw = dict(attention_mask=ctx.mask, cache=ctx.cache, position_embeddings=ctx.rope,
                       cycle_offset=cycle_offset, position_ids=ctx.pos, **ctx.kwargs)
-            if hooked(site.attn.hook_pattern):
-                with pattern_hook(self.config, site.attn.hook_pattern):
-                    h = layer(h, **kw)
-            else:
+            with contextlib.ExitStack() as hooks:
+                if hooked(site.attn.hook_pattern):
+                    hooks.enter_context(pattern_hook(self.config, site.attn.hook_pattern))
+                hooks.enter_context(component_hooks(layer, site))
                 h = layer(h, **kw)
             h = site.hook_resid_post(h)
         return stack.final_norm(h)
@@ -123,11 +148,11 @@ class HrmLooped(NativeLoopedLM):
         for h in range(loops):
             sites = self.loop[str(h + 1)]
             grad_iterations = tm.L_bp_cycles_padded[h] if h < len(tm.L_bp_cycles_padded) else 1
-            grad_threshold = L - grad_iterations
+            grad_threshold = 0 if self.all_cycles_grad else L - grad_iterations
             for c in range(L):
                 cycle_offset = (h * (L + 1) + c) * n
                 low_site = sites.low[str(c + 1)]
-                with nullcontext() if c >= grad_threshold else torch.no_grad():
+                with contextlib.nullcontext() if c >= grad_threshold else torch.no_grad():
                     u = low_site.hook_input(low.to(high.device) + high)
                     low = low_site.hook_state(self._stack(tm.L_module, u, ctx, cycle_offset, low_site.block))
             cycle_offset = (h * (L + 1) + L) * n

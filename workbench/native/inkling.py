@@ -38,6 +38,7 @@ from transformers.masking_utils import (
 from transformers.modeling_outputs import MoeModelOutputWithPast
 from transformers.models.inkling2_loop import modeling_inkling2_loop as ink
 
+from workbench.loop.components import component_hooks
 from workbench.loop.hooks import GATES
 from workbench.native.contract import Carry, NativeLoopedLM, Site, hooked, instance_forward
 
@@ -131,8 +132,8 @@ class InklingLooped(NativeLoopedLM):
         def block(i):
             gates = {f"{g}_gate": Site("hook_forget", "hook_message") for g in GATES} if t > 1 else {}
             extra = {"message": Site("hook_pattern")} if t > 1 else {}
-            return Site("hook_resid_post", *(["hook_message"] if t > 1 else []), attn=Site("hook_pattern"),
-                        **extra, **gates)
+            return Site("hook_resid_post", *(["hook_message"] if t > 1 else []),
+                        attn=Site("hook_pattern", "hook_out"), mlp=Site("hook_out"), **extra, **gates)
         blocks = nn.ModuleDict({str(i): block(i) for i in range(self.a, self.b)})
         coda = nn.ModuleDict({str(i): Site("hook_resid_post") for i in range(self.b, self.n_layers)})
         return Site("hook_input", "hook_state", "hook_readout", block=blocks, coda=coda)
@@ -183,10 +184,11 @@ class InklingLooped(NativeLoopedLM):
                      cache=ctx.cache, **extra, position_ids=ctx.pos, **ctx.kwargs)
 
     def _layer(self, layer, site, h, block_states, ctx, *messages, **extra):
-        """One looped layer call, its attention pattern and message gates hooked when asked."""
+        """One looped layer call, its attention pattern, attention / MLP outputs and message gates hooked when asked."""
         with contextlib.ExitStack() as stack:
             if hooked(site.attn.hook_pattern):
                 stack.enter_context(_pattern_of(self.config, layer.self_attn, site.attn.hook_pattern))
+            stack.enter_context(component_hooks(layer, site))  # self_attn's / mlp's own outputs, before the convolutions
             if messages:
                 for g in GATES:
                     gate_site = getattr(site, f"{g}_gate")
