@@ -202,7 +202,10 @@ def test_every_probe_of_the_battery_makes_no_host_tensor(tmp_path):
              "gradient_audit": {}, "depth_matrix": {}, "loop_accuracy": {},
              "lens_agreement": {"depths": [1, 2], "per_depth": 4, "loops": 3, "max_causal": 4},
              "dynamics": {"depths": [1, 2], "per_depth": 2, "loops": 3},
-             "exit_rules": {"depths": [1, 2], "per_depth": 4, "loops": 3}}
+             "exit_rules": {"depths": [1, 2], "per_depth": 4, "loops": 3},
+             "patching": {"depths": [2], "per_depth": 1, "positions": ["edited", "read"]},
+             "attribution": {"depths": [2], "per_depth": 1, "positions": ["edited", "read"], "check_pairs": 1},
+             "paths": {"depths": [2], "per_depth": 1}}
     assert set(PROBES) <= set(small), set(PROBES) - set(small)
     battery = tmp_path / "battery.toml"
     battery.write_text(tomli_w.dumps({"battery": {"manifest": str(tmp_path / "rows.jsonl"), "batch_size": 4},

@@ -118,6 +118,7 @@ def test_the_own_prompts_lines_run_as_written_and_say_what_the_paragraph_says(tm
     assert said and ranks[1] == int(said[1]) and ranks[4] == int(said[2]), (ranks, outs[0])
     assert re.search(r"^\s+1\s+Paris\.", outs[1], re.M) and re.search(r"^\s+4\s", outs[1], re.M), outs[1]
     summary = json.loads((tmp_path / "results" / "capitals" / "summary.json").read_text())
-    assert summary["probe_runs"]["logit_lens"]["rows"] | {"n": 8, "depth_not_given": 8} == summary["probe_runs"]["logit_lens"]["rows"]
+    read = summary["probe_runs"]["logit_lens"]["rows"]
+    assert read["n"] == read["depth_not_given"] == 8
     assert summary["probes"]["overshoot"]["status"] == "not_applicable"
     assert summary["probes"]["splice"] == {"status": "not_applicable", "reason": "needs depth, table, start"}

@@ -113,7 +113,7 @@ def test_report_embeds_plotly_once_and_one_div_per_figure(results, page):
     text = page.read_text()
     assert text.count(PLOTLY_SIGNATURE) == 1
     n_figures = len(build_all(all_tables()))
-    assert text.count('class="plotly-graph-div"') == n_figures + 1 == 22  # + block selection
+    assert text.count('class="plotly-graph-div"') == n_figures + 1 == 26  # + block selection
     ours = text.replace(get_plotlyjs(), "")  # the bundle itself names CDNs it never fetches
     assert len(ours) < len(text) - 4_000_000
     assert "<script src" not in ours and "http" not in ours  # nothing to fetch: works offline
@@ -166,7 +166,7 @@ def test_headline_section_in_headless_chromium_holds_the_declared_headlines(page
     assert run.returncode == 0, run.stderr[-2000:]
     text = element_text(run.stdout, "headline")
     declared = headlines_from_tables(all_tables(), HEADLINES)
-    assert len(declared) == 15 and len(text) > 2000
+    assert len(declared) == 18 and len(text) > 2000
     for name, head in declared.items():
         assert f"\t{name}\n" in text and head.sentence in text
         for n in head.numbers:
@@ -249,12 +249,12 @@ def test_report_renders_every_figure_in_headless_chromium(page, tmp_path):
     run = browse(page, tmp_path, "--dump-dom")
     assert run.returncode == 0, run.stderr[-2000:]
     dom = parse_dom(run.stdout)
-    assert len(dom.drawn) == 22
+    assert len(dom.drawn) == 26
     undrawn = [k for k, v in dom.drawn.items() if not v]
     assert not undrawn, f"figures not drawn: {undrawn}"
     assert dom.sentinels["js-errors"]["text"].strip() == ""
     status = dom.sentinels["render-status"]["attrs"]
-    assert status["data-figures"] == status["data-drawn"] == "22"
+    assert status["data-figures"] == status["data-drawn"] == "26"
     shot = tmp_path / "report.png"
     run = browse(page, tmp_path, f"--screenshot={shot}", "--window-size=1400,3000")
     assert run.returncode == 0, run.stderr[-2000:]

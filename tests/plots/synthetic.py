@@ -260,6 +260,53 @@ def loop_dynamics(rng, loops: int = 6, per_depth: int = 4) -> dict[str, pd.DataF
     return out
 
 
+def patching(rng, loops: int = 3, layers=(10, 11, 12), pairs: int = 4) -> dict[str, pd.DataFrame]:
+    """The patching, attribution and paths tables: recovery concentrated at the last loop's read position."""
+    positions, components = ["edited", "entries", "start", "question", "read"], ["resid", "attn", "mlp"]
+    rows = []
+    for pid in range(pairs):
+        corruption = "entry" if pid % 2 == 0 else "start"
+        for t in range(1, loops + 1):
+            for i in layers:
+                for pos in positions:
+                    if corruption == "start" and pos == "start":
+                        continue
+                    for comp in components:
+                        share = (0.9 if (pos == "read" and t == loops) or (pos == "edited" and comp == "resid") else 0.05)
+                        rows.append(dict(pair_id=pid, row_id=f"r{pid // 2}", depth=loops, corruption=corruption,
+                                         step=0 if corruption == "start" else 1 + pid % loops, loop=t, layer=i,
+                                         position=pos, component=comp, n_positions=3,
+                                         ld_patched=-4 + 8 * (share + 0.05 * rng.standard_normal()), ld_clean=4.0,
+                                         ld_corrupted=-4.0))
+    frame = pd.DataFrame(rows)
+    keys = ["corruption", "loop", "layer", "position", "component"]
+    g = frame.groupby(keys, as_index=False).agg(ld=("ld_patched", "mean"), n=("pair_id", "size"))
+    g["recovered"] = (g["ld"] + 4) / 8
+    g["low"], g["high"] = g["recovered"] - 0.1, g["recovered"] + 0.1
+    grid = g.drop(columns="ld")
+    steps = pd.DataFrame([dict(step=k, loop=t, recovered=float(t >= k), low=float(t >= k) - 0.1,
+                               high=float(t >= k) + 0.1, n=2) for k in range(1, loops + 1) for t in range(1, loops + 1)])
+    check = grid[keys].copy()
+    check["exact"] = grid["recovered"]
+    check["gradient"] = grid["recovered"] * 0.8 + 0.02 * rng.standard_normal(len(grid))
+    routes = pd.DataFrame([dict(corruption=c, route=r, source=t, read=u, recovered=(0.9 if r != "readout" else 0.1),
+                                low=0.0, high=1.0, n=2)
+                           for c in ("entry", "start") for r in ("loops", "loops_read", "readout")
+                           for t in range(1, loops) for u in range(t + 1, loops + 1)])
+    paths = routes.assign(pair_id=0, row_id="r0", depth=loops, step=1, ld_patched=0.0, ld_clean=1.0,
+                          ld_corrupted=-1.0).rename(columns={"source": "source"})
+    pairs_table = frame.drop_duplicates("pair_id")[["pair_id", "row_id", "depth", "corruption", "step", "ld_clean",
+                                                    "ld_corrupted"]].assign(edited="A -> B -> C", clean_answer="B",
+                                                                            corrupted_answer="C")
+    agreement = pd.DataFrame([dict(corruption=c, component=k, cells=45, spearman=0.85, top10=8, top_k=10, trusted=True)
+                              for c in ("entry", "start") for k in ("all", "attn", "mlp", "resid")])
+    cost = pd.DataFrame([dict(pairs=2, cells=len(check), exact_s=120.0, gradient_s=3.0, ratio=40.0)])
+    return {"patching": frame, "patching__grid": grid, "patching__steps": steps, "patching__pairs": pairs_table,
+            "attribution": frame, "attribution__grid": grid, "attribution__check": check,
+            "attribution__agreement": agreement, "attribution__cost": cost, "attribution__pairs": pairs_table,
+            "paths": paths, "paths__routes": routes, "paths__pairs": pairs_table}
+
+
 def all_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
     """Every probe result and part, keyed by file stem."""
     rng = np.random.default_rng(seed)
@@ -276,7 +323,7 @@ def all_tables(seed: int = 0) -> dict[str, pd.DataFrame]:
             "splice__verdict": verdict, "heads": hd, "heads__summary": hsum, "linear_probe": linear_probe(rng),
             "drift": dr, "drift__concentration": conc, "drift__heads": drift_heads, "halting": halting(),
             "halting__difficulty": halting_difficulty(), "gradient_audit": ga, "gradient_audit__fd": fd,
-            "latency": latency(), **loop_dynamics(rng)}
+            "latency": latency(), **loop_dynamics(rng), **patching(rng)}
 
 
 def summary(tables: dict[str, pd.DataFrame]) -> dict:

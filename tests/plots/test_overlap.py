@@ -34,7 +34,7 @@ def hidden_pairs(fig: go.Figure) -> list[tuple[str, str]]:
 
 def test_no_two_lines_of_any_figure_can_hide_each_other(tables):
     figures = build_all(tables)
-    assert len(figures) == 21
+    assert len(figures) == 25
     bad = {key: pairs for _, key, fig in figures if (pairs := hidden_pairs(fig))}
     assert not bad, f"lines that can coincide and look the same: {bad}"
 

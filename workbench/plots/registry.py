@@ -26,8 +26,9 @@ Builder = Callable[..., go.Figure]
 
 # The order the report shows the probes' sections in and `workbench figures` exports their figures: the
 # report reads like a results section. A probe not named here follows them, in `PROBES` order.
-ORDER = ("identity", "logit_lens", "depth_matrix", "overshoot", "splice", "heads", "linear_probe", "drift", "halting",
-         "lens_agreement", "dynamics", "exit_rules", "gradient_audit", "latency", "loop_accuracy")
+ORDER = ("identity", "logit_lens", "depth_matrix", "overshoot", "splice", "patching", "attribution", "paths", "heads",
+         "linear_probe", "drift", "halting", "lens_agreement", "dynamics", "exit_rules", "gradient_audit", "latency",
+         "loop_accuracy")
 
 
 def probe_specs() -> list[ProbeSpec]:

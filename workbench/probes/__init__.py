@@ -27,8 +27,9 @@ from workbench.errors import WorkbenchError
 from workbench.probes.spec import ProbeSpec
 
 # Where each shipped probe's headline (and battery run) sits; a probe not named here follows them, by name.
-ORDER = ("identity", "depth_matrix", "loop_accuracy", "overshoot", "logit_lens", "splice", "heads", "linear_probe",
-         "drift", "halting", "lens_agreement", "dynamics", "exit_rules", "gradient_audit", "latency")
+ORDER = ("identity", "depth_matrix", "loop_accuracy", "overshoot", "logit_lens", "splice", "patching", "attribution",
+         "paths", "heads", "linear_probe", "drift", "halting", "lens_agreement", "dynamics", "exit_rules",
+         "gradient_audit", "latency")
 
 
 def declares_spec(source: str) -> bool:

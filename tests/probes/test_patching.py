@@ -1,0 +1,216 @@
+"""patching, attribution and paths: the corrupted twins, the exact grid against a planted mechanism, the gradient
+map's agreement (and its flagged failure on a saturating one), the suffix-on-a-cache shortcut against the whole
+recomputation, and the paths' reading of a model that carries its answer and one that makes it at the last loop.
+
+The planted models are a fresh tiny-llama retrofit (block 2:4, re-entry the identity at init) with every
+attention and MLP output projection zeroed, so each layer passes its input through, and one permanent hook that
+writes into the read position's MLP output at (loop, layer) a function of the sum over positions of that layer's
+input: the only path from the edited tokens to the answer. Such a hook sums the whole sequence it is handed, so
+it is not a causal model under a KV cache: the planted tests recompute whole prompts (`prefix_cache` off), and the
+cache shortcut is checked on the unplanted model, where it must give the same numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from workbench.errors import WorkbenchError
+from workbench.loop.hooks import hook_name
+from workbench.loop.surgery import retrofit
+from workbench.models import load_base
+from workbench.probes import NotApplicable, attribution, patching, paths
+
+DEPTH = 3
+
+
+@pytest.fixture(scope="module")
+def chase3(rows):
+    return [r for r in rows if r["depth"] == DEPTH][:3]
+
+
+def fresh(zero: bool):
+    model, tok = load_base("tiny-llama")
+    looped = retrofit(model, "2:4", max_loops=8).eval()
+    for p in looped.parameters():
+        p.requires_grad_(False)
+    if zero:
+        with torch.no_grad():
+            for layer in looped.layers:
+                layer.self_attn.o_proj.weight.zero_()
+                layer.mlp.down_proj.weight.zero_()
+    return looped, tok
+
+
+def plant(model, loop: int, layer: int, write):
+    """A permanent hook: loop `loop`'s MLP output of `layer` gains write(sum over positions of the layer's input)
+    at the last position. The input is what the layer itself receives (a torch pre-hook on the layer, so a patch
+    at the hook point before it is seen); the layer runs once per loop, and its MLP right after its input."""
+    seen = {}
+
+    def keep(module, args, kwargs):
+        seen["x"] = args[0] if args else kwargs["hidden_states"]
+
+    def add(x, hook):
+        x = x.clone()
+        x[:, -1] = x[:, -1] + write(seen["x"].sum(1))
+        return x
+
+    model.layers[layer].register_forward_pre_hook(keep, with_kwargs=True)
+    model.add_hook(hook_name("mlp_out", loop, layer), add, is_permanent=True)
+    return model
+
+
+def linear_write(d: int, seed: int = 0, scale: float = 2.0):
+    g = torch.Generator().manual_seed(seed)
+    M = torch.randn(d, d, generator=g) * scale / d ** 0.5
+    return lambda s: s @ M.to(s.dtype)
+
+
+@pytest.fixture()
+def no_cache(monkeypatch):
+    monkeypatch.setattr(patching, "prefix_cache", lambda model: False)
+
+
+def test_twins_change_one_fact_and_keep_the_token_layout(tok, chase3):
+    pairs, skipped = patching.corrupt_pairs(tok, chase3, seed=0)
+    assert skipped == 0 and len(pairs) == 2 * len(chase3)
+    for p in pairs:
+        clean, bad = p.clean_ids[0].tolist(), p.corrupt_ids[0].tolist()
+        assert len(clean) == len(bad) and p.corrupted_answer != p.row["answer"]
+        differ = [i for i, (a, b) in enumerate(zip(clean, bad)) if a != b]
+        assert differ and set(differ) <= set(p.positions["edited"])
+        every = sorted(i for v in p.positions.values() for i in v)
+        assert every == list(range(len(clean)))                    # the classes partition the prompt
+        assert p.positions["read"] == [len(clean) - 1]
+        if p.corruption == "entry":
+            # the edited line is the one loop `step` reads: key x_{step-1}
+            x = p.row["start"]
+            for _ in range(p.step - 1):
+                x = p.row["table"][x]
+            assert p.edited.startswith(f"{x} -> ") and p.corrupted_chain[:p.step - 1] == p.row["chain"][:p.step - 1]
+            assert p.corrupted_chain[p.step - 1] != p.row["chain"][p.step - 1]
+        else:
+            assert p.step == 0 and p.positions["start"] == []
+    assert sorted(p.step for p in pairs if p.corruption == "entry") == [1, 2, 3]   # steps cycle over the rows
+
+
+def test_the_suffix_on_a_cache_equals_recomputing_the_prompt(tok, chase3):
+    model, _ = fresh(zero=False)
+    pairs, _ = patching.corrupt_pairs(tok, chase3[:1])
+    cells = patching.grid_cells(DEPTH, [2, 3], list(patching.COMPONENTS))
+    for pair in pairs:
+        clean = patching.clean_activations(model, pair, DEPTH, cells)
+        for position in ("edited", "question", "read"):
+            fast = patching.exact_cells(model, pair, DEPTH, cells, position, clean, batch_size=7)
+            slow = patching.exact_cells(model, pair, DEPTH, cells, position, clean, use_prefix=False)
+            assert np.abs(fast - slow).max() < 1e-4, position
+        # nothing patched with the clean value of the corrupted run itself changes nothing
+        own = patching.clean_activations(model, patching.Pair(**{**pair.__dict__, "clean_ids": pair.corrupt_ids}),
+                                         DEPTH, cells)
+        same = patching.exact_cells(model, pair, DEPTH, cells, "edited", own)
+        assert np.abs(same - patching.margins(model, pair.corrupt_ids, pair, DEPTH)).max() < 1e-4
+
+
+def test_the_exact_grid_finds_the_planted_write(tok, chase3, no_cache):
+    model, _ = fresh(zero=True)
+    plant(model, DEPTH, 3, linear_write(model.config.hidden_size))
+    tables = patching.run(model, tok, chase3)
+    g = tables["patching__grid"].set_index(["corruption", "loop", "layer", "position", "component"])["recovered"]
+    for corruption in ("entry", "start"):
+        assert g[(corruption, DEPTH, 3, "read", "mlp")] == pytest.approx(1.0, abs=1e-4)
+        others = g.loc[corruption].drop((DEPTH, 3, "read", "mlp"))
+        parts = others.reset_index()
+        assert parts[parts["component"] != "resid"]["recovered"].abs().max() < 1e-4   # no other attn / MLP cell
+        assert g[(corruption, DEPTH, 2, "edited", "resid")] == pytest.approx(1.0, abs=1e-4)   # the write's input
+        assert g[(corruption, DEPTH, 3, "read", "resid")] == pytest.approx(1.0, abs=1e-4)     # and its output
+        assert abs(g[(corruption, DEPTH, 3, "edited", "resid")]) < 1e-4                      # after it was read
+        assert parts[(parts["position"].isin(["entries", "question"]))]["recovered"].abs().max() < 1e-4
+    steps = tables["patching__steps"].set_index(["step", "loop"])["recovered"]
+    assert all(abs(steps[(k, t)]) < 1e-4 for k in (1, 2, 3) for t in (1, 2))   # the edit reaches the read position
+    assert patching.first_recovering(tables["patching__steps"]) == {1: 3, 2: 3, 3: 3}   # only at loop 3
+    line = patching.headline(tables)
+    assert line["steps_at_their_loop"].value == 1 and line["steps_at_their_loop"].n == 3   # step 3 only: fails
+    assert "mlp output of layer 3 at loop 3 (read positions)" in line.sentence
+
+
+def test_the_gradient_map_agrees_on_a_linear_write_and_is_flagged_on_a_saturated_one(tok, chase3, no_cache):
+    model, _ = fresh(zero=True)
+    d = model.config.hidden_size
+    plant(model, DEPTH, 3, linear_write(d, scale=0.5))
+    tables = attribution.run(model, tok, chase3, corruptions=("entry",), check_pairs=3)
+    check = tables["attribution__check"].set_index(["loop", "layer", "position", "component"])
+    assert check.loc[(DEPTH, 3, "read", "mlp"), "exact"] == pytest.approx(1.0, abs=1e-4)
+    assert check.loc[(DEPTH, 3, "read", "mlp"), "gradient"] == pytest.approx(1.0, abs=0.15)
+    best = check[check.index.get_level_values("component") != "resid"]
+    assert best["gradient"].abs().idxmax() == (DEPTH, 3, "read", "mlp")          # the mass where it was planted
+    linear = tables["attribution__agreement"].set_index("component").loc["all"]
+    assert linear["trusted"] and linear["spearman"] >= attribution.SPEARMAN_BAR
+
+    # Saturation: on one pair, the write is 20 u tanh(200 v . (s - m)), m the midpoint of the pair's clean and
+    # corrupted sums and v their direction: full strength either way, flat at both runs. The patch flips the
+    # answer; the gradient upstream of the tanh (the layer's input at the edited tokens) says nothing. The
+    # agreement headline must not trust the map.
+    model, _ = fresh(zero=True)
+    pair = patching.corrupt_pairs(tok, chase3[:1], corruptions=("entry",))[0][0]
+    clean_sum, corrupt_sum = (layer_input_sum(model, ids, pair, DEPTH, 3) for ids in (pair.clean_ids, pair.corrupt_ids))
+    middle, v = (clean_sum + corrupt_sum) / 2, (clean_sum - corrupt_sum) / (clean_sum - corrupt_sum).norm()
+    u = torch.randn(d, generator=torch.Generator().manual_seed(1))
+    plant(model, DEPTH, 3, lambda s: 20 * torch.tanh(200 * ((s - middle.to(s.dtype)) @ v.to(s.dtype)))[..., None] * u)
+    tables = attribution.run(model, tok, chase3[:1], corruptions=("entry",), check_pairs=1)
+    check = tables["attribution__check"].set_index(["loop", "layer", "position", "component"])
+    assert check.loc[(DEPTH, 3, "read", "mlp"), "exact"] == pytest.approx(1.0, abs=1e-4)
+    upstream = check.loc[(DEPTH, 2, "edited", "resid")]
+    assert upstream["exact"] == pytest.approx(1.0, abs=1e-4) and abs(upstream["gradient"]) < 1e-3
+    verdict = tables["attribution__agreement"].set_index("component").loc["all"]
+    assert not verdict["trusted"]
+    assert "cannot be trusted" in attribution.headline(tables).sentence
+
+
+def layer_input_sum(model, ids, pair, loop: int, layer: int) -> torch.Tensor:
+    """The sum over positions of block layer `layer`'s input at `loop` (what `plant`'s write reads), [d]."""
+    name = hook_name("input", loop) if layer == model.a else hook_name("block_resid", loop, layer - 1)
+    acts = patching.clean_activations(model, patching.Pair(**{**pair.__dict__, "clean_ids": ids}), loop,
+                                      [(loop, layer - 1, "resid")] if layer > model.a else [])
+    return acts[name].sum(0) if name in acts else None
+
+
+def test_paths_tell_a_carried_answer_from_one_made_at_the_last_loop(tok, chase3):
+    """One start-corrupted pair; the write is M (s - s_corrupted), so the corrupted run writes nothing and the clean
+    run writes M delta: written at loop 1 and carried (re-entry is the identity), or written at the last loop."""
+    read = {}
+    for name, loop in (("carried", 1), ("made", DEPTH)):
+        model, _ = fresh(zero=True)
+        pair = patching.corrupt_pairs(tok, chase3[:1], corruptions=("start",))[0][0]
+        base = layer_input_sum(model, pair.corrupt_ids, pair, loop, 3)
+        M = linear_write(model.config.hidden_size)
+        plant(model, loop, 3, lambda s, base=base, M=M: M(s - base.to(s.dtype)))
+        tables = paths.run(model, tok, chase3[:1], corruptions=("start",))
+        routes = tables["paths__routes"].set_index(["route", "source", "read"])["recovered"]
+        read[name] = paths.reading(tables["paths__routes"])
+        assert routes[("loops", 1, DEPTH)] == pytest.approx(1.0, abs=1e-4)
+        assert routes[("readout", 1, DEPTH)] == pytest.approx(1.0 if name == "carried" else 0.0, abs=1e-4)
+    assert read["carried"] == {("start", 1): "read at the end", ("start", 2): "read at the end"}
+    assert read["made"] == {("start", 1): "iterated", ("start", 2): "iterated"}
+
+
+def test_rows_without_a_table_and_bad_options_are_refused(tok, chase3):
+    model, _ = fresh(zero=False)
+    user = [{"row_id": "u1", "prompt": "The capital of France is", "answer": "Paris", "symbols": ["Paris", "Rome"],
+             "depth": 0, "task": "user"}]
+    for probe in (patching, attribution, paths):
+        with pytest.raises(NotApplicable, match="corrupts one fact"):
+            probe.run(model, tok, user)
+    with pytest.raises(WorkbenchError, match="not a block layer; accepted: 2..3"):
+        patching.run(model, tok, chase3, layers=[5])
+    with pytest.raises(WorkbenchError, match="component 'ffn' is unknown"):
+        patching.run(model, tok, chase3, components=["ffn"])
+    with pytest.raises(WorkbenchError, match="position class 'middle' is unknown"):
+        attribution.run(model, tok, chase3, positions=["middle"])
+    with pytest.raises(WorkbenchError, match="corruption 'table' is unknown"):
+        patching.run(model, tok, chase3, corruptions=["table"])
+    with pytest.raises(WorkbenchError, match="route 'skip' is unknown"):
+        paths.run(model, tok, chase3, routes=["skip"])
+    with pytest.raises(WorkbenchError, match="check_pairs must be a non-negative integer"):
+        attribution.run(model, tok, chase3, check_pairs=-1)

@@ -1,0 +1,515 @@
+"""patching: where the answer is made, by exact activation patching over loop x block layer x position x component.
+
+Every clean row gets corrupted twins that differ in one fact the answer depends on, paired by
+construction (`corrupt_pairs`):
+
+    entry   one table entry on the chain changed: the line of x_{k-1} (read by loop k, the "step") now
+            sends it elsewhere, so the chain, and the answer, change from step k on
+    start   the start symbol changed (the answer changes; every step differs)
+
+Only twins with the same number of tokens, differing only inside the edited text, and a different
+answer are kept. The metric is the logit difference LD = logit(clean answer) - logit(corrupted answer)
+at the read position after T loops (T = the row's depth; the model's own count when it gives none).
+For each loop t <= T, each block layer i and each component
+
+    resid   loop.{t}.block.{i}.hook_resid_post   the residual stream after layer i
+    attn    loop.{t}.block.{i}.attn.hook_out     the attention output of layer i (before the residual add)
+    mlp     loop.{t}.block.{i}.mlp.hook_out      the MLP output of layer i
+
+the clean run's activation is written into the corrupted run at one class of positions
+
+    edited    the edited text's tokens (the changed table line, or the start symbol)
+    entries   the other table lines' tokens, and the header before them
+    start     the start symbol's tokens (empty for the start corruption, where they are the edited ones)
+    question  everything else before the read position (the line breaks between entries, the question line and
+              the answer cue)
+    read      the read position (the last token)
+
+and the corrupted run's LD is read after T loops. A cell's recovered share is
+mean(LD_patched - LD_corrupted) / mean(LD_clean - LD_corrupted) over the pairs (a ratio of means, so
+pairs where the model barely separates the answers weigh little), with a 95% row-bootstrap interval
+(pairs clustered by their clean row). 1 means the clean activation at that cell alone restores the clean
+answer's margin; 0 means it carries nothing the corruption changed.
+
+Exactness and cost: patches at positions >= p never change activations before p (causal attention), so
+for a retrofit each position class runs only its suffix, on a KV cache of the corrupted prefix, with every
+cell of the grid a replica in one batch (`prefix_cache`; the same numbers as recomputing the whole
+prompt, tested). Native looped models recompute the whole prompt.
+
+Tables:
+    patching           pair_id, row_id, depth, corruption, step, loop, layer, position, component,
+                       n_positions, ld_patched, ld_clean, ld_corrupted: one row per (pair, cell)
+    patching__grid     corruption, loop, layer, position, component, recovered, low, high, n: the grid
+    patching__steps    step, loop, recovered, low, high, n: the entry corruption's read-position state
+                       (resid after the block's last layer) patched at loop t, per step k
+    patching__pairs    pair_id, row_id, depth, corruption, step, edited, clean_answer, corrupted_answer,
+                       ld_clean, ld_corrupted
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from workbench.analysis.headlines import Headline, Number, measured
+from workbench.devices import device_of
+from workbench.errors import WorkbenchError
+from workbench.loop.hooks import hook_name
+from workbench.probes import NotApplicable
+from workbench.probes.common import check_loops, default_loops, iterate, line_spans
+from workbench.probes.spec import Figure, ProbeSpec
+from workbench.tasks.chase import TEMPLATES
+from workbench.tasks.reader import ANSWER_PREFIX, candidate_ids
+
+CORRUPTIONS = ("entry", "start")
+POSITIONS = ("edited", "entries", "start", "question", "read")
+COMPONENTS = ("resid", "attn", "mlp")
+SITE_OF = {"resid": "block_resid", "attn": "attn_out", "mlp": "mlp_out"}
+N_BOOT = 2000
+RECOVERS = 0.5   # the registered bar: a cell "recovers" the answer when its share's estimate reaches it
+
+
+@dataclass
+class Pair:
+    """A clean row and its corrupted twin, token for token the same length.
+
+    positions: {position class: unpadded token indices}; cands: the row's candidate ids; answer and
+    corrupted index the clean and the corrupted answer among them."""
+
+    pair_id: int
+    row: dict
+    corruption: str
+    step: int
+    edited: str
+    clean_ids: torch.Tensor
+    corrupt_ids: torch.Tensor
+    positions: dict[str, list[int]]
+    cands: torch.Tensor
+    answer: int
+    corrupted: int
+    corrupted_answer: str
+    corrupted_chain: list[str] = field(default_factory=list)
+
+
+def site(component: str, loop: int, layer: int) -> str:
+    """The hook point of a grid cell (`workbench.loop.hooks`)."""
+    if component not in SITE_OF:
+        raise WorkbenchError(f"patching component '{component}' is unknown; accepted: {', '.join(COMPONENTS)}")
+    return hook_name(SITE_OF[component], loop, layer)
+
+
+# ----------------------------------------------------------------------------- the pairs
+def _question(row: dict, start: str) -> str:
+    tpl = TEMPLATES[row.get("surface", "symbolic")]
+    unit = tpl["unit"][0] if row["depth"] == 1 else tpl["unit"][1]
+    return tpl["question"].format(start=start, count=row["depth"], unit=unit)
+
+
+def _chain(table: dict, start: str, depth: int) -> list[str]:
+    out, x = [], start
+    for _ in range(depth):
+        x = table[x]
+        out.append(x)
+    return out
+
+
+def corrupt_row(row: dict, corruption: str, rng: np.random.Generator, step: int | None = None) -> dict | None:
+    """The corrupted twin of a chase row (prompt, table, start, answer, chain, step), or None if none changes
+    the answer. `step` (1..depth) picks the entry corruption's edited line: the one loop `step` reads."""
+    symbols, d = row["symbols"], row["depth"]
+    tpl = TEMPLATES[row.get("surface", "symbolic")]
+    if corruption == "start":
+        for s in rng.permutation(symbols):
+            s = str(s)
+            chain = _chain(row["table"], s, d)
+            if s != row["start"] and chain[-1] != row["answer"]:
+                old, new = _question(row, row["start"]), _question(row, s)
+                if row["prompt"].count(old) != 1:
+                    return None
+                return {"prompt": row["prompt"].replace(old, new), "table": row["table"], "start": s,
+                        "answer": chain[-1], "chain": chain, "step": 0, "edited": f"start {row['start']} -> {s}"}
+        return None
+    if corruption != "entry":
+        raise WorkbenchError(f"patching corruption '{corruption}' is unknown; accepted: {', '.join(CORRUPTIONS)}")
+    states = [row["start"], *[iterate(row, t) for t in range(1, d + 1)]]      # x_0 .. x_d
+    steps = [step] if step is not None else list(range(1, d + 1))
+    for k in steps:
+        key = states[k - 1]
+        if states[:d].count(key) != 1:        # the line is read by one loop only: the step is well defined
+            continue
+        for v in rng.permutation(symbols):
+            v = str(v)
+            if v == row["table"][key]:
+                continue
+            table = {**row["table"], key: v}
+            chain = _chain(table, row["start"], d)
+            if chain[-1] == row["answer"]:
+                continue
+            old, new = tpl["line"].format(k=key, v=row["table"][key]), tpl["line"].format(k=key, v=v)
+            if row["prompt"].count("\n" + old + "\n") != 1:
+                return None
+            return {"prompt": row["prompt"].replace("\n" + old + "\n", "\n" + new + "\n"), "table": table,
+                    "start": row["start"], "answer": chain[-1], "chain": chain, "step": k,
+                    "edited": f"{old} -> {v}"}
+    return None
+
+
+def corrupt_pairs(tokenizer, rows: list[dict], corruptions=CORRUPTIONS, seed: int = 0) -> tuple[list[Pair], int]:
+    """Returns (pairs, skipped): each row's twin per corruption, the entry corruption's step cycling 1..depth
+    over the rows so every step is edited about equally often. A twin is skipped (counted) when none changes
+    the answer, or its tokens differ from the clean row's outside the edited text."""
+    rng = np.random.default_rng(seed)
+    pairs, skipped = [], 0
+    for n, row in enumerate(rows):
+        spans, _, length = line_spans(tokenizer, row)
+        start_twin = corrupt_row(row, "start", np.random.default_rng([seed, n]))
+        start_tokens = _differing(tokenizer, row["prompt"], start_twin["prompt"]) if start_twin else None
+        for corruption in corruptions:
+            step = 1 + n % row["depth"] if corruption == "entry" else None
+            twin = corrupt_row(row, corruption, rng, step) or (corrupt_row(row, corruption, rng)
+                                                               if corruption == "entry" else None)
+            pair = _pair(tokenizer, len(pairs), row, twin, corruption, spans, length, start_tokens) if twin else None
+            if pair is None:
+                skipped += 1
+                continue
+            pairs.append(pair)
+    return pairs, skipped
+
+
+def _differing(tokenizer, a: str, b: str) -> list[int] | None:
+    ia, ib = tokenizer(a)["input_ids"], tokenizer(b)["input_ids"]
+    if len(ia) != len(ib):
+        return None
+    return [i for i, (x, y) in enumerate(zip(ia, ib)) if x != y]
+
+
+def _pair(tokenizer, pair_id, row, twin, corruption, spans, length, start_tokens) -> Pair | None:
+    diff = _differing(tokenizer, row["prompt"], twin["prompt"])
+    if not diff or start_tokens is None:
+        return None
+    table_first, _ = min(spans.values())
+    line_tokens = {i for s, e in spans.values() for i in range(s, e)} | set(range(table_first))   # the header too
+    read = length - 1
+    if corruption == "entry":
+        key = next(k for k in row["table"] if twin["table"][k] != row["table"][k])
+        edited = list(range(*spans[key]))
+        if not set(diff) <= set(edited):
+            return None
+        start = [i for i in start_tokens if i not in edited]
+    else:
+        edited, start = diff, []
+        if not set(diff) <= set(start_tokens):
+            return None
+    entries = sorted(line_tokens - set(edited))
+    taken = set(edited) | set(entries) | set(start) | {read}
+    positions = {"edited": sorted(edited), "entries": entries, "start": sorted(start),
+                 "question": [i for i in range(length) if i not in taken], "read": [read]}
+    cands = candidate_ids(tokenizer, row["symbols"], row.get("answer_prefix", ANSWER_PREFIX))
+    ids = lambda text: torch.tensor([tokenizer(text)["input_ids"]])  # noqa: E731
+    return Pair(pair_id, row, corruption, twin["step"], twin["edited"], ids(row["prompt"]), ids(twin["prompt"]),
+                positions, cands, row["symbols"].index(row["answer"]), row["symbols"].index(twin["answer"]),
+                twin["answer"], twin["chain"])
+
+
+def require_pairs(rows: list[dict], probe: str) -> None:
+    """Raises NotApplicable unless every row is a chase row whose corrupted twins the probe can build."""
+    bad = [r["row_id"] for r in rows if r.get("task") not in ("chase", "phop") or "table" not in r
+           or r.get("surface", "symbolic") not in TEMPLATES]
+    if bad:
+        raise NotApplicable(f"the {probe} probe corrupts one fact of a function-table row (an entry, the start); "
+                            f"row '{bad[0]}' is not one")
+
+
+# ----------------------------------------------------------------------------- the runs
+def block_layers(model, layers=None) -> list[int]:
+    """The block layers of the grid (default every one), checked."""
+    every = list(range(model.a, model.b))
+    if layers is None:
+        return every
+    out = [int(i) for i in layers]
+    bad = [i for i in out if i not in every]
+    if bad:
+        raise WorkbenchError(f"patching layer {bad[0]} is not a block layer; accepted: {model.a}..{model.b - 1}")
+    return out
+
+
+def check_components(components) -> list[str]:
+    out = list(components)
+    bad = [c for c in out if c not in COMPONENTS]
+    if bad or not out:
+        raise WorkbenchError(f"patching component {bad[0] if bad else '(none)'!r} is unknown; accepted: "
+                             f"{', '.join(COMPONENTS)}")
+    return out
+
+
+def loops_of(model, pair: Pair, rows_loops: int) -> int:
+    return check_loops(model, pair.row["depth"] if pair.row.get("depth", 0) >= 1 else rows_loops)
+
+
+def margins(model, ids: torch.Tensor, pair: Pair, T: int) -> float:
+    """LD after T loops of one unpadded prompt: logit(clean answer) - logit(corrupted answer) at the last token."""
+    device = device_of(model)
+    scores = model.read_final(ids.to(device), attention_mask=torch.ones_like(ids).to(device), loops=T,
+                              candidates=pair.cands.to(device))[0, -1]
+    return float(scores[pair.answer] - scores[pair.corrupted])
+
+
+def clean_activations(model, pair: Pair, T: int, cells) -> dict[str, torch.Tensor]:
+    """The clean run's activation [seq, d] at every cell's hook point."""
+    saved: dict[str, torch.Tensor] = {}
+
+    def save(x, hook):
+        saved[hook.name] = x[0].detach().clone()
+
+    names = sorted({site(c, t, i) for t, i, c in cells})
+    device = device_of(model)
+    ids = pair.clean_ids.to(device)
+    with torch.no_grad(), model.hooks(fwd_hooks=[(n, save) for n in names]):
+        model.read_final(ids, attention_mask=torch.ones_like(ids), loops=T, candidates=pair.cands.to(device))
+    return saved
+
+
+def prefix_cache(model) -> bool:
+    """Whether suffix-only recomputation on a KV cache applies: a retrofit (native models recompute)."""
+    return hasattr(model, "new_cache") and getattr(model, "native_loops", None) is None
+
+
+@torch.no_grad()
+def exact_cells(model, pair: Pair, T: int, cells, position: str, clean: dict, batch_size: int = 48,
+                use_prefix: bool = True) -> np.ndarray:
+    """LD_patched per cell [(loop, layer, component)] with the clean activation written at `position`'s tokens.
+
+    Every cell is one replica of the corrupted prompt in a batch; on a retrofit only the tokens from the class's
+    first position on are run, after a KV cache of the corrupted prefix (exact: causal attention)."""
+    where = pair.positions[position]
+    device = device_of(model)
+    first = min(where) if use_prefix and prefix_cache(model) else 0
+    rel = torch.tensor([p - first for p in where], device=device)
+    at = torch.tensor(where, device=device)
+    ids = pair.corrupt_ids.to(device)
+    S = ids.shape[1]
+    base_cache = None
+    if first > 0:
+        base_cache = model.new_cache(T)
+        model(ids[:, :first], torch.ones(1, first, dtype=torch.long, device=device), loops=T, cache=base_cache)
+    out = np.empty(len(cells))
+    for start in range(0, len(cells), batch_size):
+        chunk = cells[start:start + batch_size]
+        n = len(chunk)
+        hooks = [(site(c, t, i), _writer(k, rel, clean[site(c, t, i)][at])) for k, (t, i, c) in enumerate(chunk)]
+        suffix = ids[:, first:].expand(n, -1)
+        with model.hooks(fwd_hooks=hooks):
+            if base_cache is not None:
+                kv = copy.deepcopy(base_cache)
+                kv.batch_repeat_interleave(n)
+                logits = model(suffix, torch.ones(n, S, dtype=torch.long, device=device), loops=T, cache=kv).logits
+                scores = logits[:, -1, pair.cands.to(device)]
+            else:
+                scores = model.read_final(suffix, attention_mask=torch.ones_like(suffix), loops=T,
+                                          candidates=pair.cands.to(device))[:, -1]
+        out[start:start + n] = (scores[:, pair.answer] - scores[:, pair.corrupted]).double().cpu().numpy()
+    return out
+
+
+def _writer(replica: int, rel: torch.Tensor, value: torch.Tensor):
+    def hook(x, hook):
+        x = x.clone()
+        x[replica, rel] = value.to(x.dtype)
+        return x
+    return hook
+
+
+def grid_cells(T: int, layers: list[int], components: list[str]) -> list[tuple[int, int, str]]:
+    return [(t, i, c) for t in range(1, T + 1) for i in layers for c in components]
+
+
+def pair_record(pair: Pair, ld_clean: float, ld_corrupted: float) -> dict:
+    return dict(pair_id=pair.pair_id, row_id=pair.row["row_id"], depth=int(pair.row["depth"]),
+                corruption=pair.corruption, step=int(pair.step), edited=pair.edited, clean_answer=pair.row["answer"],
+                corrupted_answer=pair.corrupted_answer, ld_clean=ld_clean, ld_corrupted=ld_corrupted)
+
+
+def run(model, tokenizer, rows: list[dict], corruptions=CORRUPTIONS, positions=POSITIONS, components=COMPONENTS,
+        layers=None, loops: int | None = None, batch_size: int = 48, seed: int = 0,
+        progress: bool = False) -> dict[str, pd.DataFrame]:
+    """Returns the four tables of the module docstring.
+
+    Args:
+        corruptions: which twins to build ("entry", "start").
+        positions, components: the grid's position classes and components (all by default).
+        layers: block layers of the grid (absolute indices; default every block layer).
+        loops: T for rows without a depth (default the model's own count); a row with a depth is read at it.
+        batch_size: grid cells run together as replicas of one prompt.
+        seed: the corrupted symbols.
+    """
+    require_pairs(rows, "patching")
+    layers, components = block_layers(model, layers), check_components(components)
+    positions = _check_positions(positions)
+    pairs, skipped = corrupt_pairs(tokenizer, rows, [c for c in corruptions], seed)
+    if not pairs:
+        raise WorkbenchError(f"patching built no corrupted twin from {len(rows)} rows ({skipped} skipped)")
+    fallback = loops or default_loops(model, rows)
+    records, pair_rows = [], []
+    bar = tqdm(total=len(pairs) * len(positions), disable=not progress, desc="patching")
+    started = time.perf_counter()
+    for pair in pairs:
+        T = loops_of(model, pair, fallback)
+        cells = grid_cells(T, layers, components)
+        ld_clean, ld_corr = margins(model, pair.clean_ids, pair, T), margins(model, pair.corrupt_ids, pair, T)
+        pair_rows.append(pair_record(pair, ld_clean, ld_corr))
+        clean = clean_activations(model, pair, T, cells)
+        for position in positions:
+            bar.update(1)
+            if not pair.positions[position]:
+                continue
+            lds = exact_cells(model, pair, T, cells, position, clean, batch_size)
+            records += [dict(pair_id=pair.pair_id, row_id=pair.row["row_id"], depth=int(pair.row["depth"]),
+                             corruption=pair.corruption, step=int(pair.step), loop=t, layer=i, position=position,
+                             component=c, n_positions=len(pair.positions[position]), ld_patched=float(ld),
+                             ld_clean=ld_clean, ld_corrupted=ld_corr)
+                        for (t, i, c), ld in zip(cells, lds)]
+    bar.close()
+    frame = pd.DataFrame.from_records(records)
+    frame.attrs["wall_s"] = time.perf_counter() - started
+    last = model.b - 1
+    return {"patching": frame, "patching__grid": grid(frame, seed),
+            "patching__steps": steps_table(frame, last, seed), "patching__pairs": pd.DataFrame(pair_rows)}
+
+
+def _check_positions(positions) -> list[str]:
+    out = list(positions)
+    bad = [p for p in out if p not in POSITIONS]
+    if bad or not out:
+        raise WorkbenchError(f"patching position class {bad[0] if bad else '(none)'!r} is unknown; accepted: "
+                             f"{', '.join(POSITIONS)}")
+    return out
+
+
+# ----------------------------------------------------------------------------- the grid and its intervals
+def ratio_of_means(frame: pd.DataFrame, keys: list[str], value: str = "ld_patched", seed: int = 0) -> pd.DataFrame:
+    """Per group of `keys`: mean(value - LD_corrupted) / mean(LD_clean - LD_corrupted), with a 95% bootstrap over
+    clean rows (every group resampled with the same draws), and n pairs."""
+    if frame.empty:
+        return pd.DataFrame(columns=[*keys, "recovered", "low", "high", "n"])
+    rows = sorted(frame["row_id"].unique())
+    index = {r: j for j, r in enumerate(rows)}
+    draws = np.random.default_rng(seed).integers(0, len(rows), size=(N_BOOT, len(rows)))
+    weights = np.zeros((N_BOOT, len(rows)))
+    for b in range(N_BOOT):
+        weights[b] = np.bincount(draws[b], minlength=len(rows))
+    out = []
+    for key, g in frame.groupby(keys, sort=True):
+        num = np.zeros(len(rows))
+        den = np.zeros(len(rows))
+        cols = g["row_id"].map(index).to_numpy()
+        np.add.at(num, cols, (g[value] - g["ld_corrupted"]).to_numpy())
+        np.add.at(den, cols, (g["ld_clean"] - g["ld_corrupted"]).to_numpy())
+        total = den.sum()
+        estimate = num.sum() / total if total != 0 else np.nan
+        with np.errstate(divide="ignore", invalid="ignore"):
+            boot = (weights @ num) / (weights @ den)
+        boot = boot[np.isfinite(boot)]
+        low, high = (np.quantile(boot, [0.025, 0.975]) if boot.size else (np.nan, np.nan))
+        out.append({**dict(zip(keys, key if isinstance(key, tuple) else (key,))), "recovered": float(estimate),
+                    "low": float(low), "high": float(high), "n": int(len(g))})
+    return pd.DataFrame.from_records(out)
+
+
+def grid(frame: pd.DataFrame, seed: int = 0, value: str = "ld_patched") -> pd.DataFrame:
+    return ratio_of_means(frame, ["corruption", "loop", "layer", "position", "component"], value, seed)
+
+
+def steps_table(frame: pd.DataFrame, last_layer: int, seed: int = 0, value: str = "ld_patched") -> pd.DataFrame:
+    """The entry corruption's read-position state (resid after the block's last layer) per (step, loop)."""
+    part = frame[(frame["corruption"] == "entry") & (frame["position"] == "read") & (frame["component"] == "resid")
+                 & (frame["layer"] == last_layer)] if not frame.empty else frame
+    return ratio_of_means(part, ["step", "loop"], value, seed)
+
+
+def first_recovering(steps: pd.DataFrame) -> dict[int, int | None]:
+    """{step k: the first loop whose read-position state recovers >= RECOVERS of the margin (None: none does)}."""
+    out = {}
+    for k, g in steps.groupby("step"):
+        hit = g[g["recovered"] >= RECOVERS].sort_values("loop")
+        out[int(k)] = int(hit["loop"].iloc[0]) if len(hit) else None
+    return out
+
+
+def summarize(tables: dict[str, pd.DataFrame]) -> dict:
+    g, pairs = tables["patching__grid"], tables["patching__pairs"]
+    top = {}
+    for corruption, part in g[g["component"] != "resid"].groupby("corruption"):
+        best = part.sort_values("recovered", ascending=False).head(5)
+        top[corruption] = [{k: (v if isinstance(v, str) else round(float(v), 4)) for k, v in r.items()}
+                           for r in best[["loop", "layer", "position", "component", "recovered", "n"]].to_dict("records")]
+    return {"pairs": int(len(pairs)), "by_corruption": pairs["corruption"].value_counts().to_dict(),
+            "first_recovering_loop": {str(k): v for k, v in first_recovering(tables["patching__steps"]).items()},
+            "top_components": top, "headline": headline(tables).to_dict()}
+
+
+def headline(tables: dict[str, pd.DataFrame]) -> Headline:
+    """The operation reading (does the read-position state first carry an edited entry at the loop that reads
+    it?), and for each corruption the attention or MLP cell that recovers most."""
+    steps, g, pairs = tables["patching__steps"], tables["patching__grid"], tables["patching__pairs"]
+    numbers: list[Number] = []
+    first = first_recovering(steps)
+    if first:
+        matched = sum(1 for k, t in first.items() if t == k)
+        numbers.append(measured("steps_at_their_loop", "steps whose read-position state first carries the edit at "
+                                "the loop that reads it", matched, kind="count", n=len(first),
+                                expect=f"= {len(first)} (one lookup per loop)"))
+        for k in sorted(first):
+            row = steps[(steps["step"] == k) & (steps["loop"] == k)]
+            if len(row):
+                r = row.iloc[0]
+                numbers.append(Number(f"state_recovered_step{k}_loop{k}", f"read-position state at loop {k}, entry "
+                                      f"read by loop {k}", float(r.recovered), int(r.n), float(r.low), float(r.high),
+                                      "row bootstrap", "proportion", f">= {RECOVERS}"))
+            before = steps[(steps["step"] == k) & (steps["loop"] == k - 1)]
+            if len(before):
+                r = before.iloc[0]
+                numbers.append(Number(f"state_recovered_step{k}_loop{k - 1}", f"read-position state at loop {k - 1}, "
+                                      f"entry read by loop {k}", float(r.recovered), int(r.n), float(r.low),
+                                      float(r.high), "row bootstrap", "proportion", f"< {RECOVERS}"))
+    parts = []
+    for corruption, part in g[g["component"] != "resid"].groupby("corruption", sort=False):
+        best = part.sort_values("recovered", ascending=False).iloc[0]
+        numbers.append(Number(f"top_{corruption}", f"{corruption} edit: the most recovering attention / MLP cell "
+                              f"({best.component}, loop {best.loop}, layer {best.layer}, {best.position})",
+                              float(best.recovered), int(best.n), float(best.low), float(best.high),
+                              "row bootstrap", "proportion"))
+        parts.append(f"for the {corruption} edit the {best.component} output of layer {best.layer} at loop "
+                     f"{best.loop} ({best.position} positions) recovers most, {best.recovered:.2f}")
+    if first:
+        said = ", ".join(f"step {k}: loop {t if t is not None else 'none'}" for k, t in sorted(first.items()))
+        lead = (f"The read-position state first carries an edited entry (>= {RECOVERS} of the margin) at {said}"
+                f" ({matched} of {len(first)} steps at their own loop)")
+    else:
+        lead = "No entry edit was read"
+    sentence = f"{lead}; " + "; ".join(parts) + f"; {len(pairs)} pairs."
+    return Headline("patching", numbers, sentence)
+
+
+SPEC = ProbeSpec(
+    name="patching", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "symbols", "depth", "table", "start"),
+    title="Activation patching: loop x layer x position x component",
+    about="The clean run's activation at one loop, block layer, class of positions and component written into a "
+          "corrupted twin (one table entry or the start changed): the share of the answer's margin it restores.",
+    figures=(
+        Figure("workbench.plots.patching:patching_figure",
+               "Recovered share of the clean answer's logit margin when one cell (loop x block layer, per position "
+               "class and component) of the clean run is written into the corrupted twin; 1 restores the answer, 0 "
+               "carries nothing. Predicted: for a model that looks up once per loop, an edited entry reaches the read "
+               "position at the loop that reads it, through attention there."),
+        Figure("workbench.plots.patching:patching_steps_figure",
+               "The read-position state after loop t patched in, for an edit to the entry loop k reads (one line "
+               "per k). Predicted: 0 before loop k, then near 1: the edit enters the state at its own loop."),
+    ),
+)

@@ -1,0 +1,206 @@
+"""paths: is the answer iterated, or read at the end? The state leaving loop t, sent through the later loops or
+straight into the readout.
+
+On `patching`'s corrupted twins (one table entry or the start changed; `corrupt_pairs`), the clean run's
+state h_t (`loop.{t}.hook_state`) is put into the corrupted run three ways, and the corrupted run is read at
+every later loop u > t:
+
+    loops        h_t at every position; loops t+1..u run on from it (the splice's state/all, at every loop)
+    loops_read   h_t at the read position only; the rest of loop t's state stays corrupted (state/read)
+    readout      no later loop sees it: loop u's state is replaced by clean h_t, so the readout at u reads
+                 h_t directly
+
+At loop u the margin is LD_u = logit(clean x_u) - logit(corrupted x_u), the two chains' symbols at loop u
+(the chase chain read loop by loop); a (pair, u) where the two symbols coincide carries no signal and is
+left out. Recovered share: mean(LD_patched - LD_corrupted) / mean(LD_clean - LD_corrupted) per
+(corruption, route, t, u), with a row-bootstrap interval.
+
+Reading (fixed before any run), per source loop t < T at the last loop T: "iterated" when the loops route
+recovers >= 0.5 and the readout route < 0.5 (the state's content needs the later loops to become the
+answer); "read at the end" when the readout route recovers >= 0.5 (h_t already holds what the last loop
+reads); else "neither".
+
+Tables:
+    paths          pair_id, row_id, depth, corruption, step, route, source, read, ld_patched, ld_clean,
+                   ld_corrupted
+    paths__routes  corruption, route, source, read, recovered, low, high, n
+    paths__pairs   as patching__pairs
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm.auto import tqdm
+
+from workbench.analysis.headlines import Headline, Number
+from workbench.devices import device_of
+from workbench.errors import WorkbenchError
+from workbench.loop.hooks import hook_name
+from workbench.probes.common import default_loops
+from workbench.probes.patching import (
+    corrupt_pairs,
+    loops_of,
+    margins,
+    pair_record,
+    ratio_of_means,
+    require_pairs,
+)
+from workbench.probes.spec import Figure, ProbeSpec
+
+ROUTES = ("loops", "loops_read", "readout")
+BAR = 0.5
+
+
+def _symbols(pair, T: int) -> list[tuple[int, int] | None]:
+    """Per loop u = 1..T: (clean x_u, corrupted x_u) candidate indices, None where they coincide."""
+    clean = [pair.row["symbols"].index(s) for s in pair.row["chain"]]
+    corrupt = [pair.row["symbols"].index(s) for s in pair.corrupted_chain]
+    return [(clean[u], corrupt[u]) if u < len(clean) and u < len(corrupt) and clean[u] != corrupt[u] else None
+            for u in range(T)]
+
+
+@torch.no_grad()
+def _scores(model, ids, pair, T: int, hooks=()) -> torch.Tensor:
+    """Candidate scores at the read position after every loop 1..T: [T, C]."""
+    device = device_of(model)
+    ids = ids.to(device)
+    with model.hooks(fwd_hooks=list(hooks)):
+        r = model.read(ids, attention_mask=torch.ones_like(ids), loops=T, candidates=pair.cands.to(device))
+    return r.scores[0, :, -1].double().cpu()
+
+
+def _states(model, ids, pair, T: int) -> dict[int, torch.Tensor]:
+    saved = {}
+
+    def save(x, hook):
+        saved[int(hook.name.split(".")[1])] = x.detach().clone()
+
+    _scores(model, ids, pair, T, [(hook_name("state", t), save) for t in range(1, T + 1)])
+    return saved
+
+
+def _put(value: torch.Tensor, read_only: bool):
+    def hook(x, hook):
+        if not read_only:
+            return value.to(x.dtype)
+        x = x.clone()
+        x[:, -1] = value[:, -1].to(x.dtype)
+        return x
+    return hook
+
+
+def run(model, tokenizer, rows: list[dict], corruptions=("entry", "start"), routes=ROUTES, loops: int | None = None,
+        seed: int = 0, progress: bool = False) -> dict[str, pd.DataFrame]:
+    """Returns the three tables of the module docstring.
+
+    Args:
+        corruptions: which twins to build ("entry", "start"); routes: of ROUTES.
+        loops: T for rows without a depth (default the model's own count); a row with a depth is read at it.
+        seed: the corrupted symbols (the same twins as patching's with the same seed).
+    """
+    require_pairs(rows, "paths")
+    bad = [r for r in routes if r not in ROUTES]
+    if bad or not routes:
+        raise WorkbenchError(f"paths route {bad[0] if bad else '(none)'!r} is unknown; accepted: {', '.join(ROUTES)}")
+    pairs, skipped = corrupt_pairs(tokenizer, rows, list(corruptions), seed)
+    if not pairs:
+        raise WorkbenchError(f"paths built no corrupted twin from {len(rows)} rows ({skipped} skipped)")
+    fallback = loops or default_loops(model, rows)
+    records, pair_rows = [], []
+    for pair in tqdm(pairs, disable=not progress, desc="paths"):
+        T = loops_of(model, pair, fallback)
+        if T < 2:
+            continue
+        pair_rows.append(pair_record(pair, margins(model, pair.clean_ids, pair, T),
+                                     margins(model, pair.corrupt_ids, pair, T)))
+        targets = _symbols(pair, T)
+        clean_scores, corrupt_scores = _scores(model, pair.clean_ids, pair, T), _scores(model, pair.corrupt_ids, pair, T)
+        states = _states(model, pair.clean_ids, pair, T)
+        base = dict(pair_id=pair.pair_id, row_id=pair.row["row_id"], depth=int(pair.row["depth"]),
+                    corruption=pair.corruption, step=int(pair.step))
+
+        def margin(scores, u):
+            a, b = targets[u - 1]
+            return float(scores[u - 1, a] - scores[u - 1, b])
+
+        for t in range(1, T):
+            later = [u for u in range(t + 1, T + 1) if targets[u - 1] is not None]
+            if not later:
+                continue
+            for route in routes:
+                if route in ("loops", "loops_read"):
+                    s = _scores(model, pair.corrupt_ids, pair, T,
+                                [(hook_name("state", t), _put(states[t], route == "loops_read"))])
+                    got = {u: margin(s, u) for u in later}
+                else:
+                    got = {}
+                    for u in later:
+                        s = _scores(model, pair.corrupt_ids, pair, u, [(hook_name("state", u), _put(states[t], False))])
+                        got[u] = margin(s, u)
+                records += [dict(base, route=route, source=t, read=u, ld_patched=got[u],
+                                 ld_clean=margin(clean_scores, u), ld_corrupted=margin(corrupt_scores, u))
+                            for u in later]
+    frame = pd.DataFrame.from_records(records, columns=["pair_id", "row_id", "depth", "corruption", "step", "route",
+                                                        "source", "read", "ld_patched", "ld_clean", "ld_corrupted"])
+    table = ratio_of_means(frame, ["corruption", "route", "source", "read"], seed=seed)
+    return {"paths": frame, "paths__routes": table, "paths__pairs": pd.DataFrame(pair_rows)}
+
+
+def reading(routes: pd.DataFrame) -> dict[tuple[str, int], str]:
+    """{(corruption, source t): "iterated" | "read at the end" | "neither"} at the last loop each t is read at."""
+    out = {}
+    for (corruption, t), g in routes.groupby(["corruption", "source"]):
+        last = g[g["read"] == g["read"].max()].set_index("route")["recovered"]
+        via, direct = last.get("loops", np.nan), last.get("readout", np.nan)
+        if np.isfinite(direct) and direct >= BAR:
+            out[(corruption, int(t))] = "read at the end"
+        elif np.isfinite(via) and via >= BAR:
+            out[(corruption, int(t))] = "iterated"
+        else:
+            out[(corruption, int(t))] = "neither"
+    return out
+
+
+def summarize(tables: dict[str, pd.DataFrame]) -> dict:
+    return {"pairs": int(len(tables["paths__pairs"])),
+            "reading": {f"{c}/t={t}": v for (c, t), v in reading(tables["paths__routes"]).items()},
+            "headline": headline(tables).to_dict()}
+
+
+def headline(tables: dict[str, pd.DataFrame]) -> Headline:
+    """Per corruption and source loop t: the loops and readout routes' recovered share at the last loop read."""
+    routes = tables["paths__routes"]
+    numbers, parts = [], []
+    verdicts = reading(routes)
+    for (corruption, t), verdict in sorted(verdicts.items()):
+        g = routes[(routes["corruption"] == corruption) & (routes["source"] == t)]
+        u = int(g["read"].max())
+        for route in ("loops", "readout"):
+            r = g[(g["route"] == route) & (g["read"] == u)]
+            if len(r):
+                r = r.iloc[0]
+                numbers.append(Number(f"{route}_{corruption}_t{t}_u{u}", f"{corruption} edit: clean h_{t} via "
+                                      f"{'the later loops' if route == 'loops' else 'the readout only'}, read at loop {u}",
+                                      float(r.recovered), int(r.n), float(r.low), float(r.high), "row bootstrap",
+                                      "proportion"))
+        parts.append(f"{corruption} edit, h_{t}: {verdict}")
+    sentence = ("The state leaving loop t, read at the last loop: " + "; ".join(parts)) if parts else \
+        "No pair had a later loop whose two chains differ"
+    return Headline("paths", numbers, sentence + f" ({len(tables['paths__pairs'])} pairs).")
+
+
+SPEC = ProbeSpec(
+    name="paths", run=run, summarize=summarize, headline=headline,
+    needs=("prompt", "symbols", "depth", "table", "start", "chain"),
+    title="Paths: through the later loops, or straight to the readout",
+    about="The clean state leaving loop t put into the corrupted twin at every position, at the read position only, "
+          "or straight into the readout of a later loop: how much of the answer travels through the loops.",
+    figures=(
+        Figure("workbench.plots.patching:paths_figure",
+               "Recovered share at loop u of the clean state leaving loop t, by route (one panel per route, one line "
+               "per t). Predicted: for a loop that iterates, near 1 through the later loops, near 0 straight into the "
+               "readout (h_t holds x_t, not the answer the later loop reads)."),
+    ),
+)
