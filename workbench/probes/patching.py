@@ -19,10 +19,9 @@ For each loop t <= T, each block layer i and each component
 the clean run's activation is written into the corrupted run at one class of positions
 
     edited    the edited text's tokens (the changed table line, or the start symbol)
-    entries   the other table lines' tokens, and the header before them
+    entries   the rest of the table: its header, the other lines and the breaks between them
     start     the start symbol's tokens (empty for the start corruption, where they are the edited ones)
-    question  everything else before the read position (the line breaks between entries, the question line and
-              the answer cue)
+    question  the rest of the question line and the answer cue, up to the read position
     read      the read position (the last token)
 
 and the corrupted run's LD is read after T loops. A cell's recovered share is
@@ -193,8 +192,8 @@ def _pair(tokenizer, pair_id, row, twin, corruption, spans, length, start_tokens
     diff = _differing(tokenizer, row["prompt"], twin["prompt"])
     if not diff or start_tokens is None:
         return None
-    table_first, _ = min(spans.values())
-    line_tokens = {i for s, e in spans.values() for i in range(s, e)} | set(range(table_first))   # the header too
+    table_end = max(e for _, e in spans.values())
+    line_tokens = set(range(table_end))          # the header, the lines and the breaks between them
     read = length - 1
     if corruption == "entry":
         key = next(k for k in row["table"] if twin["table"][k] != row["table"][k])
