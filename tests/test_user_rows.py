@@ -131,6 +131,19 @@ BAD_ROWS = {   # the file's lines, and what the one-line error must say; the bad
     "candidates on some rows only": (with_line3(capital(2), candidates=FOUR), "no candidates, while line 1 gives some"),
     "answer not at the read position": (with_line3({"prompt": "The capital of Germany is Ber", "answer": "lin",
                                                     "answer_prefix": ""}), "does not start at a token boundary"),
+    "corrupt a string": (with_line3(capital(2, corrupt="The capital of Spain is")), "corrupt must be an object"),
+    "corrupt without an answer": (with_line3(capital(2, corrupt={"prompt": "The capital of Spain is"})),
+                                  "corrupt must be an object"),
+    "corrupt with another field": (with_line3(capital(2, corrupt={"prompt": "The capital of Spain is", "answer": "Madrid",
+                                                                  "depth": 1})), "corrupt must be an object"),
+    "corrupt that keeps the answer": (with_line3(capital(2, corrupt={"prompt": "The capital of Spain is",
+                                                                     "answer": "Berlin"})), "must change the prompt and"),
+    "corrupt answer not a candidate": (with_line3(capital(2, corrupt={"prompt": "The capital of Spain is",
+                                                                      "answer": "Oslo"}, candidates=FOUR),
+                                                  candidates=FOUR), "corrupt answer 'Oslo' is not among"),
+    "corrupt prompt of another length": (with_line3(capital(2, corrupt={"prompt": "The capital city of Spain is",
+                                                                        "answer": "Madrid"})),
+                                         "corrupt prompt is 6 tokens and the prompt 5"),
 }
 
 

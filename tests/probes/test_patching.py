@@ -214,3 +214,27 @@ def test_rows_without_a_table_and_bad_options_are_refused(tok, chase3):
         paths.run(model, tok, chase3, routes=["skip"])
     with pytest.raises(WorkbenchError, match="check_pairs must be a non-negative integer"):
         attribution.run(model, tok, chase3, check_pairs=-1)
+
+
+def test_a_users_rows_with_their_own_twins_are_patched(tok, no_cache):
+    """Rows from a file that give `corrupt` (workbench rows --from): the twins are taken as given, the classes are
+    the tokens that differ, the rest, and the read position; on the planted model (the write at loop 2, layer 3)
+    the grid finds the write, its input at the edited tokens, and nothing at the tokens the twins share."""
+    from workbench.tasks.user import check_user_rows
+
+    model, _ = fresh(zero=True)
+    plant(model, 2, 3, linear_write(model.config.hidden_size))
+    raw = [{"prompt": f"The capital of {a} is", "answer": x, "corrupt": {"prompt": f"The capital of {b} is", "answer": y}}
+           for (a, x), (b, y) in [(("France", "Paris"), ("Italy", "Rome")), (("Spain", "Madrid"), ("Japan", "Tokyo"))]]
+    rows, meta = check_user_rows(list(enumerate(raw, 1)), tok, "test")
+    assert rows[0]["corrupt"] == raw[0]["corrupt"] and sorted(rows[0]["symbols"]) == ["Madrid", "Paris", "Rome", "Tokyo"]
+    tables = patching.run(model, tok, rows, loops=2)
+    g = tables["patching__grid"]
+    assert set(g["corruption"]) == {"user"} and set(g["position"]) == {"edited", "other", "read"}
+    cell = g.set_index(["loop", "layer", "position", "component"])["recovered"]
+    assert cell[(2, 3, "read", "mlp")] == pytest.approx(1.0, abs=1e-4)
+    assert cell[(2, 2, "edited", "resid")] == pytest.approx(1.0, abs=1e-4)
+    assert g[g["position"] == "other"]["recovered"].abs().max() < 1e-4        # the same tokens in both twins
+    assert set(tables["patching__pairs"]["edited"]) == {"the row's corrupt prompt"}
+    routes = paths.run(model, tok, rows, loops=2)["paths__routes"]
+    assert set(routes["read"]) == {2}                                        # no chain: the last loop only

@@ -33,7 +33,7 @@ def patching_figure(df: pd.DataFrame, grid: pd.DataFrame) -> go.Figure:
     """
     require(grid, ["corruption", "loop", "layer", "position", "component", "recovered", "n"], "patching__grid")
     components = [c for c in ("resid", "attn", "mlp") if c in set(grid["component"])]
-    positions = [p for p in ("edited", "entries", "start", "question", "read") if p in set(grid["position"])]
+    positions = [p for p in ("edited", "entries", "start", "question", "other", "read") if p in set(grid["position"])]
     loops, layers = sorted(grid["loop"].unique()), sorted(grid["layer"].unique())
     fig = make_subplots(rows=len(components), cols=len(positions), shared_xaxes=True, shared_yaxes=True,
                         horizontal_spacing=0.02, vertical_spacing=0.06,

@@ -249,7 +249,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 SPEC = ProbeSpec(
     name="attribution", run=run, summarize=summarize, headline=headline,
-    needs=("prompt", "symbols", "depth", "table", "start"),
+    needs=("prompt", "symbols"),
     title="Attribution patching: the gradient map and where it can be trusted",
     about="The first-order (gradient) estimate of every patching cell from one forward and one backward, checked "
           "against the exact grid on a few pairs.",

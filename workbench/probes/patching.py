@@ -22,7 +22,12 @@ the clean run's activation is written into the corrupted run at one class of pos
     entries   the rest of the table: its header, the other lines and the breaks between them
     start     the start symbol's tokens (empty for the start corruption, where they are the edited ones)
     question  the rest of the question line and the answer cue, up to the read position
+    other     (a user's row) every token but the edited ones and the read position
     read      the read position (the last token)
+
+A user's row (`workbench rows --from`) brings its own twin as `corrupt` ({"prompt", "answer"}: the same token
+count, another answer among the candidates): corruption "user", classes edited (the tokens that differ), other
+and read.
 
 and the corrupted run's LD is read after T loops. A cell's recovered share is
 mean(LD_patched - LD_corrupted) / mean(LD_clean - LD_corrupted) over the pairs (a ratio of means, so
@@ -67,7 +72,7 @@ from workbench.tasks.chase import TEMPLATES
 from workbench.tasks.reader import ANSWER_PREFIX, candidate_ids
 
 CORRUPTIONS = ("entry", "start")
-POSITIONS = ("edited", "entries", "start", "question", "read")
+POSITIONS = ("edited", "entries", "start", "question", "other", "read")
 COMPONENTS = ("resid", "attn", "mlp")
 SITE_OF = {"resid": "block_resid", "attn": "attn_out", "mlp": "mlp_out"}
 N_BOOT = 2000
@@ -166,6 +171,13 @@ def corrupt_pairs(tokenizer, rows: list[dict], corruptions=CORRUPTIONS, seed: in
     rng = np.random.default_rng(seed)
     pairs, skipped = [], 0
     for n, row in enumerate(rows):
+        if "corrupt" in row:
+            pair = _user_pair(tokenizer, len(pairs), row)
+            if pair is None:
+                skipped += 1
+            else:
+                pairs.append(pair)
+            continue
         spans, _, length = line_spans(tokenizer, row)
         start_twin = corrupt_row(row, "start", np.random.default_rng([seed, n]))
         start_tokens = _differing(tokenizer, row["prompt"], start_twin["prompt"]) if start_twin else None
@@ -208,7 +220,7 @@ def _pair(tokenizer, pair_id, row, twin, corruption, spans, length, start_tokens
     entries = sorted(line_tokens - set(edited))
     taken = set(edited) | set(entries) | set(start) | {read}
     positions = {"edited": sorted(edited), "entries": entries, "start": sorted(start),
-                 "question": [i for i in range(length) if i not in taken], "read": [read]}
+                 "question": [i for i in range(length) if i not in taken], "other": [], "read": [read]}
     cands = candidate_ids(tokenizer, row["symbols"], row.get("answer_prefix", ANSWER_PREFIX))
     ids = lambda text: torch.tensor([tokenizer(text)["input_ids"]])  # noqa: E731
     return Pair(pair_id, row, corruption, twin["step"], twin["edited"], ids(row["prompt"]), ids(twin["prompt"]),
@@ -216,13 +228,30 @@ def _pair(tokenizer, pair_id, row, twin, corruption, spans, length, start_tokens
                 twin["answer"], twin["chain"])
 
 
+def _user_pair(tokenizer, pair_id: int, row: dict) -> Pair | None:
+    twin = row["corrupt"]
+    diff = _differing(tokenizer, row["prompt"], twin["prompt"])
+    if not diff:
+        return None
+    ids = tokenizer(row["prompt"])["input_ids"]
+    read = len(ids) - 1
+    positions = {"edited": [i for i in diff if i != read], "entries": [], "start": [], "question": [],
+                 "other": [i for i in range(read) if i not in diff], "read": [read]}
+    cands = candidate_ids(tokenizer, row["symbols"], row.get("answer_prefix", ANSWER_PREFIX))
+    return Pair(pair_id, row, "user", 0, "the row's corrupt prompt", torch.tensor([ids]),
+                torch.tensor([tokenizer(twin["prompt"])["input_ids"]]), positions, cands,
+                row["symbols"].index(row["answer"]), row["symbols"].index(twin["answer"]), twin["answer"], [])
+
+
 def require_pairs(rows: list[dict], probe: str) -> None:
-    """Raises NotApplicable unless every row is a chase row whose corrupted twins the probe can build."""
-    bad = [r["row_id"] for r in rows if r.get("task") not in ("chase", "phop") or "table" not in r
-           or r.get("surface", "symbolic") not in TEMPLATES]
+    """Raises NotApplicable unless every row is a chase row whose corrupted twins the probe can build, or brings
+    its own twin (`corrupt`)."""
+    bad = [r["row_id"] for r in rows if "corrupt" not in r and (
+        r.get("task") not in ("chase", "phop") or "table" not in r or r.get("surface", "symbolic") not in TEMPLATES)]
     if bad:
-        raise NotApplicable(f"the {probe} probe corrupts one fact of a function-table row (an entry, the start); "
-                            f"row '{bad[0]}' is not one")
+        raise NotApplicable(f"the {probe} probe corrupts one fact of a function-table row (an entry, the start), or "
+                            f"reads a row's own corrupt twin; row '{bad[0]}' is neither (give it a corrupt field: "
+                            "docs/cli.md)")
 
 
 # ----------------------------------------------------------------------------- the runs
@@ -497,7 +526,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 SPEC = ProbeSpec(
     name="patching", run=run, summarize=summarize, headline=headline,
-    needs=("prompt", "symbols", "depth", "table", "start"),
+    needs=("prompt", "symbols"),
     title="Activation patching: loop x layer x position x component",
     about="The clean run's activation at one loop, block layer, class of positions and component written into a "
           "corrupted twin (one table entry or the start changed): the share of the answer's margin it restores.",

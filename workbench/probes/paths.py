@@ -12,7 +12,8 @@ every later loop u > t:
 
 At loop u the margin is LD_u = logit(clean x_u) - logit(corrupted x_u), the two chains' symbols at loop u
 (the chase chain read loop by loop); a (pair, u) where the two symbols coincide carries no signal and is
-left out. Recovered share: mean(LD_patched - LD_corrupted) / mean(LD_clean - LD_corrupted) per
+left out. A user's row with its own `corrupt` twin has no chain: only the last loop T is read, on its
+answers. Recovered share: mean(LD_patched - LD_corrupted) / mean(LD_clean - LD_corrupted) per
 (corruption, route, t, u), with a row-bootstrap interval.
 
 Reading (fixed before any run), per source loop t < T at the last loop T: "iterated" when the loops route
@@ -54,7 +55,10 @@ BAR = 0.5
 
 
 def _symbols(pair, T: int) -> list[tuple[int, int] | None]:
-    """Per loop u = 1..T: (clean x_u, corrupted x_u) candidate indices, None where they coincide."""
+    """Per loop u = 1..T: (clean x_u, corrupted x_u) candidate indices, None where they coincide. A user's row
+    with its own twin names no chain: only loop T has a target, its two answers."""
+    if not pair.corrupted_chain or "chain" not in pair.row:
+        return [None] * (T - 1) + [(pair.answer, pair.corrupted)]
     clean = [pair.row["symbols"].index(s) for s in pair.row["chain"]]
     corrupt = [pair.row["symbols"].index(s) for s in pair.corrupted_chain]
     return [(clean[u], corrupt[u]) if u < len(clean) and u < len(corrupt) and clean[u] != corrupt[u] else None
@@ -193,7 +197,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 
 SPEC = ProbeSpec(
     name="paths", run=run, summarize=summarize, headline=headline,
-    needs=("prompt", "symbols", "depth", "table", "start", "chain"),
+    needs=("prompt", "symbols"),
     title="Paths: through the later loops, or straight to the readout",
     about="The clean state leaving loop t put into the corrupted twin at every position, at the read position only, "
           "or straight into the readout of a later loop: how much of the answer travels through the loops.",

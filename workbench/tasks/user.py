@@ -13,6 +13,9 @@ from a generator function named as `module:function` (`task_rows`):
     id             optional str, unique, one line: the row id (default "user-<line number>")
     answer_prefix  optional str, default " ": the text between the prompt and the answer
     meta           optional JSON object, kept as is (the user's own labels; nothing reads it)
+    corrupt        optional {"prompt": str, "answer": str}: a twin of the row that changes one fact the answer
+                   depends on, with the same number of tokens and another answer among the candidates: what the
+                   patching, attribution and paths probes write the clean run into
 
 Any other field is refused, naming it (a misspelt `candidate` would otherwise be dropped unread).
 Each becomes a manifest row: row_id, task "user", prompt, answer, symbols (the candidates, or []
@@ -56,7 +59,7 @@ from workbench.tasks.reader import ANSWER_PREFIX, answer_token_ids
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-FIELDS = ("prompt", "answer", "candidates", "depth", "chain", "id", "answer_prefix", "meta")
+FIELDS = ("prompt", "answer", "candidates", "depth", "chain", "id", "answer_prefix", "meta", "corrupt")
 TASK_OPTIONS = ("seed", "depths", "per_depth")  # what a generator function may take, by keyword
 UNKNOWN_MAX_LENGTH = 10 ** 9  # transformers' stand-in for "no max length" is larger than any real one
 
@@ -283,6 +286,17 @@ def _form(raw, n: int, bad) -> dict:
     row["depth"] = depth if depth is not None else 0
     if "answer_prefix" in raw:
         row["answer_prefix"] = prefix
+    if "corrupt" in raw:
+        twin = raw["corrupt"]
+        if not isinstance(twin, dict) or sorted(twin) != ["answer", "prompt"] or not all(
+                isinstance(twin[k], str) and twin[k] for k in ("prompt", "answer")):
+            raise bad(n, f"corrupt must be an object with a non-empty prompt and answer and nothing else, got "
+                         f"{_shown(twin)}")
+        if twin["answer"] == raw["answer"] or twin["prompt"] == raw["prompt"]:
+            raise bad(n, "corrupt must change the prompt and the answer (a twin that changes neither tells nothing)")
+        if candidates is not None and twin["answer"] not in candidates:
+            raise bad(n, f"corrupt answer '{twin['answer']}' is not among its candidates")
+        row["corrupt"] = {"prompt": twin["prompt"], "answer": twin["answer"]}
     if "meta" in raw:
         if not isinstance(raw["meta"], dict):
             raise bad(n, f"meta must be a JSON object, got {_shown(raw['meta'])}")
@@ -297,7 +311,8 @@ def _default_candidates(rows: list[dict], tokenizer) -> list[str]:
     """The sorted distinct answers and chain entries when every one is a single token after every row's prefix
     and there are at least two distinct answers; else [] (every answer read exactly)."""
     answers = {r["answer"] for r in rows}
-    symbols = sorted(answers | {x for r in rows for x in r.get("chain", [])})
+    symbols = sorted(answers | {x for r in rows for x in r.get("chain", [])}
+                     | {r["corrupt"]["answer"] for r in rows if "corrupt" in r})
     prefixes = {r.get("answer_prefix", ANSWER_PREFIX) for r in rows}
     if len(answers) < 2 or not all(len(tokenizer.encode(p + s, add_special_tokens=False)) == 1
                                    for p in prefixes for s in symbols):
@@ -324,6 +339,18 @@ def _tokens(row: dict, n: int, tokenizer, limit: int | None, bad) -> None:
     if full[len(prompt):] != answer:
         raise bad(n, f"{prefix + row['answer']!r} tokenizes differently after the prompt than on its own, so the "
                      "read would score other tokens than the text holds")
+    if "corrupt" in row:
+        twin = row["corrupt"]
+        if not row["symbols"]:
+            raise bad(n, "corrupt needs answers read as one token among candidates (the patching probes compare two "
+                         "answers' logits); these answers are read exactly")
+        if twin["answer"] not in row["symbols"]:
+            raise bad(n, f"corrupt answer '{twin['answer']}' is not among the candidates ({', '.join(row['symbols'])})")
+        got = len(tokenizer(twin["prompt"])["input_ids"])
+        want = len(tokenizer(row["prompt"])["input_ids"])
+        if got != want:
+            raise bad(n, f"corrupt prompt is {got} tokens and the prompt {want}: a twin keeps every position, so "
+                         "change a word for one of the same token count")
     if limit is not None:
         total = len(tokenizer(row["prompt"])["input_ids"]) + len(answer_token_ids(tokenizer, row))
         if total > limit:
@@ -333,7 +360,7 @@ def _tokens(row: dict, n: int, tokenizer, limit: int | None, bad) -> None:
 def _ordered(row: dict) -> dict:
     """The manifest row with its keys in one order (the JSONL is canonical anyway: sorted keys)."""
     return {k: row[k] for k in ("row_id", "task", "depth", "prompt", "answer", "symbols", "chain", "answer_prefix",
-                                "meta") if k in row}
+                                "corrupt", "meta") if k in row}
 
 
 def _shown(value) -> str:
