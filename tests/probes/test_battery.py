@@ -151,3 +151,18 @@ def test_compare_counts_helped_and_hurt(tok, manifests, tmp_path):
     saved = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     assert saved["depths"][-1]["helped"] == wrong and saved["depths"][-1]["depth"] is None
     assert perfect.manifest_sha256 == shuffled.manifest_sha256
+
+
+def test_a_report_that_fails_keeps_the_finished_tables(tmp_path):
+    """The report runs after every probe: its failure (a bug, a missing browser) must not discard the tables the
+    battery spent its time on. They are written, summary.json names the failure, and the error says how to retry."""
+    def broken(staging):
+        raise ImportError("cannot import name 'X'")
+
+    out = tmp_path / "r"
+    with pytest.raises(WorkbenchError, match=r"the results are written to .*r, but its report failed \(ImportError: "
+                                             r"cannot import name 'X'\); run `workbench report"):
+        run_battery("untrained:tiny-llama:2:4", None, out, progress=False, only=["depth_matrix"], finish=broken)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["finish_error"] == "ImportError: cannot import name 'X'"
+    assert (out / "depth_matrix.parquet").is_file() and not list(tmp_path.glob(".r.tmp*"))

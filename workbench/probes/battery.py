@@ -320,13 +320,22 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
                                                                          context, staging)
         summary["wall_s"] = round(time.perf_counter() - start, 1)
         write_json_atomic(staging / "summary.json", summary)
+        failed = None
         if finish is not None:
-            finish(staging)  # e.g. the report: written before the move, so `out` is never without it
+            try:
+                finish(staging)  # e.g. the report: written before the move, so `out` is never without it
+            except Exception as err:  # the tables are complete: a report that fails must not discard them
+                failed = err
+                summary["finish_error"] = f"{type(err).__name__}: {err}"
+                write_json_atomic(staging / "summary.json", summary)
         mark_output(staging, "probe")
         gate.commit_dir(staging)  # only now does `out` change, re-checked under the lock: complete, or as it was
     except BaseException:  # Ctrl-C and SIGTERM (workbench.cli) included
         shutil.rmtree(staging, ignore_errors=True)
         raise
+    if failed is not None:
+        raise WorkbenchError(f"the results are written to {out}, but its report failed ({summary['finish_error']}); "
+                             f"run `workbench report {out}` once the cause is fixed") from failed
     return summary
 
 
