@@ -520,7 +520,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
                 f" ({matched} of {len(first)} steps at their own loop)")
     else:
         lead = "No entry edit was read"
-    sentence = f"{lead}; " + "; ".join(parts) + f"; {len(pairs)} pairs."
+    sentence = "; ".join([lead, *parts, f"{len(pairs)} pairs."])
     return Headline("patching", numbers, sentence)
 
 
