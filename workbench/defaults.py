@@ -39,6 +39,13 @@ DEMO_BATTERY = "demo"
 DEFAULT_RECIPE = "smollm2_lora_chase"
 DEFAULT_KEEPER = "smollm2-chase"
 
+# Defaults a torch-free layer (the training recipe's schema, `workbench.train.recipe`) shares with the module that
+# uses them, which imports torch: each is stated here once, and both read it from here.
+MAX_DROP_POINTS = 3.0   # the guardrail's hard stop: percentage points below the base (`workbench.tasks.guardrail`)
+ORACLE_MARGIN = 0.01    # the halting oracle's delta and per-loop cost (`workbench.loop.halting.oracle_labels`)
+ORACLE_DEPTH_COST = 0.0
+REHEARSAL_SOURCES = ("corpus", "patterns", "numbers")   # the rehearsal texts' sources (`workbench.tasks.rehearsal`)
+
 
 def shipped(kind: str) -> list[str]:
     """The names of the shipped files of `kind` (a key of KINDS), sorted; one folder deep (`support/...`)."""

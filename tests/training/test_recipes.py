@@ -3,7 +3,10 @@ committed recipe and every specimen's recorded recipe read into the typed Recipe
 
 from __future__ import annotations
 
-from dataclasses import fields, is_dataclass
+import ast
+import inspect
+import typing
+from dataclasses import MISSING, dataclass, fields, is_dataclass
 from pathlib import Path
 
 import pytest
@@ -11,7 +14,7 @@ import tomllib
 
 from workbench.errors import WorkbenchError
 from workbench.loop.config import LoraSettings, RetrofitConfig
-from workbench.train.recipe import ModelTable, Recipe, Stage, dumps, known_keys
+from workbench.train.recipe import LoraTable, ModelTable, Recipe, Stage, dumps, known_keys, mirrored_keys
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = sorted((REPO / "training").glob("*.toml"))
@@ -183,6 +186,127 @@ def test_the_retrofit_keys_take_the_retrofit_defaults():
     assert all(getattr(model, k) == getattr(config, k) for k in shared if k not in ("block", "max_loops"))
     assert (lora.r, lora.alpha, lora.dropout) == (LoraSettings().r, LoraSettings().alpha, LoraSettings().dropout)
     assert model.max_loops == 8 and all(Recipe.from_toml(p).model.max_loops == 8 for p in RECORDED)
+
+
+# ----------------------------------------------------------------------------- one default per key
+# Each default a recipe key shares with the code below the recipe, and each place that restated it before (issue 43):
+# the place, the function (or class) and its parameter. Every one reads the key's one default; none writes a literal.
+READ_ELSEWHERE = [
+    ("workbench/tasks/guardrail.py", "passes", "max_drop"),                     # guardrail.max_drop
+    ("workbench/train/losses.py", "sample_loop_counts", "mean"),                # sampler.mean, .sigma, .max
+    ("workbench/train/losses.py", "sample_loop_counts", "sigma"),
+    ("workbench/train/losses.py", "sample_loop_counts", "max_loops"),
+    ("workbench/loop/halting.py", "oracle_labels", "margin"),                   # halting.margin, .depth_cost
+    ("workbench/loop/halting.py", "oracle_labels", "depth_cost"),
+    ("workbench/tasks/rehearsal.py", "rehearsal_texts", "sources"),             # preserve.sources
+    ("workbench/loop/halting.py", "HaltingHead.__init__", "pooling"),           # RetrofitConfig.halting_pooling
+    ("workbench/loop/memory.py", "LoopMemoryAttention.__init__", "n_heads"),    # RetrofitConfig.memory_heads
+]
+
+
+def _parameter_default(path: str, qualname: str, parameter: str) -> ast.expr:
+    """The default expression of `parameter` of the function `qualname` ("Class.method" for a method) in `path`."""
+    tree = ast.parse((REPO / path).read_text())
+    *owner, name = qualname.split(".")
+    scope = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == owner[0]) if owner else tree
+    fn = next(n for n in scope.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    args = fn.args.posonlyargs + fn.args.args
+    named = dict(zip([a.arg for a in args][len(args) - len(fn.args.defaults):], fn.args.defaults))
+    named.update({a.arg: d for a, d in zip(fn.args.kwonlyargs, fn.args.kw_defaults) if d is not None})
+    return named[parameter]
+
+
+@pytest.mark.parametrize("path, qualname, parameter", READ_ELSEWHERE)
+def test_code_below_the_recipe_restates_no_default_it_shares(path, qualname, parameter):
+    """A literal there would be a second statement of the key's default (an AST check: `3.0`, `8`, `"mean"`)."""
+    default = _parameter_default(path, qualname, parameter)
+    assert not isinstance(default, (ast.Constant, ast.Tuple, ast.List)), (path, qualname, parameter)
+
+
+def test_each_shared_default_is_one_object_read_by_both_sides():
+    """The recipe's default and the lower module's are the same object: a float written twice in two modules would be
+    two objects (`is` fails), so each side reads it from its one home."""
+    import workbench.defaults as d
+    from workbench.loop.halting import HaltingHead, oracle_labels
+    from workbench.loop.memory import LoopMemoryAttention
+    from workbench.tasks import guardrail, rehearsal
+    from workbench.train.losses import sample_loop_counts
+
+    def default(fn, name):
+        return inspect.signature(fn).parameters[name].default
+
+    r = Recipe()
+    assert r.guardrail.max_drop is d.MAX_DROP_POINTS is guardrail.MAX_DROP_POINTS is default(guardrail.passes, "max_drop")
+    assert r.halting.margin is d.ORACLE_MARGIN is default(oracle_labels, "margin")
+    assert r.halting.depth_cost is d.ORACLE_DEPTH_COST is default(oracle_labels, "depth_cost")
+    assert tuple(r.preserve.sources) == d.REHEARSAL_SOURCES and rehearsal.SOURCES is d.REHEARSAL_SOURCES
+    assert default(rehearsal.rehearsal_texts, "sources") is d.REHEARSAL_SOURCES
+    s = r.sampler   # the recipe is the lower of the two here (losses imports it)
+    assert (default(sample_loop_counts, "mean"), default(sample_loop_counts, "sigma"),
+            default(sample_loop_counts, "max_loops")) == (s.mean, s.sigma, s.max)
+    assert default(sample_loop_counts, "mean") is s.mean and default(sample_loop_counts, "sigma") is s.sigma
+    assert default(HaltingHead, "pooling") is RetrofitConfig.halting_pooling is r.model.halting_pooling
+    assert default(LoopMemoryAttention, "n_heads") == RetrofitConfig.memory_heads == r.model.memory_heads
+    assert (r.guardrail.max_drop, r.halting.margin, r.halting.depth_cost, s.mean, s.sigma, s.max) == \
+        (3.0, 0.01, 0.0, 4.0, 0.5, 8)   # the values every committed run trained with
+
+
+def test_model_and_lora_are_read_from_the_retrofit_dataclasses(monkeypatch):
+    """[model] and [lora] take RetrofitConfig's and LoraSettings' fields by name, each at its dataclass's default but
+    where `MIRRORED_DEFAULTS` says otherwise; every field is either taken or named in `MIRRORED` (where it comes from)."""
+    from workbench.train import recipe as rec
+
+    for name, table, source in (("model", ModelTable, RetrofitConfig), ("lora", LoraTable, LoraSettings)):
+        _, otherwise = rec.MIRRORED[name]
+        assert set(rec.mirrored_keys(name)) | set(otherwise) == {f.name for f in fields(source)}
+        ours = {f.name: f for f in fields(table)}
+        for f in fields(source):
+            if f.name in rec.mirrored_keys(name):
+                assert ours[f.name].default == rec.MIRRORED_DEFAULTS[name].get(f.name, f.default), (name, f.name)
+                assert ours[f.name].default is not MISSING and ours[f.name].type is typing.get_type_hints(source)[f.name]
+    assert rec.MIRRORED_DEFAULTS["model"] == {"max_loops": 8}          # the one default the recipe states itself
+
+    # A field added to the dataclass is a recipe key at its default, with no edit to the recipe.
+    @dataclass(frozen=True)
+    class Wider(RetrofitConfig):
+        new_knob: int = 5
+
+    monkeypatch.setitem(rec.MIRRORED, "model", (Wider, rec.MIRRORED["model"][1]))
+    wider = rec._mirror("model", "", [("base", str, rec.declared("b"))], [])
+    assert [f.name for f in fields(wider)][-2:] == ["new_knob", "max_loops"] and wider().new_knob == 5
+
+
+def test_the_trainer_maps_every_mirrored_key_to_the_retrofit():
+    """`retrofit_config` passes each [model] and [lora] key the dataclasses share by name: a recipe setting each one
+    away from its default builds exactly the retrofit it names."""
+    from workbench.train.trainer import retrofit_config
+
+    raw = {"model": {"reentry": "inject", "memory": True, "memory_window": 5, "memory_heads": 2, "halting": True,
+                     "halting_pooling": "last", "loop_codes": True, "max_loops": 12},
+           "lora": {"enabled": True, "r": 4, "alpha": 8, "dropout": 0.1}, "train": {"block": False},
+           "stages": [{"depths": [1]}]}
+    assert set(raw["model"]) == set(mirrored_keys("model")) and set(raw["lora"]) - {"enabled"} == set(
+        mirrored_keys("lora"))
+    config = retrofit_config(Recipe.from_dict(raw), (1, 3))
+    assert config == RetrofitConfig(block=(1, 3), **raw["model"], lora=LoraSettings(r=4, alpha=8, dropout=0.1))
+    assert retrofit_config(Recipe.from_dict({"stages": [{"depths": [1]}]}), (1, 3)) == RetrofitConfig(
+        block=(1, 3), max_loops=8)
+
+
+@pytest.mark.parametrize("raw, pattern", [
+    ({"model": {"reentry": "concat"}}, r"'model\.reentry' = 'concat' is not accepted; accepted: bridge, inject$"),
+    ({"model": {"memory_heads": 65}}, r"'model\.memory_heads' = 65 must lie in \[1, 64\]$"),
+    ({"model": {"memory_window": 0}}, r"'model\.memory_window' = 0 must lie in \[1, 64\]$"),
+    ({"model": {"max_loops": 65}}, r"'model\.max_loops' = 65 must lie in \[1, 64\]$"),
+    ({"model": {"memory": 1}}, r"'model\.memory' = 1 must be of type bool$"),
+    ({"lora": {"r": 0}}, r"'lora\.r' = 0 must lie in \[1, 4096\]$"),
+    ({"lora": {"alpha": 0}}, r"'lora\.alpha' = 0 must lie in \(0\.0, 1000000\.0\]$"),
+    ({"lora": {"dropout": 1.0}}, r"'lora\.dropout' = 1\.0 must lie in \[0\.0, 0\.999\]$"),
+    ({"lora": {"targets": ["q_proj"]}}, r"unknown recipe key 'lora\.targets'"),
+])
+def test_the_mirrored_keys_keep_their_types_and_checks(raw, pattern):
+    with pytest.raises(WorkbenchError, match=pattern):
+        Recipe.from_dict({**raw, "stages": [{"depths": [1], "steps": 1}]})
 
 
 @pytest.mark.parametrize("raw, pattern", [

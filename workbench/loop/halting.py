@@ -13,7 +13,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from workbench.defaults import ORACLE_DEPTH_COST, ORACLE_MARGIN
 from workbench.errors import WorkbenchError
+from workbench.loop.config import RetrofitConfig
 from workbench.loop.positions import last_real_token
 
 POOLING = ("mean", "last")
@@ -22,7 +24,7 @@ POOLING = ("mean", "last")
 class HaltingHead(nn.Module):
     """`forward(h [b, s, d], attention_mask [b, s] or None) -> continue probability [b]`."""
 
-    def __init__(self, d_model: int, pooling: str = "mean"):
+    def __init__(self, d_model: int, pooling: str = RetrofitConfig.halting_pooling):  # the one default
         super().__init__()
         if pooling not in POOLING:
             raise ValueError(f"pooling '{pooling}' is not one of {POOLING}")
@@ -41,7 +43,8 @@ class HaltingHead(nn.Module):
         return torch.sigmoid(self.proj(self.pool(h, attention_mask)).squeeze(-1))
 
 
-def oracle_labels(losses: torch.Tensor, margin: float = 0.01, depth_cost: float = 0.0) -> torch.Tensor:
+def oracle_labels(losses: torch.Tensor, margin: float = ORACLE_MARGIN,
+                  depth_cost: float = ORACLE_DEPTH_COST) -> torch.Tensor:
     """Continue labels from per-depth losses [batch, T]: 1 where a deeper loop beats L_t - margin.
 
     An optional depth cost charges each extra loop before it counts as worthwhile.

@@ -15,6 +15,8 @@ import math
 import torch
 from torch import nn
 
+from workbench.loop.config import RetrofitConfig
+
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
     """ALiBi slopes 2^(-8 h / n) for h = 1..n (Press et al. 2022), shape [n_heads]."""
@@ -29,7 +31,7 @@ def memory_width(d_model: int) -> int:
 class LoopMemoryAttention(nn.Module):
     """One layer's loop-time memory. `forward(q, X, distances)` returns the update [b, s, d]."""
 
-    def __init__(self, d_model: int, n_heads: int = 4, width: int | None = None,
+    def __init__(self, d_model: int, n_heads: int = RetrofitConfig.memory_heads, width: int | None = None,
                  gate_bias: float = -3.0, gamma: float = 1.0, eps: float = 1e-6):
         super().__init__()
         width = width or memory_width(d_model)

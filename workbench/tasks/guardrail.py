@@ -14,6 +14,7 @@ import random
 from dataclasses import dataclass
 
 from workbench.analysis.stats import paired_counts
+from workbench.defaults import MAX_DROP_POINTS
 from workbench.errors import WorkbenchError
 from workbench.tasks.manifest import rows_sha256
 from workbench.tasks.reader import read_rows
@@ -21,7 +22,8 @@ from workbench.tasks.reader import read_rows
 GUARDRAIL_VERSION = "arith-v1"
 GUARDRAIL_ROWS = 64
 GUARDRAIL_SEED = 20260702
-MAX_DROP_POINTS = 3.0
+# MAX_DROP_POINTS, the allowed drop (3.0), is stated once in workbench.defaults: the recipe's guardrail.max_drop
+# reads it there without importing this module (and torch).
 DIGITS = [str(d) for d in range(10)]
 SHOTS = "2 + 3 = 5\n7 - 4 = 3\n1 + 6 = 7\n9 - 1 = 8\n4 + 4 = 8\n6 - 6 = 0\n3 + 0 = 3\n8 - 5 = 3\n5 + 4 = 9\n4 - 2 = 2\n"
 

@@ -29,11 +29,12 @@ from pathlib import Path
 
 import torch
 
+from workbench.defaults import REHEARSAL_SOURCES
 from workbench.errors import WorkbenchError
 from workbench.tasks.seeding import row_seed
 
 CORPUS = Path(__file__).resolve().parent.parent / "data" / "corpus.txt"
-SOURCES = ("corpus", "patterns", "numbers")
+SOURCES = REHEARSAL_SOURCES
 
 # (family, separator, pairs): the base recalls or transforms the left side into the right side.
 FAMILIES: list[tuple[str, list[tuple[str, str]]]] = [

@@ -20,7 +20,7 @@ from peft.tuners.lora import LoraLayer
 from workbench.errors import WorkbenchError
 from workbench.loop.halting import oracle_labels
 from workbench.tasks.reader import answer_batch, answer_logprobs, encode_prompts, reads_symbol, row_candidates
-from workbench.train.recipe import HaltingTable
+from workbench.train.recipe import HaltingTable, SamplerTable
 
 
 # ----------------------------------------------------------------------------- batches and losses
@@ -135,7 +135,11 @@ def park_loop_count(deepest: int, max_loops: int, seed: int) -> int:
     return int(np.random.default_rng(seed).integers(deepest, max_loops + 1))
 
 
-def sample_loop_counts(n: int, mean: float = 4.0, sigma: float = 0.5, max_loops: int = 8, seed: int = 0) -> np.ndarray:
+_SAMPLER = SamplerTable()   # the sampler's defaults, declared once: the recipe's [sampler]
+
+
+def sample_loop_counts(n: int, mean: float = _SAMPLER.mean, sigma: float = _SAMPLER.sigma,
+                       max_loops: int = _SAMPLER.max, seed: int = 0) -> np.ndarray:
     """Returns n loop counts from RecurTrace App. D's clamped log-normal Poisson.
 
     z ~ N(log r̄ - σ²/2, σ) with r̄ = mean - 1; r = Poisson(e^z) + 1, clamped to [1, max_loops].

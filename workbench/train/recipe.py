@@ -4,6 +4,8 @@ A recipe is the whole record of a run (docs/architecture.md, run directories): e
 the dataclass of its table, with its one default and the values it accepts; every key a user writes must be one of
 them (a misspelled option is an error naming it and the nearest known key, never silently ignored), and the
 resolved recipe, overrides included, is written back into the run directory as `recipe.toml` (`Recipe.to_dict`).
+[model] and [lora] declare RetrofitConfig's and LoraSettings' own fields, read from them (`MIRRORED`); a default
+shared with code that imports torch (the guardrail's max_drop, the oracle's margin) is read from `workbench.defaults`.
 
     recipe = Recipe.from_toml("training/smollm2_lora_chase.toml", ["optim.lr=3e-4"])
     recipe.optim.lr, recipe.stages[0].kind, recipe.to_dict() == tomllib.loads(dumps(recipe))
@@ -33,12 +35,12 @@ import functools
 import math
 import os
 import typing
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, dataclass, field, fields, is_dataclass, make_dataclass
 
 import tomli_w
 import tomllib
 
-from workbench.defaults import EMBEDDED_DEFAULT
+from workbench.defaults import EMBEDDED_DEFAULT, MAX_DROP_POINTS, ORACLE_DEPTH_COST, ORACLE_MARGIN, REHEARSAL_SOURCES
 from workbench.errors import WorkbenchError
 from workbench.io import read_toml
 from workbench.loop.config import MAX_LOOPS, LoraSettings, RetrofitConfig
@@ -49,7 +51,6 @@ ANSWER_TASKS = ("state", "arith")  # multi-token answers, read exactly (`workben
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "linear")
 HALTING_OBJECTIVES = ("oracle", "act", "pondernet")
-PRESERVE_SOURCES = ("corpus", "patterns", "numbers")
 MAX_STEPS = 10 ** 8
 
 
@@ -111,29 +112,59 @@ def table(cls):
     return field(default_factory=cls)
 
 
-# The retrofit's architecture keys take RetrofitConfig's and LoraSettings' defaults (one source).
-_RETROFIT = {f.name: f.default for f in fields(RetrofitConfig)}
-_LORA = {f.name: f.default for f in fields(LoraSettings)}
+# ------------------------------------------------------------------ the tables mirrored from the retrofit's own
+# [model] and [lora] declare RetrofitConfig's and LoraSettings' fields under their names, with their types and
+# defaults, read from those dataclasses (one source: a field added there is a recipe key at its default, and reaches
+# the retrofit through `workbench.train.trainer.retrofit_config`, with no edit here or there). What the recipe states
+# otherwise is in the three tables below: the one place a name, a default or a check differs.
+MIRRORED = {
+    # table: (the dataclass it mirrors, {each of its fields the recipe does not take by name: where it comes from})
+    "model": (RetrofitConfig, {"block": "model.block, a string, 'A:B' or 'auto' (resolved by the trainer: "
+                                        "workbench.block_selection.resolve_block)",
+                               "lora": "the [lora] table: LoraSettings when lora.enabled, else None"}),
+    "lora": (LoraSettings, {"targets": "not a recipe key: an adapter always takes LoraSettings' targets"}),
+}
+# Where a recipe's default differs from its dataclass's. max_loops 8, not RetrofitConfig's 16: every committed run
+# was trained and recorded at 8 (its recipe.toml and retrofit.json), while a retrofit built in Python keeps the
+# documented 16 (docs/api.md). A key given its default here comes after those taken as they are.
+MIRRORED_DEFAULTS = {"model": {"max_loops": 8}, "lora": {}}
+MIRRORED_CHECKS = {
+    "model": {"reentry": (one_of("bridge", "inject"),), "memory_window": (within(1, MAX_LOOPS),),
+              "memory_heads": (within(1, 64),), "max_loops": (within(1, MAX_LOOPS),)},
+    "lora": {"r": (within(1, 4096),), "alpha": (within(0.0, 1e6, low_ok=False),), "dropout": (within(0.0, 0.999),)},
+}
+
+
+def mirrored_keys(name: str) -> tuple[str, ...]:
+    """The fields of the dataclass that the table `name` mirrors which the recipe declares under the same name."""
+    source, otherwise = MIRRORED[name]
+    return tuple(f.name for f in fields(source) if f.name not in otherwise)
+
+
+def _mirror(name: str, doc: str, before: list, after: list):
+    """The frozen table `name`: its own keys `before`, then the mirrored dataclass's fields (in its order, those given
+    a default in MIRRORED_DEFAULTS last), then its own keys `after`; each own key a (name, type, declared(...))."""
+    source, _ = MIRRORED[name]
+    hints, defaults, checks = typing.get_type_hints(source), MIRRORED_DEFAULTS[name], MIRRORED_CHECKS[name]
+    taken = [f for f in fields(source) if f.name in mirrored_keys(name)]
+    spec = []
+    for f in [f for f in taken if f.name not in defaults] + [f for f in taken if f.name in defaults]:
+        if hints[f.name] not in (bool, int, float, str) or f.default is MISSING:
+            raise TypeError(f"{source.__name__}.{f.name} cannot be a recipe key as it is (a bool, int, float or str "
+                            f"with a default): say where the recipe gives it in MIRRORED['{name}']")
+        spec.append((f.name, hints[f.name], declared(defaults.get(f.name, f.default), *checks.get(f.name, ()))))
+    cls = make_dataclass(f"{name.capitalize()}Table", before + spec + after, frozen=True)
+    cls.__module__, cls.__doc__ = __name__, doc
+    return cls
 
 
 # ------------------------------------------------------------------ the tables
-@dataclass(frozen=True)
-class ModelTable:
-    """[model]: the base and the retrofit made of it (`workbench.train.trainer.retrofit_config`)."""
-
-    base: str = declared(EMBEDDED_DEFAULT)
-    block: str = declared("10:16")                  # "A:B", or "auto" (workbench.block_selection.resolve_block)
-    reentry: str = declared(_RETROFIT["reentry"], one_of("bridge", "inject"))
-    memory: bool = declared(_RETROFIT["memory"])
-    memory_window: int = declared(_RETROFIT["memory_window"], within(1, MAX_LOOPS))
-    memory_heads: int = declared(_RETROFIT["memory_heads"], within(1, 64))
-    halting: bool = declared(_RETROFIT["halting"])
-    halting_pooling: str = declared(_RETROFIT["halting_pooling"])
-    loop_codes: bool = declared(_RETROFIT["loop_codes"])   # a learned vector per loop t >= 2 (reentry.LoopCodes)
-    # 8, not RetrofitConfig's 16: every committed run was trained and recorded at 8 (its recipe.toml and
-    # retrofit.json), while a retrofit built in Python keeps the documented 16 (docs/api.md).
-    max_loops: int = declared(8, within(1, MAX_LOOPS))
-    attn: str = declared("eager")
+ModelTable = _mirror(
+    "model", "[model]: the base and the retrofit made of it (`workbench.train.trainer.retrofit_config`): "
+    "RetrofitConfig's fields but block and lora (`MIRRORED`), the base and the attention implementation.",
+    before=[("base", str, declared(EMBEDDED_DEFAULT)),
+            ("block", str, declared("10:16"))],             # "A:B", or "auto" (workbench.block_selection.resolve_block)
+    after=[("attn", str, declared("eager"))])
 
 
 @dataclass(frozen=True)
@@ -150,7 +181,7 @@ class GuardrailTable:
     """[guardrail]: the capability guardrail at loop 1 (workbench.tasks.guardrail)."""
 
     enabled: bool = declared(True)                  # scored before training and at every evaluation
-    max_drop: float = declared(3.0, above(0.0))     # points below the base that stop the run (retrofit paper Sec. 4.3)
+    max_drop: float = declared(MAX_DROP_POINTS, above(0.0))  # points below the base that stop the run (paper Sec. 4.3)
     every: int = declared(0, at_least(0))           # also score every N steps (0: only at evaluations)
 
 
@@ -161,17 +192,12 @@ class PreserveTable:
     kl_weight: float = declared(0.0, above(0.0))    # 0 = off
     rows: int = declared(8, at_least(1))            # rehearsal texts per step
     positions: int = declared(8, at_least(1))       # positions read per text
-    sources: list[str] = declared(list(PRESERVE_SOURCES), one_of(*PRESERVE_SOURCES))
+    sources: list[str] = declared(list(REHEARSAL_SOURCES), one_of(*REHEARSAL_SOURCES))
 
 
-@dataclass(frozen=True)
-class LoraTable:
-    """[lora]: one adapter on the block's projections (`LoraSettings`), when enabled."""
-
-    enabled: bool = declared(False)
-    r: int = declared(_LORA["r"], within(1, 4096))
-    alpha: int = declared(_LORA["alpha"], within(0.0, 1e6, low_ok=False))
-    dropout: float = declared(_LORA["dropout"], within(0.0, 0.999))
+LoraTable = _mirror(
+    "lora", "[lora]: one adapter on the block's projections (`LoraSettings`: its fields but targets), when enabled.",
+    before=[("enabled", bool, declared(False))], after=[])
 
 
 @dataclass(frozen=True)
@@ -218,8 +244,8 @@ class HaltingTable:
 
     objective: str = declared("oracle", one_of(*HALTING_OBJECTIVES))
     probe_depths: list[int] = declared([1, 2, 4, 6])
-    margin: float = declared(0.01)
-    depth_cost: float = declared(0.0)
+    margin: float = declared(ORACLE_MARGIN)
+    depth_cost: float = declared(ORACLE_DEPTH_COST)
     oracle_max: int = declared(8)
     lr: float = declared(3e-4, within(0.0, 1e3, low_ok=False))
     warmup_steps: int = declared(10, within(0, 10 ** 9))

@@ -51,7 +51,7 @@ from workbench.train.guardrail import guardrail_provenance, judge_guardrail, rea
 from workbench.train.losses import adapter_disabled, halting_sweep, kl_to_base, make_batch
 from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer, step_with_movement
 from workbench.train.parent import Parent, check_parent
-from workbench.train.recipe import DENSE_KINDS, Recipe, Stage, TaskTable, dumps
+from workbench.train.recipe import DENSE_KINDS, Recipe, Stage, TaskTable, dumps, mirrored_keys
 from workbench.train.resume import check_run_dir, keep_metrics_through, restore_newest
 from workbench.train.sharding import any_rank, reduce_grads, requested_engine, shard_frozen_base
 from workbench.train.steps import STEPS, StepInputs, hashed_seed
@@ -71,12 +71,9 @@ def _lr_factor(warmup: int, total: int, schedule: str):
 
 def retrofit_config(recipe: Recipe, block) -> RetrofitConfig:
     """The retrofit a recipe's [model] and [lora] tables declare, at `block` (resolved when "auto")."""
-    m, lora = recipe.model, recipe.lora
-    return RetrofitConfig(block=block, reentry=m.reentry, memory=m.memory, max_loops=m.max_loops,
-                          memory_window=m.memory_window, memory_heads=m.memory_heads, halting=m.halting,
-                          halting_pooling=m.halting_pooling, loop_codes=m.loop_codes,
-                          lora=LoraSettings(r=lora.r, alpha=lora.alpha, dropout=lora.dropout)
-                          if lora.enabled else None)
+    m, lora = recipe.model, recipe.lora   # every field the two tables take by name (`recipe.MIRRORED`: the others)
+    adapter = LoraSettings(**{k: getattr(lora, k) for k in mirrored_keys("lora")}) if lora.enabled else None
+    return RetrofitConfig(block=block, lora=adapter, **{k: getattr(m, k) for k in mirrored_keys("model")})
 
 
 def task_options(task: TaskTable, tokenizer) -> dict:
