@@ -227,6 +227,41 @@ spliced = splice.run(looped, tok, pairs_rows, k0s=(2,), horizon=2)
 splice_figure(spliced["splice"], verdict=spliced["splice__verdict"])'''),
     code('''spliced["splice__verdict"]'''),
     code('''splice.headline(spliced)'''),
+    md("""
+## Where the answer is made: patching, its gradient estimate, and paths
+
+The splice moves a whole state. Activation patching asks where, inside the loops, the answer depends on one
+fact: each depth-4 row gets a twin with one table entry on its chain changed (the line loop `k` reads: the
+*step*), and the clean run's activation at one (loop, block layer, position class, component) is written into
+the twin. Each cell shows the share of the clean answer's logit margin it restores. Here three layers and two
+position classes keep it short (`probes/patching.toml` runs every layer and class: about 80 s a pair on two cores).
+"""),
+    code('''from workbench.plots import attribution_figure, patching_figure, patching_steps_figure, paths_figure
+from workbench.probes import attribution, patching, paths
+
+edit_rows = select_rows(manifest.rows, depths=[4], per_depth=4)          # steps 1, 2, 3, 4: one row each
+small = dict(corruptions=("entry",), positions=("edited", "read"), layers=[12, 18, 23])
+grid = patching.run(looped, tok, edit_rows, **small)
+patching_figure(grid["patching"], grid=grid["patching__grid"])'''),
+    md("""
+If each loop takes one lookup, an edit to the entry loop `k` reads reaches the read position's state at loop `k`,
+not before: one line per step.
+"""),
+    code('''patching_steps_figure(grid["patching"], steps=grid["patching__steps"])'''),
+    md("""
+The gradient estimate (attribution patching) of the same cells costs one forward and one backward a pair; the
+probe runs the exact grid on `check_pairs` of them and says, by a fixed rule, whether the cheap map can be trusted.
+"""),
+    code('''cheap = attribution.run(looped, tok, edit_rows, check_pairs=1, **small)
+print(attribution.headline(cheap).sentence)
+attribution_figure(cheap["attribution"], check=cheap["attribution__check"])'''),
+    md("""
+Paths: the clean state leaving loop `t`, sent through the later loops, or straight into a later loop's readout.
+A loop that iterates needs the later loops (the readout of `h_t` reads `x_t`, not the answer).
+"""),
+    code('''routes = paths.run(looped, tok, edit_rows[2:], corruptions=("entry",))   # steps 3 and 4
+print(paths.headline(routes).sentence)
+paths_figure(routes["paths"], routes=routes["paths__routes"])'''),
 ]
 
 HEADS_DRIFT = [

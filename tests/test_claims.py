@@ -648,3 +648,28 @@ def test_the_window_ablation_claim_needs_a_separated_winner_inside_the_span(tmp_
                               **dict(BASE, specimen=spec.name))
         [row] = build_ledger(claims, tmp_path)
         assert row["verdict"] == verdict and fragment in row["comparison"], (name, row["comparison"])
+
+
+def _steps_specimen(root: Path, first_loop: dict[int, int]) -> Path:
+    """A specimen whose patching__steps table recovers 0.95 from loop first_loop[k] on, 0.02 before it."""
+    folder = root / "battery-patching-steps"
+    folder.mkdir(parents=True)
+    rows = [dict(step=k, loop=t, recovered=0.95 if t >= first else 0.02, low=(0.9 if t >= first else -0.05),
+                 high=(1.0 if t >= first else 0.1), n=16) for k, first in first_loop.items() for t in range(1, 5)]
+    pd.DataFrame(rows).to_parquet(folder / "patching__steps.parquet")
+    (folder / "summary.json").write_text("{}")
+    return root
+
+
+@pytest.mark.parametrize("policy, first, verdict", [
+    ("one lookup per loop", {1: 1, 2: 2, 3: 3, 4: 4}, "reproduced"),
+    ("answer made at the last loop", {1: 4, 2: 4, 3: 4, 4: 4}, "not reproduced"),
+    ("every edit read at loop 1 (a one-pass model)", {1: 1, 2: 1, 3: 1, 4: 1}, "not reproduced"),
+    ("one step late", {1: 1, 2: 3, 3: 3, 4: 4}, "not reproduced"),
+])
+def test_each_step_at_its_loop_fails_the_trivial_policies(tmp_path, policy, first, verdict):
+    from workbench.analysis.claims import MEASURES, TESTS
+
+    claim = {"bar": 0.5, "results": "battery-patching-steps"}
+    ours = MEASURES["patching_steps"](_steps_specimen(tmp_path, first), claim)
+    assert TESTS["each_step_at_its_loop"](claim, ours)[0] == verdict, policy

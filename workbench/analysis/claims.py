@@ -613,6 +613,29 @@ def splice_sites(specimen: Path, claim: dict) -> dict:
                               f"{v['shortcut']:.2f} ({v['verdict']}, {v['n']} pairs)" for k, v in read.items())}
 
 
+def patching_steps(specimen: Path, claim: dict) -> dict:
+    """The patching grid's read-position state per edited step (`patching__steps`): for an edit to the entry loop k
+    reads, the recovered share of the answer's margin when the clean read-position state after loop t is patched
+    in, at t = k - 1 and t = k, with its row-bootstrap interval."""
+    f = _table(specimen, "patching__steps", claim.get("results", BATTERY))
+    per = {}
+    for k, g in f.groupby("step"):
+        at = g.set_index("loop")
+        per[int(k)] = {"at": _share(at, int(k)), "before": _share(at, int(k) - 1) if int(k) > 1 else None}
+    if not per:
+        raise Missing("the patching results hold no entry edit")
+    return {"per": per, "rows": int(f["n"].max()),
+            "text": "; ".join(f"step {k}: loop {k} {v['at']['value']:.2f} [{v['at']['low']:.2f}, {v['at']['high']:.2f}]"
+                              + (f", loop {k - 1} {v['before']['value']:.2f} [{v['before']['low']:.2f}, "
+                                 f"{v['before']['high']:.2f}]" if v["before"] else "") + f" ({v['at']['n']} pairs)"
+                              for k, v in sorted(per.items()))}
+
+
+def _share(by_loop: pd.DataFrame, t: int) -> dict:
+    r = by_loop.loc[t]
+    return {"value": float(r["recovered"]), "low": float(r["low"]), "high": float(r["high"]), "n": int(r["n"])}
+
+
 def retrieval_heads(specimen: Path, claim: dict) -> dict:
     """Retrieval-head specialisation by loop (`heads__summary`): per loop, the top-2 concentration against its null
     p95 (random rotations), the retrieval heads and the top head, and whether the top head changes with the loop."""
@@ -784,7 +807,8 @@ MEASURES = {f.__name__: f for f in (diagonal, intermediate, overshoot_inside, ov
                                     arms_overall, arms_latency, support_scaling, halting_fixed_peak,
                                     halting_head_vs_fixed, halting_collapse, halting_depth_choice,
                                     early_exit_saving, memory_vs_plain, splice_sites, retrieval_heads, drift_null,
-                                    finite_difference, block_recommendation, verbal_zero_shot, stage2_ablation)}
+                                    finite_difference, block_recommendation, verbal_zero_shot, stage2_ablation,
+                                    patching_steps)}
 
 
 # ----------------------------------------------------------------------------- tests
@@ -973,6 +997,21 @@ def shares_at_least(claim: dict, ours: dict) -> tuple[str, str]:
          + (f"; below it: {'; '.join(short)}" if short else "; every k0 reaches it"))
 
 
+def each_step_at_its_loop(claim: dict, ours: dict) -> tuple[str, str]:
+    """For every edited step k: the read-position state after loop k recovers at least `bar` of the margin, and the
+    one after loop k - 1 does not reach it even at its interval's upper end (k = 1 has no loop 0). A model that
+    makes the answer at one loop for every step (the last, or the first) fails: the steps would share that loop."""
+    bar = claim["bar"]
+    late = [f"step {k} at loop {k}: {v['at']['value']:.2f}" for k, v in sorted(ours["per"].items())
+            if v["at"]["value"] < bar]
+    early = [f"step {k} already at loop {k - 1}: {v['before']['high']:.2f}" for k, v in sorted(ours["per"].items())
+             if v["before"] is not None and v["before"]["high"] >= bar]
+    bad = late + early
+    return ("reproduced" if not bad else "not reproduced"), \
+        (f"bar {bar:g} at loop k, below it (interval) at loop k - 1, steps {', '.join(map(str, sorted(ours['per'])))}"
+         + (f"; missed: {'; '.join(bad)}" if bad else "; every step enters at its own loop"))
+
+
 def above_null_every_loop(claim: dict, ours: dict) -> tuple[str, str]:
     """Retrieval concentration above its null p95 at every loop read."""
     below = [t for t, v in ours["per"].items() if v["concentration"] <= v["null_p95"]]
@@ -1051,7 +1090,8 @@ TESTS = {f.__name__: f for f in (counts_not_worse, iterate_not_worse, drop_at_mo
                                  all_ratios_in_band, peak_at, head_beats_fixed,
                                  head_matches_fixed_with_fewer_loops, collapses_to_one, a_not_ahead, no_per_row_depth,
                                  shares_at_least, above_null_every_loop, drift_distinguishable_not_concentrated,
-                                 at_most, wall_below_fixed, recommendation_installs, ablation_fixes_block)}
+                                 at_most, wall_below_fixed, recommendation_installs, ablation_fixes_block,
+                                 each_step_at_its_loop)}
 
 
 # ----------------------------------------------------------------------------- the ledger

@@ -15,16 +15,17 @@ from workbench.plots.lens import lens_agreement_figure, logit_lens_figure
 from workbench.plots.linear_probe import linear_probe_figure
 from workbench.plots.loop_accuracy import loop_accuracy_figure
 from workbench.plots.notebook import register as _register_renderer
+from workbench.plots.patching import attribution_figure, patching_figure, patching_steps_figure, paths_figure
 from workbench.plots.prompt_lens import lens_figure
 from workbench.plots.registry import build_all, captions, figure_key, figures, find_builder
 from workbench.plots.theme import THEME, apply_theme
 
 __all__ = [
-    "THEME", "apply_theme", "build_all", "captions", "depth_matrix_figure", "drift_figure", "drift_heads_figure",
-    "figure_key", "figures", "find_builder", "frontier_figure", "gradient_audit_figure", "halting_figure",
+    "THEME", "apply_theme", "attribution_figure", "build_all", "captions", "depth_matrix_figure", "drift_figure",
+    "drift_heads_figure", "figure_key", "figures", "find_builder", "frontier_figure", "gradient_audit_figure", "halting_figure",
     "head_concentration_figure", "heads_figure", "latency_figure", "lens_agreement_figure", "lens_figure",
     "linear_probe_figure", "logit_lens_figure", "loop_accuracy_figure", "overshoot_cost_figure", "overshoot_figure",
-    "splice_figure",
+    "patching_figure", "patching_steps_figure", "paths_figure", "splice_figure",
 ]
 
 _register_renderer()
