@@ -267,13 +267,17 @@ def block_layers(model, layers=None) -> list[int]:
     return out
 
 
-def check_components(components) -> list[str]:
-    out = list(components)
-    bad = [c for c in out if c not in COMPONENTS]
+def check_choices(values, accepted, what: str) -> list[str]:
+    """`values` as a list, each one of `accepted`, at least one; else one line naming the first bad one."""
+    out = list(values)
+    bad = [v for v in out if v not in accepted]
     if bad or not out:
-        raise WorkbenchError(f"patching component {bad[0] if bad else '(none)'!r} is unknown; accepted: "
-                             f"{', '.join(COMPONENTS)}")
+        raise WorkbenchError(f"{what} {bad[0] if bad else '(none)'!r} is unknown; accepted: {', '.join(accepted)}")
     return out
+
+
+def check_components(components) -> list[str]:
+    return check_choices(components, COMPONENTS, "patching component")
 
 
 def loops_of(model, pair: Pair, rows_loops: int) -> int:
@@ -411,12 +415,7 @@ def run(model, tokenizer, rows: list[dict], corruptions=CORRUPTIONS, positions=P
 
 
 def _check_positions(positions) -> list[str]:
-    out = list(positions)
-    bad = [p for p in out if p not in POSITIONS]
-    if bad or not out:
-        raise WorkbenchError(f"patching position class {bad[0] if bad else '(none)'!r} is unknown; accepted: "
-                             f"{', '.join(POSITIONS)}")
-    return out
+    return check_choices(positions, POSITIONS, "patching position class")
 
 
 # ----------------------------------------------------------------------------- the grid and its intervals

@@ -41,6 +41,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.probes.common import default_loops
 from workbench.probes.patching import (
+    check_choices,
     corrupt_pairs,
     loops_of,
     margins,
@@ -105,9 +106,7 @@ def run(model, tokenizer, rows: list[dict], corruptions=("entry", "start"), rout
         seed: the corrupted symbols (the same twins as patching's with the same seed).
     """
     require_pairs(rows, "paths")
-    bad = [r for r in routes if r not in ROUTES]
-    if bad or not routes:
-        raise WorkbenchError(f"paths route {bad[0] if bad else '(none)'!r} is unknown; accepted: {', '.join(ROUTES)}")
+    routes = check_choices(routes, ROUTES, "paths route")
     pairs, skipped = corrupt_pairs(tokenizer, rows, list(corruptions), seed)
     if not pairs:
         raise WorkbenchError(f"paths built no corrupted twin from {len(rows)} rows ({skipped} skipped)")
