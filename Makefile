@@ -37,7 +37,7 @@ check: $(STAMP)
 # everything (CI): ruff, then the whole suite, slow tier included
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=40
 
 clean:
 	rm -rf $(VENV) results runs

@@ -47,7 +47,7 @@ FIGURES = {"01": 4, "02": 1, "03": 7, "04": 4, "05": 3, "06": 3, "07": 3}
 MUST_SAY = {
     "01": ["smollm2-chase: block 12:24 of 30 layers", "loop.4.hook_state  (1, "],
     "02": ["max |Δlogit| at loop 1: 0.0\n", "span "],
-    "03": ["smollm2-chase: block 12:24 of 30 layers", "for the entry edit the gradient map", "The state leaving loop t"],
+    "03": ["smollm2-chase: block 12:24 of 30 layers", "entry edit the gradient map", "The state leaving loop t"],
     "04": ["smollm2-chase: block 12:24 of 30 layers"],
     "05": ["'steps': 3", "'finished': True", "trainable.safetensors", "provenance.json"],
     "06": ["inkling2_loop (random weights): looped layers 1:3 of 4", "loop.2.block.1.q_gate.hook_forget",
