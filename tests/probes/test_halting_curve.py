@@ -22,7 +22,7 @@ from workbench.plots.export import export_figures, load_spec
 from workbench.plots.halting import CHOSEN, METHODS
 from workbench.plots.registry import build
 from workbench.plots.report import load_results
-from workbench.probes.halting import load_head
+from workbench.probes.halting import LIKELIHOOD_TOL, choose, load_head
 from workbench.runs import PROVENANCE, RECIPE, RETROFIT, TRAINABLE, base_sha256
 from workbench.tasks import build_rows
 from workbench.tasks.manifest import write_manifest
@@ -47,7 +47,7 @@ def results(tmp_path_factory, tok):
     train(root / "recipe.toml", out=root / "run", progress=False)
     write_manifest(build_rows("chase", [1, 2, 3], 12, 31, alphabet=4, tokenizer=tok), root / "rows.jsonl")
     (root / "b.toml").write_text(tomli_w.dumps({"battery": {"manifest": str(root / "rows.jsonl"), "batch_size": 8},
-                                                "probes": {"halting": {"loops": BUDGET}}}))
+                                                "probes": {"halting": {"loops": BUDGET, "floors": [2]}}}))
     out = root / "results"
     result = CliRunner().invoke(app, ["probe", "--checkpoint", str(root / "run"), "--battery", str(root / "b.toml"),
                                       "--out", str(out), "--json"])
@@ -79,6 +79,33 @@ def test_thresholds_are_chosen_on_rows_that_are_never_reported(results):
     assert np.allclose(per["loops"], picked.loc[per.index, "mean_loops"])
     assert np.allclose(per["acc"], picked.loc[per.index, "accuracy"])
     assert set(chosen["row_id"]) == set(rows[rows["split"] == "reported"]["row_id"])
+
+
+def test_a_floor_adds_every_threshold_method_again_and_no_row_stops_below_it(results):
+    tables = load_results(results)
+    curve, chosen = tables["halting"], tables["halting__chosen"]
+    floored = sorted(m for m in set(curve["method"]) if "+floor" in m)
+    assert floored == ["confidence+floor2", "head+floor2"]
+    assert (curve[curve["method"].isin(floored)]["t_min"] == 2).all()
+    assert (curve[~curve["method"].isin(floored)]["t_min"] == 1).all()
+    assert (chosen[chosen["method"].isin(floored)]["loops"] >= 2).all()
+    assert (chosen[chosen["method"] == "head"]["loops"] >= 1).all()
+    # the threshold methods were chosen by held-out likelihood, the best fixed depth by accuracy
+    assert set(curve[curve["method"] == "fixed_k"]["select"]) == {"accuracy"}
+    assert set(curve[curve["method"] != "fixed_k"]["select"]) == {"likelihood"}
+    for method, g in curve[curve["method"] != "fixed_k"].groupby("method"):
+        pick = g[g["chosen"]].iloc[0]
+        near = g[g["cal_loglik"] >= g["cal_loglik"].max() - LIKELIHOOD_TOL]
+        assert pick["cal_loops"] == near["cal_loops"].min(), method
+
+
+def test_likelihood_takes_the_fewest_loops_that_lose_no_likelihood_and_accuracy_the_most_accurate():
+    points = pd.DataFrame({"cal_accuracy": [0.50, 0.70, 0.72, 0.72], "cal_loglik": [-2.0, -0.505, -0.50, -0.50],
+                           "cal_loops": [1.0, 2.5, 3.0, 4.0]}, index=[10, 11, 12, 13])
+    assert choose(points, "likelihood") == 11                   # 0.005 nats below the best: within the tolerance
+    assert choose(points, "accuracy") == 12                     # best accuracy, then fewer loops
+    points.loc[11, "cal_loglik"] = -0.50 - 2 * LIKELIHOOD_TOL   # now it loses likelihood
+    assert choose(points, "likelihood") == 12
 
 
 def test_real_early_exit_matches_the_one_pass_reading_and_counts_its_work(results):
@@ -173,3 +200,14 @@ def test_a_tampered_head_is_refused_by_the_run_directory_checks(tmp_path):
     (tmp_path / PROVENANCE).unlink()
     with pytest.raises(WorkbenchError, match=f"is not a finished run directory: {PROVENANCE} is missing"):
         load_head(looped, tmp_path)
+
+
+@pytest.mark.parametrize("options, says", [({"select": "loss"}, "select = 'loss' is not one of likelihood, accuracy"),
+                                           ({"floors": [9]}, "must lie in 1..3"),
+                                           ({"t_min": 0}, "must lie in 1..3")])
+def test_a_bad_floor_or_selector_is_one_line(options, says, tok):
+    from workbench.probes import halting
+    looped = retrofit(load_base("tiny-llama")[0], "2:4", reentry="inject", halting=True, max_loops=3)
+    rows = build_rows("chase", [1, 2], 4, 3, alphabet=4, tokenizer=tok)
+    with pytest.raises(WorkbenchError, match=f"^halting: .*{says}"):
+        halting.run(looped, tok, rows, loops=3, **options)

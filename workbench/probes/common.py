@@ -60,13 +60,16 @@ class FinalRead:
 
     correct [R, T] bool; confidence [R, T] (symbol rows: the top symbol's softmax probability;
     multi-token answers: the greedy answer's probability); predicted [R][T] text; halt_probs
-    {head name: continue probabilities [R, T]} ("head" is the model's own halting head).
+    {head name: continue probabilities [R, T]} ("head" is the model's own halting head); logprob [R, T]
+    the answer's log-likelihood (symbol rows: log p of the answer among the row's symbols; multi-token
+    answers: log p of the answer tokens over the vocabulary, teacher forced).
     """
 
     correct: np.ndarray
     confidence: np.ndarray
     predicted: list[list[str]]
     halt_probs: dict[str, np.ndarray]
+    logprob: np.ndarray
 
 
 @torch.no_grad()
@@ -82,7 +85,7 @@ def read_final(model, tokenizer, rows: list[dict], loops: int, batch_size: int =
     if len(set(symbol)) != 1:
         raise WorkbenchError("rows mix single-token symbol answers and multi-token answers; read them apart")
     R, T = len(rows), loops
-    correct, confidence = np.zeros((R, T), dtype=bool), np.zeros((R, T))
+    correct, confidence, logprob = np.zeros((R, T), dtype=bool), np.zeros((R, T)), np.zeros((R, T))
     predicted: list[list[str]] = [[] for _ in rows]
     probs: dict[str, np.ndarray] = {}
     device = device_of(model)
@@ -101,18 +104,19 @@ def read_final(model, tokenizer, rows: list[dict], loops: int, batch_size: int =
             s = r.scores[:, :, -1].double()                                          # [B, T, C]
             answer = torch.tensor([row["symbols"].index(row["answer"]) for row in batch_rows], device=s.device)
             ok, conf, top = s.argmax(-1) == answer[:, None], s.softmax(-1).max(-1).values, s.argmax(-1)
+            ll = s.log_softmax(-1).gather(-1, answer[:, None, None].expand(-1, s.shape[1], 1)).squeeze(-1)
             text = [[row["symbols"][j] for j in top[k].tolist()] for k, row in enumerate(batch_rows)]
         else:
-            _, ok, top, greedy = answer_logprobs(r.scores, b["targets"], b["valid"])
+            ll, ok, top, greedy = answer_logprobs(r.scores, b["targets"], b["valid"])
             conf, n = greedy.double().exp(), b["valid"].sum(-1).tolist()
             text = [[tokenizer.decode(top[k, t, : n[k]].tolist()).strip() for t in range(T)] for k in range(len(idx))]
-        correct[idx], confidence[idx] = ok.cpu().numpy(), conf.cpu().numpy()
+        correct[idx], confidence[idx], logprob[idx] = ok.cpu().numpy(), conf.cpu().numpy(), ll.double().cpu().numpy()
         for k, i in enumerate(idx):
             predicted[i] = text[k]
         own = {"head": r.halt_probs} if getattr(r, "halt_probs", None) is not None else {}
         for name, p in {**own, **seen}.items():
             probs.setdefault(name, np.zeros((R, T)))[idx] = p.double().cpu().numpy()
-    return FinalRead(correct, confidence, predicted, probs)
+    return FinalRead(correct, confidence, predicted, probs, logprob)
 
 
 @contextmanager

@@ -17,8 +17,20 @@ Methods (a row's answer is graded at the loop where it stops; T is the budget):
     confidence   the first t >= t_min whose answer confidence (`read_final`) >= threshold; it needs the
                  Coda at every loop, which mean loops does not count.
 
+Floors: `t_min` is the floor of the methods above; each extra floor f of `floors` adds every threshold
+method again as `<method>+floor<f>` (RecurTrace Table 2: the main comparison with T_min = 2, "ACT+floor";
+Table 3's per-task heads run without one). Fixed depths and the oracle take no floor.
+
+Choosing a threshold (`select`, on the calibration rows): "likelihood" (RecurTrace Sec. 3 and App. G: the
+smallest mean depth that does not lose held-out likelihood) keeps the thresholds whose mean answer
+log-likelihood at the stopping loop is within `LIKELIHOOD_TOL` nats of the method's best and takes the one
+with the fewest mean loops; "accuracy" takes the best calibration accuracy, then fewer loops. The best fixed
+depth is always the most accurate k on the calibration rows (then the smaller k): it is the comparison's
+definition, not a tuned rule.
+
 Tables:
-    halting: method, threshold, t_min, mean_loops, accuracy, n, chosen — reported rows only.
+    halting: method, threshold, t_min, mean_loops, accuracy, n, chosen, cal_accuracy, cal_loglik, cal_loops,
+        select — reported rows only, with each point's calibration readings that chose it.
     halting__difficulty: method, threshold, group ("hard": wrong at loop 1, "easy": right), n, mean_loops,
         accuracy — each method at its chosen threshold, reported rows.
     halting__chosen: method, threshold, row_id, depth, loops, correct — each method at its chosen threshold,
@@ -63,25 +75,35 @@ from workbench.tasks.reader import answer_batches, answer_logprobs, reads_symbol
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RULES = {"oracle": "threshold", "act": "mass", "pondernet": "cdf"}
+SELECT = ("likelihood", "accuracy")
+LIKELIHOOD_TOL = 0.01  # nats per row: "does not lose held-out likelihood", fixed before any run read it
 
 
 def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds=THRESHOLDS, t_min: int = 1,
-        heads: dict | None = None, calibration: float = 0.5, seed: int = 0, batch_size: int = 16,
-        progress: bool = False) -> dict[str, pd.DataFrame]:
+        floors=(), select: str = "likelihood", heads: dict | None = None, calibration: float = 0.5, seed: int = 0,
+        batch_size: int = 16, progress: bool = False) -> dict[str, pd.DataFrame]:
     """Returns {"halting", "halting__difficulty", "halting__chosen", "halting__rows"} and, for a LoopedLM,
     "halting__adaptive".
 
     Args:
         loops: T, the budget (default the rows' max depth, at least 2; `common.default_loops` when a row gives
             none).
+        t_min: the floor of the threshold methods; floors: more floors, each adding `<method>+floor<f>` rows.
+        select: how a threshold is chosen on the calibration rows ("likelihood" or "accuracy"; module doc).
         heads: {method name: run directory} of more Stage 2 heads trained on the same frozen model.
         calibration: share of each depth's rows used to choose thresholds (never reported).
     Raises:
         NotApplicable: the model has no halting head.
+        WorkbenchError: an unknown `select`, or a floor outside 1..T.
     """
     if getattr(model, "halting", None) is None:
         raise NotApplicable("the model has no halting head (retrofit with halting=True to train one)")
+    if select not in SELECT:
+        raise WorkbenchError(f"halting: select = {select!r} is not one of {', '.join(SELECT)}")
     T = check_loops(model, loops or default_loops(model, rows, at_least=2))
+    floors = sorted({int(f) for f in floors} - {int(t_min)})
+    if [f for f in [t_min, *floors] if not 1 <= f <= T]:
+        raise WorkbenchError(f"halting: every floor (t_min = {t_min}, floors = {floors}) must lie in 1..{T}, the budget")
     extra = {name: load_head(model, path) for name, path in (heads or {}).items()}
     read = read_final(model, tokenizer, rows, T, batch_size, progress, {n: h for n, (h, _) in extra.items()})
     cal_rows, rep_rows = split_rows(rows, calibration, seed)
@@ -92,31 +114,49 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds
     rules["confidence"] = ("confidence", read.confidence)
     records, picks = [], {}
     for k in range(1, T + 1):
-        records.append(("fixed_k", np.nan, k))
-    records.append(("oracle", np.nan, None))
-    for method, (rule, values) in rules.items():
-        records += [(method, float(th), (rule, values)) for th in thresholds]
+        records.append(("fixed_k", np.nan, k, 1))
+    records.append(("oracle", np.nan, None, 1))
+    for floor in [t_min, *floors]:
+        suffix = "" if floor == t_min else f"+floor{floor}"
+        for method, (rule, values) in rules.items():
+            records += [(method + suffix, float(th), (rule, values), floor) for th in thresholds]
     table = []
-    for method, th, how in records:
-        depth = _depths(method, how, th, read.correct, T, t_min)
-        cal_acc = _acc(read.correct[cal], depth[cal]) if cal else np.nan
-        table.append({"method": method, "threshold": th, "t_min": t_min, "mean_loops": float(depth[rep].mean()),
+    for method, th, how, floor in records:
+        depth = _depths(method, how, th, read.correct, T, floor)
+        table.append({"method": method, "threshold": th, "t_min": floor, "mean_loops": float(depth[rep].mean()),
                       "accuracy": _acc(read.correct[rep], depth[rep]), "n": len(rep),
-                      "_cal": (cal_acc, -float(depth[cal].mean()) if cal else 0.0), "_depth": depth})
+                      "cal_accuracy": _acc(read.correct[cal], depth[cal]) if cal else np.nan,
+                      "cal_loglik": _loglik(read.logprob[cal], depth[cal]) if cal else np.nan,
+                      "cal_loops": float(depth[cal].mean()) if cal else np.nan,
+                      "select": "accuracy" if method == "fixed_k" else select, "_depth": depth})
     frame = pd.DataFrame(table)
     frame["chosen"] = False
     for method, g in frame.groupby("method", sort=False):
-        best = max(g.index, key=lambda i: g.at[i, "_cal"])   # calibration accuracy, then fewer loops
+        best = choose(g, "accuracy" if method == "fixed_k" else select)
         frame.at[best, "chosen"] = True
         picks[method] = frame.loc[best]
-    out = {"halting": frame.drop(columns=["_cal", "_depth"]),
+    out = {"halting": frame.drop(columns=["_depth"]),
            "halting__difficulty": _difficulty(picks, read.correct, rep),
            "halting__chosen": _chosen(picks, rows, read.correct, rep),
            "halting__rows": _rows_table(rows, read, set(rep), T)}
     if hasattr(model, "adaptive_read"):
-        out["halting__adaptive"] = _adaptive(model, tokenizer, [rows[i] for i in rep], picks, read, rep, T, t_min,
-                                             batch_size)
+        out["halting__adaptive"] = _adaptive(model, tokenizer, [rows[i] for i in rep], picks, read, rep, T, batch_size)
     return out
+
+
+def choose(points: pd.DataFrame, select: str):
+    """The index of the chosen point among one method's thresholds, from their calibration readings.
+
+    "accuracy": the best cal_accuracy, then the fewest cal_loops. "likelihood": among the points whose cal_loglik
+    is within LIKELIHOOD_TOL of the best, the fewest cal_loops, then the higher cal_loglik. No calibration rows
+    (all NaN): the first point.
+    """
+    acc, ll, loops = (points[c].fillna(-np.inf if c != "cal_loops" else 0.0) for c in
+                      ("cal_accuracy", "cal_loglik", "cal_loops"))
+    if select == "accuracy":
+        return max(points.index, key=lambda i: (acc[i], -loops[i]))
+    keep = [i for i in points.index if ll[i] >= ll.max() - LIKELIHOOD_TOL]
+    return min(keep, key=lambda i: (loops[i], -ll[i]))
 
 
 def load_head(model, run_dir) -> tuple[torch.nn.Module, str]:
@@ -176,6 +216,11 @@ def _acc(correct: np.ndarray, chosen: np.ndarray) -> float:
     return float(correct[np.arange(len(chosen)), np.asarray(chosen) - 1].mean()) if len(chosen) else float("nan")
 
 
+def _loglik(logprob: np.ndarray, chosen: np.ndarray) -> float:
+    """Mean answer log-likelihood at each row's stopping loop."""
+    return float(logprob[np.arange(len(chosen)), np.asarray(chosen) - 1].mean()) if len(chosen) else float("nan")
+
+
 def _difficulty(picks: dict, correct: np.ndarray, rep: list[int]) -> pd.DataFrame:
     """Mean loops and accuracy of hard (wrong at loop 1) and easy rows, each method at its chosen threshold."""
     records = []
@@ -207,13 +252,13 @@ def _rows_table(rows: list[dict], read, reported: set[int], T: int) -> pd.DataFr
 
 
 @torch.no_grad()
-def _adaptive(model, tokenizer, rows: list[dict], picks: dict, read, rep: list[int], T: int, t_min: int,
+def _adaptive(model, tokenizer, rows: list[dict], picks: dict, read, rep: list[int], T: int,
               batch_size: int) -> pd.DataFrame:
     """The chosen head policy through real early exit, beside fixed depths run the same way, timed in one run."""
-    tau = float(picks["head"]["threshold"])
+    tau, floor = float(picks["head"]["threshold"]), int(picks["head"]["t_min"])
     best_k = int(picks["fixed_k"]["mean_loops"])
     expected = picks["head"]["_depth"][rep]
-    policies = {"head": HaltPolicy(tau, min(t_min, T), T), f"fixed_{T}": HaltPolicy(0.0, 1, T),
+    policies = {"head": HaltPolicy(tau, min(floor, T), T), f"fixed_{T}": HaltPolicy(0.0, 1, T),
                 f"fixed_{best_k}": HaltPolicy(0.0, 1, best_k)}
     device = device_of(model)
     if reads_symbol(rows[0]):
@@ -265,8 +310,10 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
     rows = tables.get("halting__rows")
     reported = rows[(rows["split"] == "reported") & (rows["head"] == "head")] if rows is not None else None
     numbers, words = [], []
+    floored = sorted({m for m in f["method"] if m.startswith("head+floor")})
     for method, words_of in (("fixed_k", "the best fixed depth"), ("head", "the halting head"),
-                             ("oracle", "the oracle")):
+                             *((m, f"the halting head with a {m.removeprefix('head+floor')}-loop floor")
+                               for m in floored), ("oracle", "the oracle")):
         g = f[(f["method"] == method) & f["chosen"]] if "chosen" in f else f[f["method"] == method]
         if g.empty:
             continue
@@ -281,7 +328,8 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
         numbers += [acc, loops]
         tau = "" if pd.isna(r["threshold"]) else f" at tau = {r['threshold']:g}"
         words.append(f"{words_of}{tau} reads {acc.text()} after {loops.value} loops on average")
-    sentence = ("; ".join(words) + " (thresholds chosen on calibration rows, read on the others).") if words \
+    how = f" by {f['select'].iloc[-1]}" if "select" in f else ""
+    sentence = ("; ".join(words) + f" (thresholds chosen{how} on calibration rows, read on the others).") if words \
         else "No halting result."
     return Headline("halting", numbers, sentence[0].upper() + sentence[1:])
 
