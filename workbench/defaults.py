@@ -45,6 +45,7 @@ MAX_DROP_POINTS = 3.0   # the guardrail's hard stop: percentage points below the
 ORACLE_MARGIN = 0.01    # the halting oracle's delta and per-loop cost (`workbench.loop.halting.oracle_labels`)
 ORACLE_DEPTH_COST = 0.0
 REHEARSAL_SOURCES = ("corpus", "patterns", "numbers")   # the rehearsal texts' sources (`workbench.tasks.rehearsal`)
+INSTALL_BAR = 0.71      # a depth counts as installed at this final-loop accuracy (the frontier's registered bar)
 
 
 def shipped(kind: str) -> list[str]:

@@ -19,11 +19,12 @@ import pandas as pd
 
 from workbench.analysis.headlines import Headline, fmt, measured, proportion, ranges, span
 from workbench.analysis.stats import frontier
+from workbench.defaults import INSTALL_BAR
 from workbench.probes.common import require_symbols
 from workbench.probes.spec import Figure, ProbeSpec
 from workbench.tasks.reader import read_rows
 
-BARS = (0.60, 0.71, 0.80)
+BARS = (0.60, INSTALL_BAR, 0.80)
 
 
 def run(model, tokenizer, rows: list[dict], loops: int | None = None, support: int | None = None,
@@ -129,7 +130,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
                                  g.set_index("row_id")["correct"],
                                  expect="falls past the support" if past else "≈ 1.00 within the support"))
     by_bar = {round(float(r.bar), 2): r for r in front.itertuples()}
-    bar = min(by_bar, key=lambda b: abs(b - 0.71))
+    bar = min(by_bar, key=lambda b: abs(b - INSTALL_BAR))
     main = by_bar[bar]
     numbers = [worst, *finals,
                measured(f"frontier_{bar:.2f}", f"frontier at {bar:.2f} (where the diagonal crosses it)",

@@ -163,6 +163,21 @@ def comparable_cost(claim: dict, root: Path) -> str:
     return f"comparable when {when}; cost: {'; '.join(parts)}"
 
 
+def run_nulls(claim: dict, ours: dict) -> dict[str, tuple[str, str]]:
+    """{null name: (the verdict the claim's test gives it, its reading)} for each null reading a measure returns.
+
+    A measure returns `ours["nulls"]` = {name: a reading shaped like `ours`}: what a policy that knows nothing
+    (the majority answer, a head that always stops at loop 1, an untrained exit rule, a model that never
+    installs...) reads on the same rows. Each goes through the same test; a null the test passes makes the row
+    "not comparable" (`build_ledger`): a rule a trivial policy meets cannot say anything of the model.
+    """
+    out = {}
+    for name, reading in ours.get("nulls", {}).items():
+        verdict, how = TESTS[claim["test"]](claim, reading)
+        out[name] = (verdict, f"{reading['text']}: {verdict}")
+    return out
+
+
 def build_ledger(claims_file: str | Path = CLAIMS_FILE, root: str | Path = ROOT) -> list[dict]:
     """One row per claim: id, paper, section, claim, paper_value, specimen, rule, ours, rows, comparison, verdict,
     reason (why in words), setting, comparable_when (with its cost; for a not-comparable row) and why (all of it)."""
@@ -178,6 +193,11 @@ def build_ledger(claims_file: str | Path = CLAIMS_FILE, root: str | Path = ROOT)
             ours = MEASURES[c["measure"]](specimen, {**c, "_root": root})
             verdict, how = TESTS[c["test"]](c, ours)
             gates = list(ours.get("gates", []))
+            nulls = run_nulls(c, ours)
+            passing = [f"{name} ({text})" for name, (v, text) in nulls.items() if v == "reproduced"]
+            if passing:   # a policy that knows nothing meets the rule here: the rule cannot tell the model from it
+                gates.append(f"a null meets this rule too, so the setting cannot tell the model from it: "
+                             f"{'; '.join(passing)}")
             if c.get("not_comparable"):     # declared: what the setting cannot show, whatever the numbers
                 gates.insert(0, c["not_comparable"])
             if gates:
@@ -185,9 +205,10 @@ def build_ledger(claims_file: str | Path = CLAIMS_FILE, root: str | Path = ROOT)
                 verdict = "not comparable"
             else:
                 reason = how
-            row.update(ours=ours["text"], rows=ours["rows"], comparison=how, verdict=verdict, reason=reason)
+            row.update(ours=ours["text"], rows=ours["rows"], comparison=how, verdict=verdict, reason=reason,
+                       nulls=[{"null": name, "verdict": v, "reading": text} for name, (v, text) in nulls.items()])
         except Missing as gap:
-            row.update(ours="-", rows=0, comparison="-", verdict="not comparable", reason=str(gap))
+            row.update(ours="-", rows=0, comparison="-", verdict="not comparable", reason=str(gap), nulls=[])
         row["comparable_when"] = comparable_cost(c, root) if row["verdict"] == "not comparable" else ""
         why = row["reason"] if c["like_for_like"] else f"{row['reason']}; setting differs: {c['setting']}"
         row["why"] = why + (f"; {row['comparable_when']}" if row["comparable_when"] else "")
@@ -234,6 +255,7 @@ def ledger_markdown(rows: list[dict]) -> str:
     for r in rows:
         like = "like for like" if r["like_for_like"] else "setting differs"
         out.append(f"- **{r['id']}** ({r['verdict']}, {like}). Rule: {r['rule'].rstrip('.')}. Reading: {r['reason']}."
+                   + (f" Nulls: {'; '.join(n['null'] + ' ' + n['reading'] for n in r['nulls'])}." if r["nulls"] else "")
                    + ("" if r["like_for_like"] else f" Setting: {r['setting']}.")
                    + (f" {r['comparable_when'][0].upper()}{r['comparable_when'][1:]}." if r["comparable_when"] else ""))
     return "\n".join(out) + "\n"

@@ -26,6 +26,7 @@ from workbench.analysis.claims.ledger import (
     verdict_test,
 )
 from workbench.analysis.stats import fisher, paired_counts
+from workbench.defaults import INSTALL_BAR
 from workbench.io import read_json
 
 
@@ -36,8 +37,15 @@ def diagonal(specimen: Path, claim: dict) -> dict:
     f = _table(specimen, "depth_matrix")
     f = f[(f["loop"] == f["depth"]) & f["depth"].isin(claim["depths"])]
     counts = [[int(g["correct"].sum()), len(g)] for _, g in f.groupby("depth")]
+    major = [[_majority(g), len(g)] for _, g in f.groupby("depth")]
     return {"counts": counts, "text": ", ".join(f"{k}/{n}" for k, n in counts) + f" at depths "
-            f"{claim['depths'][0]}-{claim['depths'][-1]}", "rows": sum(n for _, n in counts)}
+            f"{claim['depths'][0]}-{claim['depths'][-1]}", "rows": sum(n for _, n in counts),
+            "nulls": {"the majority answer": {"counts": major, "text": ", ".join(f"{k}/{n}" for k, n in major)}}}
+
+
+def _majority(f: pd.DataFrame) -> int:
+    """How many of these cells a policy that always answers their most frequent target gets right."""
+    return int(f["target"].value_counts().iloc[0]) if len(f) else 0
 
 
 @measure
@@ -46,7 +54,9 @@ def intermediate(specimen: Path, claim: dict) -> dict:
     f = _table(specimen, "depth_matrix")
     f = f[(f["loop"] < f["depth"]) & f["depth"].isin(claim["depths"])]
     k, n = int(f["correct"].sum()), len(f)
-    return {"counts": [[k, n]], "text": f"{k}/{n} ({k / n:.1%})", "rows": int(f["row_id"].nunique())}
+    m = _majority(f)
+    return {"counts": [[k, n]], "text": f"{k}/{n} ({k / n:.1%})", "rows": int(f["row_id"].nunique()),
+            "nulls": {"the majority answer": {"counts": [[m, n]], "text": f"{m}/{n}"}}}
 
 
 def _overshoot(specimen: Path, claim: dict, inside: bool) -> dict:
@@ -283,9 +293,12 @@ def halting_depth_choice(specimen: Path, claim: dict) -> dict:
     the modal stopping loop's share."""
     _, chosen = _halting(specimen, claim)
     per = {m: _depth_tracking(_pick(chosen, m)) for m in claim["methods"]}
-    return {"methods": per, "rows": len(_pick(chosen, claim["methods"][0])),
-            "text": "; ".join(f"{m}: {v['text']}, {v['modal_share']:.0%} at loop {v['modal_loop']}"
-                              for m, v in per.items())}
+    text = lambda per: "; ".join(f"{m}: {v['text']}, {v['modal_share']:.0%} at loop {v['modal_loop']}"  # noqa: E731
+                                 for m, v in per.items())
+    first = _pick(chosen, claim["methods"][0])
+    at_one = {m: _depth_tracking(first.assign(loops=1)) for m in claim["methods"]}
+    return {"methods": per, "rows": len(first), "text": text(per),
+            "nulls": {"heads that always stop at loop 1": {"methods": at_one, "text": "every head at loop 1"}}}
 
 
 @measure
@@ -375,13 +388,21 @@ def finite_difference(specimen: Path, claim: dict) -> dict:
 def verbal_zero_shot(specimen: Path, claim: dict) -> dict:
     """Final-answer accuracy on the verbal surfaces read without verbal training: the depth matrices of the
     specimen's `results` folders (one per surface, `claim["surfaces"]`), pooled over depths."""
-    per = {}
+    per, major = {}, {}
     for surface, results in claim["surfaces"].items():
         f = _table(specimen, "depth_matrix", results)
         f = f[f["loop"] == f["depth"]]
-        per[surface] = (int(f["correct"].sum()), len(f))
-    return {"counts": list(per.values()), "rows": sum(n for _, n in per.values()),
-            "text": "; ".join(f"{s} {k}/{n} ({k / n:.1%})" for s, (k, n) in per.items())}
+        per[surface], major[surface] = (int(f["correct"].sum()), len(f)), (_majority(f), len(f))
+    sym = _table(specimen, "depth_matrix")       # the floor: the same model on its own symbolic rows
+    sym = sym[(sym["loop"] == sym["depth"]) & sym["depth"].isin(claim["competence_depths"])]
+    competence, null_competence = float(sym["correct"].mean()), _majority(sym) / len(sym)
+    text = lambda per, c: ("; ".join(f"{s} {k}/{n} ({k / n:.1%})" for s, (k, n) in per.items())  # noqa: E731
+                           + f"; symbolic rows at depths {claim['competence_depths'][0]}-"
+                             f"{claim['competence_depths'][-1]} {c:.2f}")
+    return {"counts": list(per.values()), "rows": sum(n for _, n in per.values()), "competence": competence,
+            "text": text(per, competence),
+            "nulls": {"the majority answer": {"counts": list(major.values()), "competence": null_competence,
+                                              "text": text(major, null_competence)}}}
 
 
 # ----------------------------------------------------------------------------- tests
@@ -393,7 +414,11 @@ def counts_not_worse(claim: dict, ours: dict) -> tuple[str, str]:
     worst = min(range(len(ps)), key=ps.__getitem__)
     (pk, pn), (k, n) = pairs[worst]
     how = f"one-sided Fisher, ours below the paper: smallest p = {ps[worst]:.3g} ({k}/{n} vs {pk}/{pn})"
-    return ("reproduced" if ps[worst] >= ALPHA else "not reproduced"), how
+    bar = claim.get("min_share", INSTALL_BAR)   # a floor: "not significantly worse" on a few rows is not installed
+    low = [f"{k}/{n}" for k, n in ours["counts"] if k / n < bar]
+    if low:
+        how += f"; below the install bar {bar:g}: {', '.join(low)}"
+    return ("reproduced" if ps[worst] >= ALPHA and not low else "not reproduced"), how
 
 
 @verdict_test
@@ -487,11 +512,15 @@ def no_per_row_depth(claim: dict, ours: dict) -> tuple[str, str]:
     """The negative of Sec. 12: no head chooses a per-row depth, i.e. every head's Spearman(stopping loop, depth) is
     below `max_spearman` (undefined counts as 0: one global depth) and it stops exactly at d on fewer than
     `max_at_depth` of rows."""
-    rmax, amax = claim["max_spearman"], claim["max_at_depth"]
+    rmax, amax, cmax = claim["max_spearman"], claim["max_at_depth"], claim.get("max_modal", 0.9)
     chooses = [m for m, v in ours["methods"].items() if (v["spearman"] or 0.0) >= rmax or v["at_depth"] >= amax]
-    return ("reproduced" if not chooses else "not reproduced"), \
-        (f"bars: Spearman < {rmax:g} and at d < {amax:.0%} for every head; "
-         + ("no head chooses a per-row depth" if not chooses else f"per-row depth chosen by {', '.join(chooses)}"))
+    varies = [m for m, v in ours["methods"].items() if v["modal_share"] < cmax]   # a floor: some head tried
+    ok = not chooses and bool(varies)
+    return ("reproduced" if ok else "not reproduced"), \
+        (f"bars: Spearman < {rmax:g} and at d < {amax:.0%} for every head, and at least one head spreading its stops "
+         f"(under {cmax:.0%} at its modal loop); "
+         + ("no head chooses a per-row depth" if not chooses else f"per-row depth chosen by {', '.join(chooses)}")
+         + (f"; spreading: {', '.join(varies)}" if varies else "; every head stops at one loop: nothing was tried"))
 
 
 @verdict_test

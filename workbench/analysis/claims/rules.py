@@ -4,6 +4,7 @@ over B that claims of both papers read (`a_leads`, on `_a_ahead`), each register
 from __future__ import annotations
 
 from workbench.analysis.claims.ledger import ALPHA, verdict_test
+from workbench.defaults import INSTALL_BAR
 
 
 @verdict_test
@@ -35,7 +36,13 @@ def at_most(claim: dict, ours: dict) -> tuple[str, str]:
 
 @verdict_test
 def counts_at_most(claim: dict, ours: dict) -> tuple[str, str]:
-    """Every count's share at most `bar` (a claim that something stays low, e.g. minimal zero-shot transfer)."""
+    """Every count's share at most `bar` (a claim that something stays low, e.g. minimal zero-shot transfer), on a
+    model that is not simply broken: where the measure reads its `competence` (the same model on rows it was
+    trained for), that share must reach `min_competence` (default the install bar), or "low" says nothing."""
     over = [f"{k}/{n}" for k, n in ours["counts"] if k / n > claim["bar"]]
-    return ("reproduced" if not over else "not reproduced"), \
-        (f"every share at most {claim['bar']:g}" + (f"; above it: {', '.join(over)}" if over else ": none above it"))
+    floor = claim.get("min_competence", INSTALL_BAR)
+    broken = "competence" in ours and ours["competence"] < floor
+    return ("reproduced" if not over and not broken else "not reproduced"), \
+        (f"every share at most {claim['bar']:g}" + (f"; above it: {', '.join(over)}" if over else ": none above it")
+         + (f"; competence {ours['competence']:.2f} against the floor {floor:g}"
+            + (": low because the model reads nothing" if broken else "") if "competence" in ours else ""))
