@@ -91,7 +91,7 @@ def _claims_file(tmp_path: Path, **extra) -> Path:
     return path
 
 
-BASE = dict(paper="000", section="Sec. 1", claim="c", paper_value="v", rule="r", setting="s", like_for_like=True,
+BASE = dict(paper="000", section="Sec. 1", claim="c", paper_value="v", rule="r", setting="s", paper_setting={}, setting_keys=[],
             specimen="spec")
 
 
@@ -839,3 +839,21 @@ def test_every_null_fails_its_rule_and_rows_without_one_are_pinned():
     for r in rows:
         if r["verdict"] == "reproduced":   # a reproduced row's every null fails the same rule
             assert all(n["verdict"] != "reproduced" for n in r["nulls"]), r["id"]
+
+
+def test_like_for_like_is_computed_from_the_recorded_recipe_and_an_unstated_key_differs(tmp_path):
+    _specimen(tmp_path, [(f"r{i}", 1, 1, True) for i in range(8)], [])
+    (tmp_path / "spec" / "recipe.toml").write_text('[model]\nbase = "qwen-x"\n[task]\nalphabet = 16\n'
+                                                    '[[stages]]\ndepths = [1, 2, 3, 4]\n')
+    claim = {**BASE, "id": "l", "measure": "diagonal", "depths": [1], "test": "counts_not_worse",
+             "paper_counts": [[8, 8]]}
+    claim.pop("setting_keys")
+    same = {"model": "Qwen-X", "N": 16, "support": 4, "counting": "every row"}
+    [row] = build_ledger(_claims_file(tmp_path, **{**claim, "paper_setting": same}), tmp_path)
+    assert row["like_for_like"] and row["differs"] == [] and "setting differs" not in row["why"]
+    unstated = {"model": "Qwen-X", "N": 24, "counting": "every row"}        # the paper states no support
+    [row] = build_ledger(_claims_file(tmp_path, **{**claim, "paper_setting": unstated}), tmp_path)
+    assert not row["like_for_like"] and row["differs"] == ["N: ours 16, paper 24", "support: ours 4, paper not stated"]
+    assert "setting differs (N: ours 16, paper 24; support: ours 4, paper not stated): s" in row["why"]
+    with pytest.raises(WorkbenchError, match="declares like_for_like; it is computed"):
+        load_claims(_claims_file(tmp_path, **{**claim, "paper_setting": same, "like_for_like": True}))

@@ -59,11 +59,14 @@ def load_claims(path: str | Path = CLAIMS_FILE) -> list[dict]:
         raise WorkbenchError(f"{path}: 'claims' must be an array of tables ([[claims]])")
     for c in claims:
         missing = [k for k in ("id", "paper", "section", "claim", "paper_value", "measure", "specimen", "test",
-                               "rule", "setting", "like_for_like") if k not in c]
+                               "rule", "setting", "paper_setting") if k not in c]
         if missing:
             raise WorkbenchError(f"{path}: claim '{c.get('id', '?')}' lacks '{missing[0]}'")
         if c["measure"] not in MEASURES or c["test"] not in TESTS:
             raise WorkbenchError(f"{path}: claim '{c['id']}' names an unknown measure or test")
+        if "like_for_like" in c:
+            raise WorkbenchError(f"{path}: claim '{c['id']}' declares like_for_like; it is computed from the "
+                                 "recorded settings against paper_setting")
     return claims
 
 
@@ -163,6 +166,42 @@ def comparable_cost(claim: dict, root: Path) -> str:
     return f"comparable when {when}; cost: {'; '.join(parts)}"
 
 
+SETTING_KEYS = ("model", "N", "support", "counting")   # what a row's setting is compared on
+
+
+def ours_setting(specimen: Path, claim: dict, root: Path) -> dict:
+    """The recorded settings a row reads, from the run that trained what it measures: the claim's `stage1` when it
+    names one (a halting head's Stage 1 model), else the specimen: the base model, the alphabet N, the support (the
+    deepest depth of any training stage but halting) and how cells are counted (`counting`, declared: how our
+    measure counts)."""
+    run = root / claim["stage1"] if "stage1" in claim else specimen
+    out = {"counting": claim.get("counting", "every row")}
+    recipe_file = run / "recipe.toml"
+    if recipe_file.is_file():
+        recipe = read_toml(recipe_file, "recipe")
+        out["model"] = recipe.get("model", {}).get("base")
+        out["N"] = recipe.get("task", {}).get("alphabet")
+        depths = [d for st in recipe.get("stages", []) if st.get("kind") != "halting" for d in st.get("depths", [])]
+        out["support"] = max(depths) if depths else None
+    return out
+
+
+def setting_differences(specimen: Path, claim: dict, root: Path) -> list[str]:
+    """What differs between our recorded setting and the paper's (`paper_setting`), key by key, over the keys the
+    claim says bear on it (`setting_keys`, default all of SETTING_KEYS); a key the paper's side does not state, or
+    ours does not record, counts as differing: like for like is shown, never assumed."""
+    ours, paper = ours_setting(specimen, claim, root), claim["paper_setting"]
+    out = []
+    for key in claim.get("setting_keys", SETTING_KEYS):
+        o, p = ours.get(key), paper.get(key)
+        if o is None or p is None:
+            out.append(f"{key}: ours {o if o is not None else 'not recorded'}, "
+                       f"paper {p if p is not None else 'not stated'}")
+        elif str(o).lower() != str(p).lower():
+            out.append(f"{key}: ours {o}, paper {p}")
+    return out
+
+
 def run_nulls(claim: dict, ours: dict) -> dict[str, tuple[str, str]]:
     """{null name: (the verdict the claim's test gives it, its reading)} for each null reading a measure returns.
 
@@ -185,8 +224,9 @@ def build_ledger(claims_file: str | Path = CLAIMS_FILE, root: str | Path = ROOT)
     rows = []
     for c in load_claims(claims_file):
         specimen = root / c["specimen"]
-        row = {k: c[k] for k in ("id", "paper", "section", "claim", "paper_value", "specimen", "rule", "setting",
-                                 "like_for_like")}
+        row = {k: c[k] for k in ("id", "paper", "section", "claim", "paper_value", "specimen", "rule", "setting")}
+        row["differs"] = setting_differences(specimen, c, root) if specimen.is_dir() else ["specimen not committed"]
+        row["like_for_like"] = not row["differs"]
         try:
             if not specimen.is_dir():
                 raise Missing(f"specimen {c['specimen']} is not committed")
@@ -210,7 +250,8 @@ def build_ledger(claims_file: str | Path = CLAIMS_FILE, root: str | Path = ROOT)
         except Missing as gap:
             row.update(ours="-", rows=0, comparison="-", verdict="not comparable", reason=str(gap), nulls=[])
         row["comparable_when"] = comparable_cost(c, root) if row["verdict"] == "not comparable" else ""
-        why = row["reason"] if c["like_for_like"] else f"{row['reason']}; setting differs: {c['setting']}"
+        why = row["reason"] if row["like_for_like"] else \
+            f"{row['reason']}; setting differs ({'; '.join(row['differs'])}): {c['setting']}"
         row["why"] = why + (f"; {row['comparable_when']}" if row["comparable_when"] else "")
         rows.append(row)
     return rows
@@ -253,7 +294,7 @@ def ledger_markdown(rows: list[dict]) -> str:
                    f"{cell(r['ours'])} | `{r['specimen']}` ({r['rows']}) | **{r['verdict']}** |")
     out += ["", "## Verdicts per paper", "", *counts_table(rows), "", "## Why each verdict", ""]
     for r in rows:
-        like = "like for like" if r["like_for_like"] else "setting differs"
+        like = "like for like" if r["like_for_like"] else f"setting differs: {'; '.join(r['differs'])}"
         out.append(f"- **{r['id']}** ({r['verdict']}, {like}). Rule: {r['rule'].rstrip('.')}. Reading: {r['reason']}."
                    + (f" Nulls: {'; '.join(n['null'] + ' ' + n['reading'] for n in r['nulls'])}." if r["nulls"] else "")
                    + ("" if r["like_for_like"] else f" Setting: {r['setting']}.")
