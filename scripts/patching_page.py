@@ -26,9 +26,10 @@ SPECIMENS = [  # (label, results directory, what it is)
      "the same keeper, only the read-position state after the block's last layer (23) patched, for entry edits: "
      "what the claim block-applies-the-rule-patching reads"),
     ("annealed specimen", "training/keepers/smollm2-chase-anneal/battery-patching",
-     "the keeper's recipe with the sampler annealed to deeper loops"),
+     "the keeper continued outcome-only (the retrofit paper's Sec. 5.2 anneal: the intermediate loops' labels "
+     "ramped from 1 to 0 over 40 steps, then 160 steps grading only the final answer)"),
     ("park model", "training/keepers/smollm2-chase-park-count/battery-patching",
-     "trained to hold x_d after loop d (loop codes)"),
+     "the keeper continued to park: the answer x_d graded at every loop d..8, with loop codes (smollm2-chase-park-count)"),
     ("tiny Inkling2Loop, random weights", "training/native/tiny-inkling2-loop/battery-patching",
      "transformers' Inkling2Loop built tiny (4 layers, layers 1-2 looped 3 times) with random weights: what runs, "
      "not what a trained model computes"),
