@@ -1,5 +1,5 @@
 """patching, attribution and paths: the corrupted twins, the exact grid against a planted mechanism, the gradient
-map's agreement (and its flagged failure on a saturating one), the suffix-on-a-cache shortcut against the whole
+map's agreement (and its flagged failures on a saturating and on a cancelling one), the suffix-on-a-cache shortcut against the whole
 recomputation, and the paths' reading of a model that carries its answer and one that makes it at the last loop.
 
 The planted models are a fresh tiny-llama retrofit (block 2:4, re-entry the identity at init) with every
@@ -163,6 +163,34 @@ def test_the_gradient_map_agrees_on_a_linear_write_and_is_flagged_on_a_saturated
     assert check.loc[(DEPTH, 3, "read", "mlp"), "exact"] == pytest.approx(1.0, abs=1e-4)
     upstream = check.loc[(DEPTH, 2, "edited", "resid")]
     assert upstream["exact"] == pytest.approx(1.0, abs=1e-4) and abs(upstream["gradient"]) < 1e-3
+    verdict = tables["attribution__agreement"].set_index("component").loc["all"]
+    assert not verdict["trusted"]
+    assert "cannot be trusted" in attribution.headline(tables).sentence
+
+
+def test_the_gradient_map_is_flagged_where_two_contributions_cancel(tok, chase3, no_cache):
+    """Cancellation (AtP's other failure, Kramar et al. 2024): the planted write is c u (x - sin x), x the
+    layer input's coordinate along the pair's difference, 0 at the corrupted run and pi at the clean one. Its
+    two terms' slopes cancel where the gradient is taken (1 - cos 0 = 0) while the patch moves the write by
+    c u pi: the exact grid recovers the whole margin through the cell upstream and the gradient map none of it.
+    The agreement headline must not trust the map."""
+    model, _ = fresh(zero=True)
+    d = model.config.hidden_size
+    pair = patching.corrupt_pairs(tok, chase3[:1], corruptions=("entry",))[0][0]
+    clean_sum, corrupt_sum = (layer_input_sum(model, ids, pair, DEPTH, 3) for ids in (pair.clean_ids, pair.corrupt_ids))
+    diff = clean_sum - corrupt_sum
+    v, k = diff / diff.norm(), torch.pi / diff.norm()
+    u = torch.randn(d, generator=torch.Generator().manual_seed(2))
+
+    def write(s):
+        x = k.to(s.dtype) * ((s - corrupt_sum.to(s.dtype)) @ v.to(s.dtype))
+        return 10 * (x - torch.sin(x))[..., None] * u.to(s.dtype)
+
+    plant(model, DEPTH, 3, write)
+    tables = attribution.run(model, tok, chase3[:1], corruptions=("entry",), check_pairs=1)
+    check = tables["attribution__check"].set_index(["loop", "layer", "position", "component"])
+    upstream = check.loc[(DEPTH, 2, "edited", "resid")]
+    assert upstream["exact"] == pytest.approx(1.0, abs=1e-3) and abs(upstream["gradient"]) < 1e-3
     verdict = tables["attribution__agreement"].set_index("component").loc["all"]
     assert not verdict["trusted"]
     assert "cannot be trusted" in attribution.headline(tables).sentence
