@@ -13,7 +13,7 @@ from tests.conftest import PROMPTS, perturb
 from tests.test_cli_errors import assert_clean_error, invoke
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
-from workbench.probes.battery import load_model
+from workbench.runs import load_model
 from workbench.tasks.reader import encode_prompts
 
 

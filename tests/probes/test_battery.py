@@ -13,7 +13,8 @@ from workbench.analysis.results import compare_results
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file
 from workbench.probes import parse_only
-from workbench.probes.battery import load_battery, load_checkpoint, run_battery
+from workbench.probes.battery import load_battery, run_battery
+from workbench.runs import load_checkpoint
 from workbench.tasks import build_rows
 from workbench.tasks.manifest import read_manifest, write_manifest
 from workbench.tasks.reader import read_rows

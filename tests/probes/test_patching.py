@@ -1,6 +1,6 @@
 """patching, attribution and paths: the corrupted twins, the exact grid against a planted mechanism, the gradient
-map's agreement (and its flagged failures on a saturating and on a cancelling one), the suffix-on-a-cache shortcut against the whole
-recomputation, and the paths' reading of a model that carries its answer and one that makes it at the last loop.
+map's agreement (and its flagged failures on a saturating and on a cancelling one), the suffix-on-a-cache shortcut
+against the whole recomputation, and the paths' reading of a model that carries its answer and one that makes it at the last loop.
 
 The planted models are a fresh tiny-llama retrofit (block 2:4, re-entry the identity at init) with every
 attention and MLP output projection zeroed, so each layer passes its input through, and one permanent hook that

@@ -47,7 +47,7 @@ def generate(
     asked = None if loops is None else parse_loops(loops)   # every input checked before the model loads
     check_settings(max_new_tokens, temperature, top_k, seed, 8)
     run_on = resolve_device(device)
-    from workbench.probes.battery import load_model
+    from workbench.runs import load_model
 
     ui.step(f"loading {model}")
     looped, tok, info = load_model(model, block)

@@ -75,7 +75,7 @@ def lens(
             raise WorkbenchError(f"--html '{html_out}' must end in .html")
         gate = gate_output(html_out, "lens", kind="file", overwrite=overwrite,
                            reading=[p for p in (prompts_file, tuned) if p is not None])
-    from workbench.probes.battery import load_model
+    from workbench.runs import load_model
 
     ui.step(f"loading {model}")
     looped, tok, info = load_model(model, block)

@@ -26,7 +26,6 @@ staging directory and moved into place at the end, so a failed battery leaves no
 from __future__ import annotations
 
 import inspect
-import json
 import os
 import shutil
 import time
@@ -36,11 +35,10 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import pandas as pd
-import torch
 from tqdm.auto import tqdm
 
 from workbench.analysis.readings import chance
-from workbench.defaults import EMBEDDED_DEFAULT, resolve, resolve_run, shipped_keepers
+from workbench.defaults import resolve, resolve_run
 from workbench.devices import device_record, resolve_device
 from workbench.errors import WorkbenchError
 from workbench.io import (
@@ -48,29 +46,17 @@ from workbench.io import (
     gate_output,
     mark_output,
     read_toml,
-    sha256_bytes,
-    sha256_file,
     write_json_atomic,
 )
-from workbench.loop.config import RetrofitConfig
-from workbench.loop.surgery import retrofit
-from workbench.models import TINY_CONFIGS, load_base, load_looped, weights_sha256
 from workbench.native import native_family
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
-from workbench.runs import (
-    PROVENANCE,
-    RETROFIT,
-    base_sha256,
-    load_run,
-    read_retrofit,
-)
+from workbench.runs import UNTRAINED, load_checkpoint
 from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
 
 SELECTION_KEYS = ("manifest", "depths", "per_depth")
 BATTERY_KEYS = ("manifest", "batch_size", "name")
-UNTRAINED = "untrained:"
 
 
 # ----------------------------------------------------------------------------- the battery file
@@ -129,108 +115,6 @@ def check_options(name: str, options: dict) -> None:
     if unknown:
         accepted = [p for p in params if p not in ("model", "tokenizer", "rows", "progress")]
         raise WorkbenchError(f"probe '{name}' has no option '{unknown[0]}'; accepted: {', '.join(accepted)}")
-
-
-# ----------------------------------------------------------------------------- checkpoints
-def load_checkpoint(spec: str):
-    """Returns (looped, tokenizer, info) for a run directory or an untrained retrofit.
-
-    `spec` is a native looped model (`workbench.native`: a transformers Inkling2Loop or HRM-Text directory,
-    `tiny-inkling2-loop`, `tiny-hrm-text`; kind "native"), a run directory or a shipped keeper's name
-    (`workbench.train.rundir.load_run`: strictly checked) or
-    `untrained:RUN_DIR` (the run's base and architecture with fresh re-entry and untrained block,
-    the control of that run) or `untrained:BASE:A:B` (a fresh split-bridge retrofit of base
-    model BASE at block A:B, max_loops 16). `info` holds path, kind, provenance_sha256, support
-    (the max trained depth, None when untrained), base and settings.
-    """
-    if spec.startswith(UNTRAINED):
-        return _untrained(spec)
-    if native_family(spec) is not None:  # a native looped model (workbench.native): its own passes, nothing trained
-        return _native(spec)
-
-    spec = str(resolve_run(spec))
-    looped, tok, info = load_run(spec)
-    stages = info["recipe"].get("stages", [])
-    depths = [d for s in stages if s.get("kind", "chain") != "halting" for d in s.get("depths", [])]
-    return looped, tok, {
-        "path": str(spec), "kind": "run", "provenance_sha256": sha256_file(Path(spec) / PROVENANCE),
-        "support": max(depths) if depths else None, "base": info["retrofit"]["base"]["spec"],
-        "base_sha256": base_sha256(looped.base), "settings": looped.retrofit_config.to_dict(),
-    }
-
-
-def load_model(spec: str, block: str | None = None):
-    """Returns (looped, tokenizer, info) for any model a reading command takes (`lens`, `generate`).
-
-    `spec` is what `load_checkpoint` takes (a run directory or keeper name, a native looped model,
-    `untrained:...`), or a base model (an HF directory, a .gguf, the embedded default, a tiny config) with
-    `block` "A:B": a fresh, untrained retrofit of that base looping layers A..B-1 (`untrained:BASE:A:B`).
-
-    Raises:
-        WorkbenchError: a base without `block`, a `block` beside a model that has its own, a malformed block.
-    """
-    spec = str(spec)
-    if block is not None:
-        lo, sep, hi = str(block).partition(":")
-        if not sep or not lo.isdigit() or not hi.isdigit():
-            raise WorkbenchError(f"--block '{block}' is not A:B (e.g. 10:16: layers 10..15 looped)")
-        if spec.startswith(UNTRAINED) or native_family(spec) is not None or _is_run(spec):
-            raise WorkbenchError(f"--block is for a base model; '{spec}' has its own block (drop --block)")
-        return load_checkpoint(f"{UNTRAINED}{spec}:{lo}:{hi}")
-    if not spec.startswith(UNTRAINED) and native_family(spec) is None and not _is_run(spec) and _is_base(spec):
-        raise WorkbenchError(f"'{spec}' is a base model: give --block A:B to loop its layers A..B-1 "
-                             f"(e.g. --block 10:16), or a run directory, keeper or native looped model")
-    return load_checkpoint(spec)
-
-
-def _is_run(spec: str) -> bool:
-    return (resolve_run(spec) / RETROFIT).is_file()
-
-
-def _is_base(spec: str) -> bool:
-    path = Path(spec).expanduser()
-    return spec in TINY_CONFIGS or spec == EMBEDDED_DEFAULT or path.suffix == ".gguf" or (path / "config.json").is_file()
-
-
-def _native(spec: str):
-    looped, tok = load_looped(spec)
-    digest = weights_sha256(looped.base)
-    settings = {"family": looped.family, "native_loops": looped.native_loops, "max_loops": looped.max_loops,
-                "block": [looped.a, looped.b]}
-    return looped, tok, {
-        "path": spec, "kind": "native", "support": None, "base": spec, "base_sha256": digest,
-        "settings": settings, "provenance_sha256": sha256_bytes(json.dumps({"native": settings, "weights": digest},
-                                                                           sort_keys=True).encode()),
-    }
-
-
-def _untrained(spec: str):
-    rest = str(resolve_run(spec[len(UNTRAINED):]))
-    if (Path(rest) / RETROFIT).is_file():
-        record, config = read_retrofit(rest)
-        base = record["base"]["spec"]
-        dtype, attn = getattr(torch, record["base"]["dtype"]), record["base"]["attn_implementation"]
-    else:
-        parts = rest.rsplit(":", 2)
-        if len(parts) != 3 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
-            raise WorkbenchError(f"--checkpoint '{spec}' is not untrained:RUN_DIR or untrained:BASE:A:B "
-                                 f"(e.g. untrained:{EMBEDDED_DEFAULT}:10:16); shipped keepers (RUN_DIR by name): "
-                                 f"{', '.join(shipped_keepers())}")
-        base, config = parts[0], RetrofitConfig(block=(int(parts[1]), int(parts[2])))
-        dtype, attn = torch.float32, "eager"
-    model, tok = load_base(base, dtype=dtype, attn_implementation=attn)
-    looped = retrofit(model, config)  # a LoRA adapter is present with B = 0: it changes nothing
-    looped.eval()
-    for p in looped.parameters():
-        p.requires_grad_(False)
-    digest = base_sha256(looped.base)
-    settings = looped.retrofit_config.to_dict()
-    identity = {"untrained": True, "base": base, "base_sha256": digest, "settings": settings}
-    return looped, tok, {
-        "path": spec, "kind": "untrained", "support": None, "base": base, "base_sha256": digest,
-        "settings": settings,
-        "provenance_sha256": sha256_bytes(json.dumps(identity, sort_keys=True).encode()),
-    }
 
 
 # ----------------------------------------------------------------------------- running
@@ -403,4 +287,4 @@ def _created_by() -> str:
         return "workbench"
 
 
-__all__ = ["PROBES", "load_battery", "load_checkpoint", "load_model", "plan", "run_battery", "run_probe"]
+__all__ = ["PROBES", "load_battery", "plan", "run_battery", "run_probe"]
