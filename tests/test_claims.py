@@ -546,10 +546,17 @@ def test_probe_claims_read_splices_heads_drift_and_the_finite_difference_check(t
                   "verdict": ["source_orbit", "lawful", "mixed"], "source_orbit": [0.9, 0.0, 0.1],
                   "lawful": [0.0, 0.8, 0.6], "shortcut": [0.0, 0.1, 0.2], "other": [0.1, 0.1, 0.1],
                   "n": [20, 20, 20]}).to_parquet(folder / "splice__verdict.parquet")
+    # each site's 20 classified cells come from 10 pairs (2 later loops each); an 11th pair's cell coincides
+    cells = [(p, site, span, k0, p == 10) for site, span, k0 in (("state", "all", 1), ("state", "read", 1),
+                                                                  ("state", "read", 2))
+             for p in [*range(10), *range(10), 10]]
+    pd.DataFrame.from_records(cells, columns=["pair_id", "site", "span", "k0", "coincide"]).to_parquet(
+        folder / "splice.parquet")
     claims = _claims_file(tmp_path, id="sp", measure="splice_sites", test="shares_at_least", bar=0.75,
                           cells={"state/all": "source_orbit", "state/read": "lawful"}, **BASE)
     [row] = build_ledger(claims, tmp_path)
     assert row["verdict"] == "not reproduced" and "below it: state/read/k0=2 lawful 0.60" in row["comparison"]
+    assert "(source_orbit, 20 cells from 10 of 11 pairs)" in row["ours"] and row["rows"] == 11
     pd.DataFrame({"loop": [1, 1, 2, 2], "layer": [3, 4, 3, 4], "head": [0, 1, 0, 1], "retrieval_frac": [0.9, 0.1, 0.2, 0.8],
                   "is_retrieval": [True, False, False, True], "share": [0.7, 0.3, 0.2, 0.8],
                   "concentration": [0.5, 0.5, 0.01, 0.01], "null_p95": [0.1, 0.1, 0.02, 0.02]}).to_parquet(
@@ -782,6 +789,19 @@ def test_a_collapse_an_untrained_exit_shows_too_or_a_dead_gradient_is_not_compar
     [row] = build_ledger(_claims_file(tmp_path, runs={"act": "act-run"}, **claim), tmp_path)
     assert row["verdict"] == "not comparable"
     assert "the gradients of act (gradient norm 640 at step 1, median 0 over the last 20 steps) vanished" in row["why"]
+    # live gradients, but a rate so low the head never left its initialisation (the lr 3e-6 sweep's case)
+    from safetensors.numpy import save_file
+
+    save_file({"halting.proj.weight": np.full((1, 8), 0.02, dtype=np.float32)}, str(run / "trainable.safetensors"))
+    steps = [{"kind": "train", "step": i + 1, "grad_norm": 600.0, "move_rms": {"halting": 1.5e-6}} for i in range(200)]
+    run.joinpath("metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    [row] = build_ledger(_claims_file(tmp_path, runs={"act": "act-run"}, **claim), tmp_path)
+    assert row["verdict"] == "not comparable"
+    assert "act (moved 0.0003 in all against its weights' RMS 0.02) barely moved from its initialisation" in row["why"]
+    steps = [{**r, "move_rms": {"halting": 1e-4}} for r in steps]   # 0.02 in all: as far as the weights reach
+    run.joinpath("metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in steps))
+    [row] = build_ledger(_claims_file(tmp_path, runs={"act": "act-run"}, **claim), tmp_path)
+    assert row["verdict"] == "reproduced"
 
 
 def test_beating_the_best_fixed_depth_where_the_oracle_cannot_is_not_comparable(tmp_path):
@@ -857,3 +877,35 @@ def test_like_for_like_is_computed_from_the_recorded_recipe_and_an_unstated_key_
     assert "setting differs (N: ours 16, paper 24; support: ours 4, paper not stated): s" in row["why"]
     with pytest.raises(WorkbenchError, match="declares like_for_like; it is computed"):
         load_claims(_claims_file(tmp_path, **{**claim, "paper_setting": same, "like_for_like": True}))
+
+
+def _ledger_tables():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("ledger_tables", ROOT / "scripts" / "ledger_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_results_pages_state_only_the_verdicts_the_ledger_generates():
+    """Every page showing the ledger is what scripts/ledger_tables.py writes from it, and no results page states a
+    verdict of its own outside a generated block: a regenerated ledger cannot leave a page behind (issue 44)."""
+    tables = _ledger_tables()
+    stale = [str(p.relative_to(ROOT)) for p, text in tables.pages().items() if p.read_text() != text]
+    assert stale == [], "run python scripts/ledger_tables.py"
+    stray = {p.name: tables.stray_verdicts(p.read_text()) for p in (ROOT / "docs" / "results").glob("*.md")}
+    assert {k: v for k, v in stray.items() if v} == {}
+
+
+def test_a_stale_ledger_block_and_a_stray_verdict_are_found():
+    tables = _ledger_tables()
+    rows = {"x": {"paper": "000", "section": "Sec. 1", "verdict": "reproduced", "ours": "3/4", "rows": 4,
+                  "like_for_like": False, "differs": ["N: ours 8, paper 16"]}}
+    page = "Prose.\n<!-- ledger: x -->\n- `x`: **not reproduced** (old)\n<!-- /ledger -->\n"
+    fresh = tables.blocks(page, rows)
+    assert fresh != page and "- `x` (000 Sec. 1): **reproduced**. Ours: 3/4 (4 rows). setting differs: N: ours 8, " \
+        "paper 16." in fresh
+    assert tables.stray_verdicts(fresh) == []
+    [stray] = tables.stray_verdicts(fresh + "The row reads **not\nreproduced** here.\n")
+    assert stray.endswith("The row reads **not reproduced**")

@@ -207,8 +207,9 @@ def run_nulls(claim: dict, ours: dict) -> dict[str, tuple[str, str]]:
 
     A measure returns `ours["nulls"]` = {name: a reading shaped like `ours`}: what a policy that knows nothing
     (the majority answer, a head that always stops at loop 1, an untrained exit rule, a model that never
-    installs...) reads on the same rows. Each goes through the same test; a null the test passes makes the row
-    "not comparable" (`build_ledger`): a rule a trivial policy meets cannot say anything of the model.
+    installs...) reads on the same rows. Each goes through the same test; a null the test passes makes a
+    reproduced row "not comparable" (`build_ledger`): a pass a trivial policy also earns says nothing of the model
+    (a model that fails where a null passes has been told apart from it, and its miss stands).
     """
     out = {}
     for name, reading in ours.get("nulls", {}).items():
@@ -235,7 +236,7 @@ def build_ledger(claims_file: str | Path = CLAIMS_FILE, root: str | Path = ROOT)
             gates = list(ours.get("gates", []))
             nulls = run_nulls(c, ours)
             passing = [f"{name} ({text})" for name, (v, text) in nulls.items() if v == "reproduced"]
-            if passing:   # a policy that knows nothing meets the rule here: the rule cannot tell the model from it
+            if passing and verdict == "reproduced":   # a pass a policy that knows nothing also earns says nothing
                 gates.append(f"a null meets this rule too, so the setting cannot tell the model from it: "
                              f"{'; '.join(passing)}")
             if c.get("not_comparable"):     # declared: what the setting cannot show, whatever the numbers

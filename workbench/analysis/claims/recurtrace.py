@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 import pandas as pd
+from safetensors.numpy import load_file
 
 from workbench.analysis.claims.ledger import (
     ALPHA,
@@ -222,16 +223,37 @@ def halting_collapse(specimen: Path, claim: dict) -> dict:
     if (chosen["method"] == null).any():
         nper = {null: _collapse_reading(_pick(chosen, null))}
         out["nulls"] = {f"the untrained {null} exit": {"methods": nper, "text": _collapse_text(nper)}}
-    dead = []
+    dead, still = [], []
     for m, run in claim.get("runs", {}).items():
         alive, how = gradients_alive(claim.get("_root", ROOT) / run)
         out["methods"][m]["gradients"] = how
         if not alive:
             dead.append(f"{m} ({how})")
+            continue
+        moved, how_far = head_moved(claim.get("_root", ROOT) / run)
+        out["methods"][m]["moved"] = how_far
+        if not moved:
+            still.append(f"{m} ({how_far})")
     if dead:
         _gate(out, f"the gradients of {', '.join(dead)} vanished: a saturated head stops where it saturated, so its "
                    "stopping loop is not a choice its objective made")
+    if still:
+        _gate(out, f"{', '.join(still)} barely moved from its initialisation, so where it stops is where it started, "
+                   "not what its objective chose")
     return _stage1_gate(out, claim)
+
+
+MOVED = 0.1   # a head has trained when its summed per-step movement reaches this share of its weights' RMS
+
+
+def head_moved(run: Path) -> tuple[bool, str]:
+    """Whether a Stage 2 head moved from its initialisation: the sum over steps of its logged per-step movement
+    (move_rms, metrics.jsonl) against the RMS of its trained projection (trainable.safetensors)."""
+    steps = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r.get("kind") == "train"]
+    moved = sum(float(r.get("move_rms", {}).get("halting", 0.0)) for r in steps)
+    w = load_file(str(run / "trainable.safetensors"))["halting.proj.weight"].astype("float64")
+    rms = float((w ** 2).mean() ** 0.5)
+    return moved >= MOVED * rms, f"moved {moved:.2g} in all against its weights' RMS {rms:.2g}"
 
 
 def _collapse_reading(g: pd.DataFrame) -> dict:

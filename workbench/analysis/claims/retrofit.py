@@ -314,9 +314,16 @@ def splice_sites(specimen: Path, claim: dict) -> dict:
     read = {k: v for k, v in per.items() if k.rsplit("/", 1)[0] in want}
     if not read:
         raise Missing(f"the splice results hold none of {sorted(want)}")
-    return {"per": read, "want": want, "rows": max(v["n"] for v in read.values()),
+    cells = _table(specimen, "splice")                # n counts classified cells; say from how many pairs
+    total = int(cells["pair_id"].nunique())
+    kept = cells[~cells["coincide"]].groupby(["site", "span", "k0"])["pair_id"].nunique()
+    for k, v in read.items():
+        site, span, k0 = k.split("/")
+        v["pairs"] = int(kept.get((site, span, int(k0.removeprefix("k0="))), 0))
+    return {"per": read, "want": want, "rows": total,
             "text": "; ".join(f"{k}: source orbit {v['source_orbit']:.2f}, lawful {v['lawful']:.2f}, shortcut "
-                              f"{v['shortcut']:.2f} ({v['verdict']}, {v['n']} pairs)" for k, v in read.items())}
+                              f"{v['shortcut']:.2f} ({v['verdict']}, {v['n']} cells from {v['pairs']} of {total} "
+                              "pairs)" for k, v in read.items())}
 
 
 @measure
