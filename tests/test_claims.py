@@ -305,14 +305,19 @@ def test_the_constant_envelope_mixes_two_depths_to_match_a_heads_mean_loops():
     assert constant_envelope({1: 0.5, 2: 0.2}, 1.5) == (0.5, "k = 1")   # stopping earlier is a policy too
 
 
-def test_the_stopping_loop_is_ranked_against_the_depth_and_a_head_that_counts_is_seen(tmp_path):
+def _depth_choice_row(tmp_path: Path, head) -> dict:
+    """The per-row-depth claim on 20 rows of depths 1-4, ACT at one global depth 4, the head stopping at head(d)."""
     depths = [1 + i % 4 for i in range(20)]
-    _halting_specimen(tmp_path, {"fixed_k": [(4, d == 4) for d in depths], "head": [(d, True) for d in depths],
+    _halting_specimen(tmp_path, {"fixed_k": [(4, d == 4) for d in depths], "head": [(head(d), True) for d in depths],
                                  "act": [(4, d == 4) for d in depths]}, {1: 0.25, 2: 0.25, 3: 0.25, 4: 0.25},
                       best=4, depths=depths)
     claims = _claims_file(tmp_path, id="n", measure="halting_depth_choice", test="no_per_row_depth",
                           methods=["head", "act"], max_spearman=0.5, max_at_depth=0.5, **BASE)
-    [row] = build_ledger(claims, tmp_path)
+    return build_ledger(claims, tmp_path)[0]
+
+
+def test_the_stopping_loop_is_ranked_against_the_depth_and_a_head_that_counts_is_seen(tmp_path):
+    row = _depth_choice_row(tmp_path, lambda d: d)
     # the head stops every row at its depth: the Sec. 12 negative is not reproduced; ACT's one global depth is
     assert row["verdict"] == "not reproduced" and "per-row depth chosen by head" in row["comparison"]
     assert "head: Spearman(stopping loop, depth) = 1.00, 100% of rows stop exactly at d" in row["ours"]
@@ -755,13 +760,7 @@ def test_staying_low_needs_a_model_that_reads_its_own_rows(tmp_path):
 
 
 def test_a_head_that_always_stops_at_one_loop_chooses_no_depth_and_is_not_the_negative(tmp_path):
-    depths = [1 + i % 4 for i in range(20)]
-    _halting_specimen(tmp_path, {"fixed_k": [(4, d == 4) for d in depths], "head": [(1, d == 1) for d in depths],
-                                 "act": [(4, d == 4) for d in depths]}, {1: 0.25, 2: 0.25, 3: 0.25, 4: 0.25},
-                      best=4, depths=depths)
-    claims = _claims_file(tmp_path, id="n", measure="halting_depth_choice", test="no_per_row_depth",
-                          methods=["head", "act"], max_spearman=0.5, max_at_depth=0.5, **BASE)
-    [row] = build_ledger(claims, tmp_path)
+    row = _depth_choice_row(tmp_path, lambda d: 1)
     assert row["verdict"] == "not reproduced" and "every head stops at one loop: nothing was tried" in row["comparison"]
 
 
