@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 import pandas as pd
-from safetensors.numpy import load_file
 
 from workbench.analysis.claims.ledger import Missing
 
@@ -50,17 +49,25 @@ def _envelope_interval(a: pd.Series, fixed_rows: pd.DataFrame, mix: dict[int, fl
     return float(d.mean()), float(d.mean() - 1.96 * se), float(d.mean() + 1.96 * se)
 
 
-MOVED = 0.1   # a head has trained when its summed per-step movement reaches this share of its weights' RMS
+MOVED = 0.1   # a head has trained when its summed per-step movement reaches this share of its initial RMS
 
 
 def head_moved(run: Path) -> tuple[bool, str]:
     """Whether a Stage 2 head moved from its initialisation: the sum over steps of its logged per-step movement
-    (move_rms, metrics.jsonl) against the RMS of its trained projection (trainable.safetensors)."""
+    (move_rms, metrics.jsonl) against the RMS its projection starts at (torch's default Linear initialisation,
+    uniform in +-1/sqrt(fan_in): RMS 1/sqrt(3 fan_in), fan_in from the tensor shapes in retrofit.json). Read
+    from the run's records alone, so it holds where the tensors are not shipped (an installed wheel)."""
+    for name in ("metrics.jsonl", "retrofit.json"):
+        if not (run / name).is_file():
+            raise Missing(f"{run} has no {name} to read its head's movement from")
     steps = [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r.get("kind") == "train"]
     moved = sum(float(r.get("move_rms", {}).get("halting", 0.0)) for r in steps)
-    w = load_file(str(run / "trainable.safetensors"))["halting.proj.weight"].astype("float64")
-    rms = float((w ** 2).mean() ** 0.5)
-    return moved >= MOVED * rms, f"moved {moved:.2g} in all against its weights' RMS {rms:.2g}"
+    shape = json.loads((run / "retrofit.json").read_text()).get("tensors", {}).get("halting.proj.weight")
+    if not shape:
+        raise Missing(f"{run}/retrofit.json records no halting.proj.weight")
+    rms = 1.0 / math.sqrt(3 * shape[-1])
+    return moved >= MOVED * rms, f"moved {moved:.2g} in all against its initialisation's RMS {rms:.2g}"
+
 
 
 VANISHED = 1e-6   # a head's gradient is gone when its last steps' median norm is under this share of its first
