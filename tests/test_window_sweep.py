@@ -84,6 +84,11 @@ def test_the_ranking_read_is_the_training_losss_own_per_loop_ce(tiny_looped):
         for t in range(depth):
             assert got["ce"][str(depth)][str(t + 1)] == pytest.approx(float(want[:, t].mean()), abs=1e-6)
     assert got["rows"] == len(rows) == len(got["row_ce"])
+    # the iterate cells: the depth-2 rows only, each row's mean CE over its loops 2..d (here loop 2 alone)
+    d2 = [r for r in rows if r["depth"] == 2]
+    with torch.no_grad():
+        want2 = loop_nll(looped, make_batch(d2, tok)).double()
+    assert got["row_ce_iterate"] == pytest.approx(want2[:, 1].tolist(), abs=1e-6)
     from workbench.train.evaluate import evaluate
 
     matrix, _ = evaluate(looped, tok, rows)   # the trainer's held-out reader: the same accuracy at every cell
@@ -130,6 +135,31 @@ def test_lower_heldout_ce_ranks_first_whatever_the_listed_order_and_a_stopped_ru
     flip = ws.order([_row("1:3", [base, base + 0.15]), _row("5:7", [base + 0.1, base + 0.1])])
     m = ws.margin(flip[0], flip[1])
     assert flip[0]["window"] == "1:3" and not m["seed_pairs_agree"] and not m["separated"]
+
+
+def test_ranked_on_the_iterate_cells_a_window_that_leads_on_the_primitive_alone_loses():
+    """A window far ahead on the single lookup (loop 1) but behind on loop 2 leads the default rule and loses the
+    iterate rule, whose CE reads only the loop >= 2 cells; an unknown cell set is one line."""
+    rng = np.random.default_rng(1)
+    loop1, loop2 = rng.uniform(0.2, 0.4, 100), rng.uniform(1.0, 1.4, 100)
+
+    def reading(primitive, iterate):   # 100 depth-1 rows and 100 depth-2 rows (mean of loops 1 and 2)
+        r = _reading(list(loop1 + primitive) + list((loop1 + primitive + loop2 + iterate) / 2))
+        return {**r, "row_ce_iterate": list(loop2 + iterate)}
+
+    quick = [reading(0.0, 0.6)]        # learns the lookup fast, iterates badly
+    iterates = [reading(1.0, 0.0)]     # slow on the lookup, iterates well
+    for cells, winner in (("all", "2:8"), ("iterate", "12:24")):
+        ranked = ws.order([ws.summarize("2:8", "span", quick, [{"status": "finished"}], cells),
+                           ws.summarize("12:24", "given", iterates, [{"status": "finished"}], cells)])
+        assert ranked[0]["window"] == winner, cells
+        assert ws.margin(ranked[0], ranked[1])["separated"]
+    with pytest.raises(WorkbenchError, match="--rank-cells 'loop9' is unknown"):
+        ws.summarize("2:8", "span", quick, [{"status": "finished"}], "loop9")
+    with pytest.raises(WorkbenchError, match="has no row_ce_iterate"):   # a reading made before the option
+        ws.summarize("2:8", "span", [_reading(loop1)], [{"status": "finished"}], "iterate")
+    assert "cells" not in ws.plan("s", "m", "r", "h", 1, [], 1)         # old sweeps' plans are unchanged
+    assert ws.plan("s", "m", "r", "h", 1, [], 1, "iterate")["cells"] == "iterate"
 
 
 def test_agreement_compares_untrained_damage_with_the_trained_ranking():
@@ -276,6 +306,8 @@ def test_resume_keeps_finished_candidates_and_refuses_another_plan(finished_swee
     args = [a if a != "3" else "4" for a in _args(sweep_inputs, out, "--resume")]
     code, _, err = invoke(capsys, monkeypatch, *args)
     assert_clean_error(code, err, "steps")
+    code, _, err = invoke(capsys, monkeypatch, *_args(sweep_inputs, out, "--resume", "--rank-cells", "iterate"))
+    assert_clean_error(code, err, "cells = 'all'", "'iterate'")   # a sweep ranked one way is not resumed another
 
 
 @pytest.mark.slow   # five tiny trainings and their reads, end to end through the CLI
@@ -310,7 +342,8 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(sweep_inputs, tmp_path, m
 @pytest.mark.parametrize("extra, fragment", [
     (["--include", "1:99"], "outside the model"), (["--steps", "0"], "--steps 0"),
     (["--window", "9"], "does not fit the span"), (["--seeds", "0"], "--seeds 0"),
-    (["--stage2", "trian"], "--stage2 'trian'"), (["--steps", "900"], "only 8 steps")])
+    (["--stage2", "trian"], "--stage2 'trian'"), (["--steps", "900"], "only 8 steps"),
+    (["--rank-cells", "loop2"], "--rank-cells 'loop2' is unknown")])
 def test_bad_input_is_one_line_exit_2_and_nothing_written(sweep_inputs, tmp_path, capsys, monkeypatch, extra, fragment):
     out = tmp_path / "sweep"
     args = _args(sweep_inputs, out)
@@ -325,7 +358,7 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(sweep_inputs, tmp_path
 
 
 @pytest.mark.parametrize("flag", [["--steps", "50"], ["--candidates", "3"], ["--seeds", "1"], ["--include", "1:3"],
-                                  ["--recipe", "smollm2_lora_chase"], ["--resume"]])
+                                  ["--recipe", "smollm2_lora_chase"], ["--resume"], ["--rank-cells", "iterate"]])
 def test_stage2_options_without_stage2_train_are_refused(tmp_path, capsys, monkeypatch, flag):
     out = tmp_path / "sel"
     code, _, err = invoke(capsys, monkeypatch, "select-block", "--model", "tiny-llama", *flag, "--out", out)

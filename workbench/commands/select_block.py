@@ -46,6 +46,9 @@ def select_block(
                                       "repeatable), e.g. the block a specimen was trained at."),
     seeds: int | None = typer.Option(None, "--seeds", help="--stage2 train: seeds for the top two (default 2; the "
                                      "rest get one)."),
+    rank_cells: str | None = typer.Option(None, "--rank-cells", help="--stage2 train: the cells the ranking CE reads: "
+                                          "'all' (every loop t <= d; default) or 'iterate' (rows of depth >= 2, "
+                                          "their loops 2 <= t <= d: the cells that need iterating)."),
     recipe: str | None = typer.Option(None, "--recipe", help="--stage2 train: the curriculum cut short (a recipe "
                                       "file or a shipped recipe's name; default smollm2_lora_chase)."),
     stage1: Path | None = typer.Option(None, "--stage1", help="Reuse the block_selection.json of an earlier run on "
@@ -74,7 +77,8 @@ def select_block(
         if value is not None and value < 1:
             raise WorkbenchError(f"{flag} {value} is not accepted; give an integer >= 1")
     given = [flag for flag, value in (("--steps", steps), ("--candidates", candidates), ("--seeds", seeds),
-                                      ("--recipe", recipe), ("--include", include or None), ("--resume", resume or None))
+                                      ("--recipe", recipe), ("--include", include or None), ("--resume", resume or None),
+                                      ("--rank-cells", rank_cells))
              if value is not None]
     if not train and given:
         raise WorkbenchError(f"{given[0]} belongs to --stage2 train; add --stage2 train or drop the flag")
@@ -82,6 +86,9 @@ def select_block(
     candidates = window_sweep.DEFAULT_CANDIDATES if candidates is None else candidates
     seeds = window_sweep.SEEDS if seeds is None else seeds
     recipe = window_sweep.DEFAULT_RECIPE if recipe is None else recipe
+    rank_cells = "all" if rank_cells is None else rank_cells
+    if rank_cells not in window_sweep.RANK_CELLS:
+        raise WorkbenchError(f"--rank-cells {rank_cells!r} is unknown; accepted: {', '.join(window_sweep.RANK_CELLS)}")
     run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written
     recipe_path = _recipe_path(recipe) if train else None
     gate = gate_output(out, "select-block", kind="sweep" if train else "dir", overwrite=overwrite, resume=resume,
@@ -96,7 +103,8 @@ def select_block(
         ui.wrote(out / SELECTION_HTML, "")   # named in the line above
         ui.result(record)
         return
-    _stage2_train(ui, gate, out, record, model, recipe_path, steps, candidates, include, seeds, run_on, texts)
+    _stage2_train(ui, gate, out, record, model, recipe_path, steps, candidates, include, seeds, run_on, texts,
+                  rank_cells)
 
 
 def _recipe_path(recipe: str) -> Path:
@@ -167,7 +175,8 @@ def _write_stage1_dir(gate, out: Path, record: dict) -> None:
 
 
 def _stage2_train(ui: Output, gate, out: Path, record: dict, model: str, recipe_path: Path, steps: int,
-                  n_candidates: int, include: list[str], seeds: int, run_on, texts: list[str]) -> None:
+                  n_candidates: int, include: list[str], seeds: int, run_on, texts: list[str],
+                  cells: str = "all") -> None:
     from workbench.plots.selection import stage2_figure
     from workbench.train import window_sweep
 
@@ -177,7 +186,7 @@ def _stage2_train(ui: Output, gate, out: Path, record: dict, model: str, recipe_
     for c in cands:
         window_sweep.stage2_recipe(raw, model, c, steps, 0)
     ui.say(f"stage 2: {len(cands)} windows ({', '.join(f'{c.name} {c.role}' for c in cands)}), {steps} steps each, "
-           f"the top two with {seeds} seeds")
+           f"the top two with {seeds} seeds, ranked on {'every cell' if cells == 'all' else 'the loop >= 2 cells'}")
     gate.recheck()
     out.mkdir(parents=True, exist_ok=True)
     if not (out / SELECTION_JSON).is_file():
@@ -185,7 +194,7 @@ def _stage2_train(ui: Output, gate, out: Path, record: dict, model: str, recipe_
         write_text_atomic(out / SELECTION_HTML, _figure_html(record))
     start = time.perf_counter()
     result = window_sweep.sweep(out, record, model, recipe_path, steps, n_candidates, include, seeds,
-                                progress=ui.progress, device=run_on, say=ui.step, texts=texts)
+                                progress=ui.progress, device=run_on, say=ui.step, texts=texts, cells=cells)
     result["seconds"] = round(time.perf_counter() - start, 1)
     write_text_atomic(out / window_sweep.STAGE2, json.dumps(result, indent=2))
     write_text_atomic(out / STAGE2_HTML, stage2_figure(result).to_html(include_plotlyjs=True, full_html=True))

@@ -18,7 +18,10 @@ that sweep:
 - `rank`: the rule below, fixed before any run reads it; the top two get a second seed.
 
 The ranking rule: candidates are ordered by held-out CE (mean over rows of the mean CE over the
-row's loops t <= d; lower first), a candidate the guardrail stopped last. The recommendation is the
+row's loops t <= d; lower first), a candidate the guardrail stopped last. With `cells="iterate"`
+(`--rank-cells iterate`) the CE is read on the cells that need iterating only: rows of depth >= 2,
+each row's mean CE over its loops 2 <= t <= d, so a window that learns the single lookup quickest
+but not to iterate cannot lead on the primitive's cells. The recommendation is the
 first; its margin over the second is the paired per-row CE difference with a bootstrap interval,
 each row's CE averaged over the seeds both were trained with. The recommendation is *separated*
 when that interval excludes 0 and every seed pair orders the two the same way; otherwise the sweep
@@ -54,6 +57,7 @@ DEFAULT_CANDIDATES = 4                  # windows inside the span (the late cont
 SEEDS = 2                               # the top two are trained with this many seeds
 RANK_PER_DEPTH = 128                    # fresh held-out rows per depth for the ranking read
 RANK_FIRST_INDEX = 10_000               # their row indices: disjoint from the runs' own evaluation rows (0..per_depth)
+RANK_CELLS = ("all", "iterate")         # the cells the ranking CE reads: every loop t <= d, or loops 2 <= t <= d
 SWEEP = "sweep.json"                    # the sweep's plan (what a --resume must match)
 STAGE2 = "stage2.json"                  # the table, the ranking and the recommendation
 RUNS = "runs"                           # one run directory per (window, seed)
@@ -168,11 +172,12 @@ def ranking_rows(recipe: Recipe, tokenizer) -> list[dict]:
 def read_candidate(looped, tokenizer, rows: list[dict], batch_size: int = 32) -> dict:
     """Per-row held-out CE and correctness at every loop t <= d, read once to each row's depth.
 
-    Returns {"row_ce": [R] mean CE over the row's loops 1..d, "ce": {depth: {loop: mean CE}},
+    Returns {"row_ce": [R] mean CE over the row's loops 1..d, "row_ce_iterate": [R_2] the same over loops 2..d for
+    the rows of depth >= 2, "ce": {depth: {loop: mean CE}},
     "acc": {depth: {loop: accuracy}}, "correct": {depth: {loop: [R_d] 0/1}}, "rows": R}.
     """
     looped.eval()
-    row_ce, ce, acc, correct = [], {}, {}, {}
+    row_ce, row_ce_iterate, ce, acc, correct = [], [], {}, {}, {}
     with torch.no_grad():
         for depth in sorted({r["depth"] for r in rows}):
             subset = [r for r in rows if r["depth"] == depth]
@@ -187,23 +192,36 @@ def read_candidate(looped, tokenizer, rows: list[dict], batch_size: int = 32) ->
                 per_loop_ok.append((logp.argmax(-1) == targets).float())
             nll, ok = torch.cat(per_loop_ce).double(), torch.cat(per_loop_ok)
             row_ce += nll.mean(1).tolist()
+            if depth >= 2:
+                row_ce_iterate += nll[:, 1:].mean(1).tolist()
             key = str(depth)
             ce[key] = {str(t + 1): round(float(nll[:, t].mean()), 6) for t in range(depth)}
             acc[key] = {str(t + 1): round(float(ok[:, t].mean()), 6) for t in range(depth)}
             correct[key] = {str(t + 1): ok[:, t].int().tolist() for t in range(depth)}
-    return {"row_ce": row_ce, "ce": ce, "acc": acc, "correct": correct, "rows": len(row_ce)}
+    return {"row_ce": row_ce, "row_ce_iterate": row_ce_iterate, "ce": ce, "acc": acc, "correct": correct, "rows": len(row_ce)}
 
 
 # ------------------------------------------------------------------ the ranking
-def summarize(name: str, role: str, readings: list[dict | None], runs: list[dict]) -> dict:
-    """One table row: a candidate's seeds pooled (per-row CE averaged over its finished seeds)."""
+def _cells_key(cells: str) -> str:
+    if cells not in RANK_CELLS:
+        raise WorkbenchError(f"--rank-cells {cells!r} is unknown; accepted: {', '.join(RANK_CELLS)}")
+    return "row_ce" if cells == "all" else "row_ce_iterate"
+
+
+def summarize(name: str, role: str, readings: list[dict | None], runs: list[dict], cells: str = "all") -> dict:
+    """One table row: a candidate's seeds pooled (per-row CE, over the `cells` the rule reads, averaged over its
+    finished seeds)."""
+    key = _cells_key(cells)
     done = [r for r in readings if r is not None]
     stopped = [run for run in runs if run.get("status") != "finished"]
     row = {"window": name, "role": role, "seeds": len(runs), "runs": runs,
            "stopped_by_guardrail": bool(stopped)}
     if not done:
         return {**row, "heldout_ce": None}
-    per_row = np.mean([r["row_ce"] for r in done], axis=0)
+    if any(key not in r or not r[key] for r in done):
+        raise WorkbenchError(f"{name}: its ranking reading has no {key} (a reading made before --rank-cells "
+                             f"{cells}, or no row of depth >= 2); delete its readings/ file and --resume")
+    per_row = np.mean([r[key] for r in done], axis=0)
     ci = bootstrap_mean(per_row, n_boot=4000, seed=0)
     d2 = [r["correct"].get("2", {}).get("2") for r in done]
     if all(v is not None for v in d2):
@@ -212,7 +230,7 @@ def summarize(name: str, role: str, readings: list[dict | None], runs: list[dict
         lo, hi = wilson(hits, n)
         row["acc_d2_loop2"] = {"value": hits / n, "low": lo, "high": hi, "n": n}
     row.update(heldout_ce={"value": ci.estimate, "low": ci.low, "high": ci.high, "rows": len(per_row)},
-               seed_ce=[float(np.mean(r["row_ce"])) for r in done],
+               seed_ce=[float(np.mean(r[key])) for r in done],
                ce=done[0]["ce"] if len(done) == 1 else _mean_tables([r["ce"] for r in done]),
                acc=done[0]["acc"] if len(done) == 1 else _mean_tables([r["acc"] for r in done]),
                row_ce=per_row.tolist())
@@ -284,22 +302,30 @@ def agreement(selection: dict, ranked: list[dict], damage: list[dict] | None = N
 
 # ------------------------------------------------------------------ files
 def plan(selection_sha: str, model: str, recipe_path: str, recipe_sha: str, steps: int, cands: list[Candidate],
-         seeds: int) -> dict:
-    """sweep.json: what the sweep trains; a --resume must ask for the same."""
-    return {"format": "workbench-stage2-v1", "model": model, "block_selection_sha256": selection_sha,
-            "recipe": recipe_path, "recipe_sha256": recipe_sha, "steps": steps, "seeds": seeds,
-            "candidates": [{"window": c.name, "role": c.role} for c in cands],
-            "rule": "held-out CE over the rows' loops t <= d, lower first; stopped runs last; top two get "
-                    f"{seeds} seeds; separated when the paired interval excludes 0 and every seed pair agrees"}
+         seeds: int, cells: str = "all") -> dict:
+    """sweep.json: what the sweep trains and how it ranks; a --resume must ask for the same. A sweep ranked on every
+    cell (the default, and every sweep made before `cells` existed) records no `cells` key."""
+    _cells_key(cells)
+    over = ("the rows' loops t <= d" if cells == "all" else
+            "the rows of depth >= 2, their loops 2 <= t <= d (the cells that need iterating)")
+    record = {"format": "workbench-stage2-v1", "model": model, "block_selection_sha256": selection_sha,
+              "recipe": recipe_path, "recipe_sha256": recipe_sha, "steps": steps, "seeds": seeds,
+              "candidates": [{"window": c.name, "role": c.role} for c in cands],
+              "rule": f"held-out CE over {over}, lower first; stopped runs last; top two get "
+                      f"{seeds} seeds; separated when the paired interval excludes 0 and every seed pair agrees"}
+    if cells != "all":
+        record["cells"] = cells
+    return record
 
 
 def check_plan(path: Path, wanted: dict) -> None:
     """Refuses a --resume whose plan differs from the one on disk (one line naming the first difference)."""
     have = read_json(path, "Stage 2 sweep plan")
-    for key in ("model", "block_selection_sha256", "recipe_sha256", "steps", "seeds", "candidates"):
-        if have.get(key) != wanted.get(key):
-            raise WorkbenchError(f"{path}: the sweep there has {key} = {have.get(key)!r}, this command asks for "
-                                 f"{wanted.get(key)!r}; resume with the same options or choose another --out")
+    for key in ("model", "block_selection_sha256", "recipe_sha256", "steps", "seeds", "candidates", "cells"):
+        default = "all" if key == "cells" else None   # a plan without `cells` ranks on every cell
+        if have.get(key, default) != wanted.get(key, default):
+            raise WorkbenchError(f"{path}: the sweep there has {key} = {have.get(key, default)!r}, this command asks "
+                                 f"for {wanted.get(key, default)!r}; resume with the same options or choose another --out")
 
 
 def save_reading(path: Path, reading: dict) -> None:
@@ -347,7 +373,7 @@ def _run_record(run_dir: Path, status: str) -> dict:
 
 def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int = DEFAULT_STEPS,
           n_candidates: int = DEFAULT_CANDIDATES, include=(), seeds: int = SEEDS, progress: bool = True,
-          device=None, say=None, texts: list[str] | None = None) -> dict:
+          device=None, say=None, texts: list[str] | None = None, cells: str = "all") -> dict:
     """Trains every candidate for `steps` steps, the top two with `seeds` seeds; returns stage2.json's record.
 
     `out` is the sweep directory (its block_selection.json is `selection`); each (window, seed) is a
@@ -362,7 +388,8 @@ def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int 
     cands = candidates(selection, n_candidates, include)
     recipes = {(c, 0): stage2_recipe(raw, model, c, steps, 0) for c in cands}   # every bad input before any run
     sel_sha = sha256_bytes(json_bytes(selection))
-    wanted = plan(sel_sha, model, Path(recipe_path).name, sha256_bytes(recipe_path.read_bytes()), steps, cands, seeds)
+    wanted = plan(sel_sha, model, Path(recipe_path).name, sha256_bytes(recipe_path.read_bytes()), steps, cands, seeds,
+                  cells)
     if (out / SWEEP).is_file():
         check_plan(out / SWEEP, wanted)
     else:
@@ -383,7 +410,7 @@ def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int 
     first = {}
     for i, c in enumerate(tqdm(cands, desc="stage 2 windows", unit="window", disable=not progress)):
         first[c] = train_read(c, 0, f"{i + 1}/{total}")
-    table = order([summarize(c.name, c.role, [first[c][0]], [first[c][1]]) for c in cands])
+    table = order([summarize(c.name, c.role, [first[c][0]], [first[c][1]], cells) for c in cands])
     top = [next(c for c in cands if c.name == row["window"]) for row in table[:2] if row.get("heldout_ce")]
     extra = {c: [] for c in cands}
     position = len(cands)
@@ -429,7 +456,7 @@ def rebuild(out: Path) -> dict:
             cache = out / READINGS / f"{cand.run_name(s)}.json"
             readings.append(read_json(cache, "Stage 2 reading") if status == "finished" else None)
         if runs:
-            rows.append(summarize(cand.name, cand.role, readings, runs))
+            rows.append(summarize(cand.name, cand.role, readings, runs, wanted.get("cells", "all")))
     if not rows:
         raise WorkbenchError(f"{out}: no candidate of the sweep has finished; run it with --resume")
     table = order(rows)
@@ -461,8 +488,10 @@ def json_bytes(obj) -> bytes:
 def table_lines(record: dict) -> list[str]:
     """The Stage 2 table for a person: rank, window, role, held-out CE with its interval, loop-2 accuracy at depth 2,
     the guardrail, then the recommendation with its margin and how Stage 1 agreed."""
-    lines = [f"stage 2 by training ({record['budget']}); held-out CE over {record['rank_rows']['per_depth']} fresh "
-             "rows per depth, lower first:"]
+    over = ("" if record.get("cells", "all") == "all" else
+            " on the cells that need iterating (depth >= 2, loops 2 <= t <= d)")
+    lines = [f"stage 2 by training ({record['budget']}); held-out CE{over} over {record['rank_rows']['per_depth']} "
+             "fresh rows per depth, lower first:"]
     for row in record["table"]:
         ce, acc = row.get("heldout_ce"), row.get("acc_d2_loop2")
         guard = [r.get("guardrail") or {} for r in row["runs"]]
