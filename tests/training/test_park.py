@@ -32,6 +32,58 @@ def test_a_park_batch_targets_the_answer_at_every_loop_past_d(tiny):
         make_batch(rows, tok, park_loops=2)
 
 
+def test_a_depth_mix_parks_the_named_depths_and_iterates_the_others_past_d(tiny):
+    """park_depths: rows of those depths hold x_d past d; the others' loop t targets x_t, the table walked t
+    times from the start (computed here from the table, not from the chain the batch builder reads)."""
+    _, tok = tiny
+    rows = [chase_row(4, d, i, 0, tokenizer=tok, split="train") for i, d in enumerate([1, 3, 2])]
+    b = make_batch(rows, tok, chain_weight=0.25, park_loops=5, park_depths={1})
+    for i, r in enumerate(rows):
+        d, walked, x = r["depth"], [], r["start"]
+        for _ in range(5):
+            x = r["table"][x]
+            walked.append(r["symbols"].index(x))
+        want = walked[:d] + [walked[d - 1]] * (5 - d) if d == 1 else walked
+        assert b["targets"][i].tolist() == want, d
+        assert b["weights"][i].tolist() == [0.25] * (d - 1) + [1.0] * (5 - d + 1)
+    assert make_batch(rows, tok, park_loops=5, park_depths={1, 2, 3})["targets"].tolist() == \
+        make_batch(rows, tok, park_loops=5)["targets"].tolist()          # every depth named: the plain park batch
+    bare = [{k: v for k, v in rows[1].items() if k != "table"}]
+    with pytest.raises(WorkbenchError, match="needs the row's function table"):
+        make_batch(bare, tok, park_loops=5, park_depths={1})
+
+
+def test_park_depths_belong_to_a_park_stage_and_its_depths(write_recipe):
+    with pytest.raises(WorkbenchError, match=r"'stages.0.park_depths' belongs to a park stage; stage 0 is 'chain'"):
+        Recipe.from_toml(write_recipe(stages=[{"kind": "chain", "depths": [1, 2], "steps": 2, "park_depths": [1]}]))
+    with pytest.raises(WorkbenchError, match=r"'stages.0.park_depths' = \[3\] names depths the stage does not train"):
+        Recipe.from_toml(write_recipe(sampler={"max": 4}, stages=[{"kind": "park", "depths": [1, 2], "steps": 2,
+                                                                     "park_depths": [3]}]))
+    with pytest.raises(WorkbenchError, match=r"'stages.0.park_depths' = \[\] parks no depth"):
+        Recipe.from_toml(write_recipe(sampler={"max": 4}, stages=[{"kind": "park", "depths": [1, 2], "steps": 2,
+                                                                     "park_depths": []}]))
+    with pytest.raises(WorkbenchError, match=r"must be a list of numbers"):
+        Recipe.from_toml(write_recipe(sampler={"max": 4}, stages=[{"kind": "park", "depths": [1, 2], "steps": 2,
+                                                                     "park_depths": ["one"]}]))
+
+
+def test_a_depth_mix_run_hands_its_park_depths_to_every_step(write_recipe, tmp_path, monkeypatch):
+    from workbench.train import steps as steps_module
+
+    seen, real = [], steps_module.make_batch
+
+    def spy(*args, **kw):
+        if kw.get("park_loops") is not None:
+            seen.append(kw.get("park_depths"))
+        return real(*args, **kw)
+
+    monkeypatch.setattr(steps_module, "make_batch", spy)
+    recipe = write_recipe(sampler={"max": 4}, eval={"every": 2, "per_depth": 2, "depths": [1, 2]},
+                          stages=[{"kind": "park", "depths": [1, 2], "steps": 2, "park_depths": [1]}])
+    assert train(recipe, out=tmp_path / "mix", progress=False)["finished"] is True
+    assert seen == [{1}, {1}]
+
+
 def test_park_loop_counts_are_uniform_from_the_deepest_row_to_the_maximum():
     draws = [park_loop_count(3, 8, seed) for seed in range(3000)]
     assert min(draws) == 3 and max(draws) == 8

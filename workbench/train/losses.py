@@ -30,7 +30,7 @@ def _upcast(x: torch.Tensor) -> torch.Tensor:
 
 
 def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="cpu",
-               park_loops: int | None = None, loops: int | None = None) -> dict:
+               park_loops: int | None = None, loops: int | None = None, park_depths=None) -> dict:
     """Returns the tensors a training step needs for chase or p-hop rows (single-token symbols).
 
     Keys: input_ids, attention_mask [B, S] (left padded); candidates [B, N] token ids of the
@@ -41,7 +41,9 @@ def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="c
 
     `park_loops` = T (at least the deepest row's d) makes it a *park* batch: every loop t in d..T
     targets the answer x_d with weight 1 (the answer loss only at loops T >= d), loops t < d keep
-    x_t at `chain_weight`; a model trained on it holds the answer once it is reached.
+    x_t at `chain_weight`; a model trained on it holds the answer once it is reached. With `park_depths`
+    only rows of those depths park; the others iterate past d (loop t targets x_t, the row's table applied
+    t times, weight 1): a depth mix on which no single loop count reads every row's answer.
 
     Rows with multi-token answers (state tracking, arithmetic) get the reader's teacher-forced
     answer batch instead (`workbench.tasks.reader.answer_batch`: input_ids, attention_mask,
@@ -63,8 +65,11 @@ def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="c
         targets[i, :d] = torch.tensor([r["symbols"].index(x) for x in r["chain"]])
         weights[i, : d - 1] = chain_weight
         weights[i, d - 1] = 1.0
-        if park_loops is not None:
+        if park_loops is not None and (park_depths is None or d in park_depths):
             targets[i, d:] = targets[i, d - 1]
+            weights[i, d:] = 1.0
+        elif park_loops is not None and T > d:
+            targets[i, d:] = torch.tensor([r["symbols"].index(x) for x in iterate_past(r, T)])
             weights[i, d:] = 1.0
     cands = row_candidates(tokenizer, rows)
     rows_idx = torch.arange(len(rows))
@@ -73,6 +78,18 @@ def make_batch(rows: list[dict], tokenizer, chain_weight: float = 1.0, device="c
                targets=targets, weights=weights, answer_ids=answers,
                depths=torch.tensor([r["depth"] for r in rows]))
     return {k: v.to(device) for k, v in out.items()}
+
+
+def iterate_past(row: dict, loops: int) -> list[str]:
+    """x_{d+1} .. x_loops of a chase row: its function table applied past the row's depth."""
+    if "table" not in row:
+        raise WorkbenchError(f"{row.get('row_id')}: iterating past its depth needs the row's function table "
+                             "(chase rows carry one); give it park_depths covering every depth")
+    x, out = row["chain"][-1], []
+    for _ in range(row["depth"], loops):
+        x = row["table"][x]
+        out.append(x)
+    return out
 
 
 def loop_nll(looped, batch: dict, loops: int | None = None) -> torch.Tensor:

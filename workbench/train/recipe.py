@@ -20,6 +20,9 @@ Stages run in order. Each is one of:
   - `park`: chain supervision up to each row's depth d, then the answer x_d at every loop d..T, T drawn
     per step uniformly from the batch's deepest d to `sampler.max` (the answer loss only at loops T >= d, so
     the state parks on the answer instead of iterating the rule past d); `chain_weight` weights loops t < d;
+    `park_depths` (default: every depth) names the depths that park: rows of the stage's other depths keep
+    iterating past d (loop t > d targets x_t, the table applied t times), a depth mix whose answer is held on
+    some rows and passed on others, so no single loop count reads every row right;
   - `halting`: RecurTrace Stage 2 (App. E): everything frozen but the halting head, which is
     distilled from the loss-improvement oracle (or trained with the ACT / PonderNet objective).
     `[halting] sweep = N` computes the oracle losses and the head's pooled inputs of N training rows
@@ -292,6 +295,7 @@ class Stage:
     depth_weights: list[float] = declared([])       # sampling weights over `depths`; empty = uniform
     chain_weight: float = declared(1.0)             # weight of intermediate loops t < d (the final loop has 1)
     chain_weight_end: float | None = declared(None)  # ramp chain_weight linearly to this over the stage
+    park_depths: list[int] | None = declared(None)  # park stages: the depths that park (unset = all); the rest iterate
 
     def chain_weight_at(self, local: int) -> float:
         """The chain weight at step `local` of this stage (the linear ramp to `chain_weight_end`)."""
@@ -438,7 +442,10 @@ def _typed(key: str, value, hint):
             raise WorkbenchError(f"recipe key '{key}' = {value!r} must be a list of "
                                  f"{'numbers' if numbers else item.__name__ + 's'}")
         return list(value)
-    if type(None) in typing.get_args(hint):   # an optional number
+    if type(None) in typing.get_args(hint):   # an optional list or number
+        inner = [h for h in typing.get_args(hint) if h is not type(None)]
+        if value is not None and len(inner) == 1 and typing.get_origin(inner[0]) is list:
+            return _typed(key, value, inner[0])
         if value is None or _is_number(value):
             return None if value is None else float(value)
         raise WorkbenchError(f"recipe key '{key}' = {value!r} must be a number")
@@ -529,6 +536,15 @@ def _validate(r: Recipe) -> None:
         raise WorkbenchError(f"stages mix {', '.join(sorted(kinds))}: a dense control (direct or scratchpad) is an arm "
                              "of its own, every stage of its recipe has that kind")
     for i, s in enumerate(r.stages):
+        if s.park_depths is not None and not s.park_depths:
+            raise WorkbenchError(f"recipe key 'stages.{i}.park_depths' = [] parks no depth; name at least one or "
+                                 "leave the key out (every depth parks)")
+        if s.park_depths and s.kind != "park":
+            raise WorkbenchError(f"recipe key 'stages.{i}.park_depths' belongs to a park stage; stage {i} is "
+                                 f"{s.kind!r}")
+        if s.park_depths and not set(s.park_depths) <= set(s.depths):
+            raise WorkbenchError(f"recipe key 'stages.{i}.park_depths' = {s.park_depths} names depths the stage "
+                                 f"does not train (its depths: {s.depths})")
         if s.kind == "park" and not max(s.depths) <= r.sampler.max <= max_loops:
             raise WorkbenchError(f"recipe key 'sampler.max' = {r.sampler.max} must lie in "
                                  f"{max(s.depths)}..model.max_loops = {max_loops} (stage {i} parks on the answer "

@@ -91,10 +91,12 @@ def chain_step(trainer, x: StepInputs) -> StepLoss:
 
 
 def park_step(trainer, x: StepInputs) -> StepLoss:
-    """The chain up to each row's depth d, then the answer x_d at every loop d..T (T drawn per step)."""
+    """The chain up to each row's depth d, then the answer x_d at every loop d..T (T drawn per step); rows of depths
+    outside the stage's `park_depths` (when it names any) iterate past d instead."""
     r = trainer.recipe
     loops = park_loop_count(max(row["depth"] for row in x.rows), r.sampler.max, hashed_seed("park", x.step, r.seed))
-    batch = make_batch(x.shard, trainer.tok, chain_weight=x.chain_weight, device=trainer.device, park_loops=loops)
+    batch = make_batch(x.shard, trainer.tok, chain_weight=x.chain_weight, device=trainer.device, park_loops=loops,
+                       park_depths=None if x.stage.park_depths is None else set(x.stage.park_depths))
     denom = sum(x.chain_weight * (row["depth"] - 1) + (loops - row["depth"] + 1) for row in x.rows)
     loss, per_loop = chain_loss(trainer.looped, batch, denominator=denom)
     return StepLoss(loss, loops, {"loop_ce": _rounded(per_loop)})
