@@ -9,7 +9,7 @@ import pytest
 from safetensors.torch import load_file
 
 from workbench.errors import WorkbenchError
-from workbench.train import trainer
+from workbench.train import compiling
 from workbench.train.trainer import train
 
 
@@ -56,17 +56,17 @@ def test_reaching_the_recompile_limit_stops_the_run_instead_of_running_eager(mon
     import torch
     import torch._dynamo
 
-    monkeypatch.setattr(trainer, "COMPILE_RECOMPILE_LIMIT", 2)
+    monkeypatch.setattr(compiling, "COMPILE_RECOMPILE_LIMIT", 2)
     torch._dynamo.reset()
     double = torch.compile(lambda x: x * 2, backend="eager", dynamic=False)
     before = torch._dynamo.config.recompile_limit
     with pytest.raises(WorkbenchError, match="recompiled the decoder layers' forward 2 times") as e:
-        with trainer.compile_limits(True):
+        with compiling.compile_limits(True):
             for n in (1, 2):                      # the first compile and one recompilation: inside the limit
                 assert double(torch.ones(n)).sum() == 2 * n
             double(torch.ones(3))
     assert "\n" not in str(e.value)
     assert torch._dynamo.config.recompile_limit == before and not torch._dynamo.config.fail_on_recompile_limit_hit
-    with trainer.compile_limits(False):           # eager runs: nothing changed
+    with compiling.compile_limits(False):           # eager runs: nothing changed
         assert torch._dynamo.config.recompile_limit == before
     torch._dynamo.reset()

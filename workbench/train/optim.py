@@ -144,3 +144,13 @@ def liveness(looped, squares: dict[int, float] | None = None) -> dict[str, float
 
     return {n: rms(p) for n, p in looped.reentry.named_parameters()
             if n in ("prelude_proj.weight", "state_proj.weight", "gate", "alpha")}
+
+
+def lr_factor(warmup: int, total: int, schedule: str):
+    """The learning-rate multiplier at a step: linear warm-up, then the schedule (constant, linear or cosine)."""
+    def factor(step: int) -> float:  # a plain function: LambdaLR then saves no lambda state
+        if step < warmup:
+            return (step + 1) / warmup
+        frac = (step - warmup) / max(total - warmup, 1)
+        return {"constant": 1.0, "linear": 1.0 - frac, "cosine": 0.5 * (1 + math.cos(math.pi * frac))}[schedule]
+    return factor

@@ -35,7 +35,6 @@ from __future__ import annotations
 import copy
 import difflib
 import functools
-import math
 import os
 import typing
 from dataclasses import MISSING, dataclass, field, fields, is_dataclass, make_dataclass
@@ -47,6 +46,19 @@ from workbench.defaults import EMBEDDED_DEFAULT, MAX_DROP_POINTS, ORACLE_DEPTH_C
 from workbench.errors import WorkbenchError
 from workbench.io import read_toml
 from workbench.loop.config import MAX_LOOPS, LoraSettings, RetrofitConfig
+from workbench.train.declared import (
+    above,
+    at_least,
+    check_keys,
+    declared,
+    finite,
+    one_of,
+    plain,
+    table,
+    type_hints,
+    typed,
+    within,
+)
 
 STAGE_KINDS = ("chain", "sampled", "park", "halting", "direct", "scratchpad")
 DENSE_KINDS = ("direct", "scratchpad")  # the dense controls (workbench.train.dense): loop 1 only
@@ -55,41 +67,6 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "linear")
 HALTING_OBJECTIVES = ("oracle", "act", "pondernet")
 MAX_STEPS = 10 ** 8
-
-
-# ------------------------------------------------------------------ how a key is declared
-def within(low, high, low_ok: bool = True):
-    """A check: the value lies in [low, high] (in (low, high] when `low_ok` is False)."""
-    def check(key: str, value) -> None:
-        if not (low <= value <= high) or (value == low and not low_ok):
-            raise WorkbenchError(f"recipe key '{key}' = {value} must lie in {'[' if low_ok else '('}{low}, {high}]")
-    return check
-
-
-def at_least(low: int):
-    """A check: the count is `low` or more."""
-    def check(key: str, value) -> None:
-        if value < low:
-            raise WorkbenchError(f"recipe key '{key}' = {value} must be >= {low}")
-    return check
-
-
-def above(low: float, strict: bool = False):
-    """A check: the number is finite and at least `low` (above it when `strict`)."""
-    def check(key: str, value) -> None:
-        if not math.isfinite(value) or value < low or (strict and value == low):
-            raise WorkbenchError(f"recipe key '{key}' = {value} must be a finite number {'>' if strict else '>='} "
-                                 f"{low:g}")
-    return check
-
-
-def one_of(*accepted: str):
-    """A check: the value (or each item of a list) is one of `accepted`."""
-    def check(key: str, value) -> None:
-        for v in value if isinstance(value, list) else [value]:
-            if v not in accepted:
-                raise WorkbenchError(f"recipe key '{key}' = '{v}' is not accepted; accepted: {', '.join(accepted)}")
-    return check
 
 
 def _known_task(key: str, value: str) -> None:
@@ -101,18 +78,6 @@ def _known_task(key: str, value: str) -> None:
 def _two_betas(key: str, betas: list) -> None:
     if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
         raise WorkbenchError(f"recipe key '{key}' = {betas} must be two numbers in [0, 1)")
-
-
-def declared(default, *checks):
-    """A recipe key's one declaration: its default (whose annotation is the accepted type) and its checks."""
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"checks": checks})
-    return field(default=default, metadata={"checks": checks})
-
-
-def table(cls):
-    """A table of keys, every key at its default unless the recipe writes it."""
-    return field(default_factory=cls)
 
 
 # ------------------------------------------------------------------ the tables mirrored from the retrofit's own
@@ -343,8 +308,8 @@ class Recipe:
                 raise WorkbenchError(f"recipe key 'stages.{i}' must be a table")
             built.append(_build(Stage, stage, f"stages.{i}."))
         recipe = cls(**{f.name: getattr(top, f.name) for f in fields(cls) if f.name != "stages"}, stages=built)
-        _finite(recipe.to_dict())
-        _check_keys(recipe)
+        finite(recipe.to_dict())
+        check_keys(recipe)
         _validate(recipe)
         return recipe
 
@@ -359,7 +324,7 @@ class Recipe:
 
     def to_dict(self) -> dict:
         """Every key in declaration order, as recipe.toml records it (a None value left out: TOML has no null)."""
-        return _plain(self)
+        return plain(self)
 
     @property
     def kinds(self) -> set[str]:
@@ -383,17 +348,13 @@ class Recipe:
 
 # ------------------------------------------------------------------ reading and checking
 @functools.cache
-def _hints(cls) -> dict:
-    return typing.get_type_hints(cls)
-
-
 def known_keys() -> list[str]:
     """Every dotted key a recipe accepts (stage keys as `stages.N.key`)."""
     keys = []
 
     def walk(cls, prefix: str) -> None:
         for f in fields(cls):
-            hint = _hints(cls)[f.name]
+            hint = type_hints(cls)[f.name]
             if f.name == "stages" and cls is Recipe:
                 continue
             if is_dataclass(hint):
@@ -427,48 +388,12 @@ def _unknown(key: str) -> WorkbenchError:
     return WorkbenchError(f"unknown recipe key {key!r}{hint} ({listing})")
 
 
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _typed(key: str, value, hint):
-    """`value` as the annotated type `hint` (an int where a float is declared becomes that float)."""
-    if typing.get_origin(hint) is list:
-        item = typing.get_args(hint)[0]
-        if not isinstance(value, list):
-            raise WorkbenchError(f"recipe key '{key}' = {value!r} must be of type list")
-        numbers = item in (int, float)   # an int list's items are checked as depths later, with their own message
-        if not all(_is_number(v) if numbers else isinstance(v, item) for v in value):
-            raise WorkbenchError(f"recipe key '{key}' = {value!r} must be a list of "
-                                 f"{'numbers' if numbers else item.__name__ + 's'}")
-        return list(value)
-    if type(None) in typing.get_args(hint):   # an optional list or number
-        inner = [h for h in typing.get_args(hint) if h is not type(None)]
-        if value is not None and len(inner) == 1 and typing.get_origin(inner[0]) is list:
-            return _typed(key, value, inner[0])
-        if value is None or _is_number(value):
-            return None if value is None else float(value)
-        raise WorkbenchError(f"recipe key '{key}' = {value!r} must be a number")
-    if hint is bool:
-        ok = isinstance(value, bool)
-    elif hint is float:
-        ok = _is_number(value)
-        value = float(value) if ok else value
-    elif hint is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    else:
-        ok = isinstance(value, hint)
-    if not ok:
-        raise WorkbenchError(f"recipe key '{key}' = {value!r} must be of type {hint.__name__}")
-    return value
-
-
 def _build(cls, given: dict, prefix: str):
     """An instance of the table `cls` from the keys a recipe gives (the rest at their defaults)."""
     values = {}
     for name, value in given.items():
         full = prefix + name
-        hint = _hints(cls).get(name)
+        hint = type_hints(cls).get(name)
         if hint is None:
             raise _unknown(full)
         if is_dataclass(hint):
@@ -476,41 +401,8 @@ def _build(cls, given: dict, prefix: str):
                 raise WorkbenchError(f"recipe key '{full}' must be a table, got {value!r}")
             values[name] = _build(hint, value, full + ".")
         else:
-            values[name] = _typed(full, value, hint)
+            values[name] = typed(full, value, hint)
     return cls(**values)
-
-
-def _plain(node):
-    if is_dataclass(node):
-        return {f.name: _plain(getattr(node, f.name)) for f in fields(node) if getattr(node, f.name) is not None}
-    if isinstance(node, list):
-        return [_plain(v) for v in node]
-    return node
-
-
-def _finite(node, key: str = "") -> None:
-    if isinstance(node, dict):
-        for k, v in node.items():
-            _finite(v, f"{key}.{k}" if key else k)
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            _finite(v, f"{key}.{i}")
-    elif isinstance(node, float) and not math.isfinite(node):
-        raise WorkbenchError(f"recipe key '{key}' = {node} must be a finite number")
-
-
-def _check_keys(node, prefix: str = "") -> None:
-    """Runs every key's own checks (its declaration's range or choices), tables and stages included."""
-    for f in fields(node):
-        value, full = getattr(node, f.name), prefix + f.name
-        if is_dataclass(value):
-            _check_keys(value, full + ".")
-        elif isinstance(value, list) and value and is_dataclass(value[0]):
-            for i, item in enumerate(value):
-                _check_keys(item, f"{full}.{i}.")
-        else:
-            for check in f.metadata.get("checks", ()):
-                check(full, value)
 
 
 def _validate(r: Recipe) -> None:
@@ -618,7 +510,7 @@ def apply_overrides(raw: dict, overrides: list[str] | dict | None) -> dict:
                     raise WorkbenchError(f"--set {key!r}: stage index {part!r} is outside 0..{len(node) - 1}")
                 node = node[int(part)]
             else:
-                if part not in _hints(Recipe) and node is raw:
+                if part not in type_hints(Recipe) and node is raw:
                     raise _unknown(key)
                 node = node.setdefault(part, [] if part == "stages" else {})
                 if not isinstance(node, (dict, list)):

@@ -27,8 +27,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-import torch._dynamo
-from torch._dynamo.exc import FailOnRecompileLimitHit
 from tqdm.auto import tqdm
 
 from workbench.block_selection import resolve_block
@@ -46,10 +44,18 @@ from workbench.tasks.manifest import row_ids_sha256, rows_sha256
 from workbench.tasks.reader import reads_symbol
 from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
 from workbench.train import rundir
+from workbench.train.compiling import compile_limits
 from workbench.train.evaluate import evaluate, evaluate_dense, park_reading
 from workbench.train.guardrail import guardrail_provenance, judge_guardrail, read_guardrail
 from workbench.train.losses import adapter_disabled, halting_sweep, kl_to_base, make_batch
-from workbench.train.optim import check_prelude_group, group_rms, liveness, make_optimizer, step_with_movement
+from workbench.train.optim import (
+    check_prelude_group,
+    group_rms,
+    liveness,
+    lr_factor,
+    make_optimizer,
+    step_with_movement,
+)
 from workbench.train.parent import Parent, check_parent
 from workbench.train.recipe import DENSE_KINDS, Recipe, Stage, TaskTable, dumps, mirrored_keys
 from workbench.train.resume import check_run_dir, keep_metrics_through, restore_newest
@@ -58,15 +64,6 @@ from workbench.train.steps import STEPS, StepInputs, hashed_seed
 from workbench.train.zero2 import Zero2Optimizer
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
-
-
-def _lr_factor(warmup: int, total: int, schedule: str):
-    def factor(step: int) -> float:  # a plain function: LambdaLR then saves no lambda state
-        if step < warmup:
-            return (step + 1) / warmup
-        frac = (step - warmup) / max(total - warmup, 1)
-        return {"constant": 1.0, "linear": 1.0 - frac, "cosine": 0.5 * (1 + math.cos(math.pi * frac))}[schedule]
-    return factor
 
 
 def retrofit_config(recipe: Recipe, block) -> RetrofitConfig:
@@ -222,12 +219,12 @@ class Trainer:
             self.opt, self.opt_names = make_optimizer(self.looped, ["halting"], cfg)
             self._freeze_for_stage2()
             steps = sum(s.steps for s in self.stages if s.kind == "halting")
-            factor = _lr_factor(h.warmup_steps, steps, "cosine")
+            factor = lr_factor(h.warmup_steps, steps, "cosine")
         else:
             main_groups = [g for g in self.groups if g != "halting"]
             self.opt, self.opt_names = make_optimizer(self.looped, main_groups, r.optim)
             check_prelude_group(self.opt, self.looped, r.optim.lr, r.optim.prelude_lr_mult)
-            factor = _lr_factor(r.optim.warmup_steps, self.main_total, r.optim.schedule)
+            factor = lr_factor(r.optim.warmup_steps, self.main_total, r.optim.schedule)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
         self.params = [p for g in self.opt.param_groups for p in g["params"]]
         if self.engine == "zero2":   # the same AdamW and groups, partitioned inside a DeepSpeed engine (zero2.py)
@@ -575,25 +572,6 @@ class Trainer:
 # The default limit of 8 was reached in a run's first few steps, after which torch ran the remaining variants
 # eager without an error (the first whole-run measurement read that mix). The limit is raised for the run
 # and reaching it is an error, so a compiled run is compiled throughout or stops saying why.
-COMPILE_RECOMPILE_LIMIT = 64
-
-
-@contextlib.contextmanager
-def compile_limits(enabled: bool):
-    """The run's torch.compile settings: the recompile limit raised, and reaching it a one-line WorkbenchError."""
-    if not enabled:
-        yield
-        return
-    try:
-        with torch._dynamo.config.patch(recompile_limit=COMPILE_RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
-            yield
-    except FailOnRecompileLimitHit as e:
-        raise WorkbenchError(f"[train] compile = true: torch recompiled the decoder layers' forward "
-                             f"{COMPILE_RECOMPILE_LIMIT} times, its limit for this run; rather than run the rest "
-                             "eager unannounced the run stops (TORCH_LOGS=recompiles lists why; "
-                             "set train.compile=false to train eager)") from e
-
-
 def train(recipe_path: str | Path, out: str | Path | None = None,
           overrides: list[str] | dict | None = None, resume: bool = False, stop_after: int | None = None,
           progress: bool = True, device: str | None = None) -> dict:
