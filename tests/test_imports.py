@@ -203,3 +203,24 @@ def test_the_cli_starts_without_the_model_stack():
     help_text = subprocess.run([sys.executable, "-m", "workbench", "--help"], capture_output=True, text=True, env=env,
                                check=True).stdout
     assert "identity" in help_text and "probe" in help_text
+
+
+MAX_MODULE_LINES = 600   # issue 43: a module past this is split where its parts separate
+
+
+def long_modules(package: Path, limit: int = MAX_MODULE_LINES) -> list[str]:
+    """The modules under `package` over `limit` lines, each with its count."""
+    return [f"{p.relative_to(package.parent)} ({n})" for p in sorted(package.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > limit]
+
+
+def test_no_module_of_the_package_is_over_600_lines():
+    package = Path(__file__).resolve().parents[1] / "workbench"
+    assert long_modules(package) == []
+
+
+def test_the_length_check_finds_a_long_module(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "short.py").write_text("x = 1\n" * 600)
+    (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * 601)
+    assert long_modules(tmp_path / "pkg") == ["pkg/long.py (601)"]
