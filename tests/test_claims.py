@@ -907,3 +907,23 @@ def test_a_stale_ledger_block_and_a_stray_verdict_are_found():
     assert tables.stray_verdicts(fresh) == []
     [stray] = tables.stray_verdicts(fresh + "The row reads **not\nreproduced** here.\n")
     assert stray.endswith("The row reads **not reproduced**")
+
+
+def test_a_selection_or_sweep_row_reads_its_model_from_its_own_record(tmp_path):
+    """A block selection records its model in block_selection.json, a Stage 2 sweep in sweep.json (with its
+    curriculum by name beside the shipped recipes and its ranking depths in stage2.json): both are read, not
+    'not recorded'."""
+    from workbench.analysis.claims.ledger import ours_setting
+
+    (tmp_path / "training").mkdir()
+    (tmp_path / "training" / "curriculum.toml").write_text("[task]\nalphabet = 12\n")
+    sel, sweep = tmp_path / "training" / "sel", tmp_path / "training" / "sweep"
+    sel.mkdir(), sweep.mkdir()
+    (sel / "block_selection.json").write_text(json.dumps({"model": "tiny-base"}))
+    (sweep / "sweep.json").write_text(json.dumps({"model": "tiny-base", "recipe": "curriculum.toml"}))
+    (sweep / "stage2.json").write_text(json.dumps({"rank_rows": {"depths": [1, 2]}}))
+    claim = {"counting": "every row"}
+    assert ours_setting(sel, claim, tmp_path) == {"counting": "every row", "model": "tiny-base"}
+    assert ours_setting(sweep, claim, tmp_path) == {"counting": "every row", "model": "tiny-base", "N": 12,
+                                                    "support": 2}
+    assert ours_setting(tmp_path / "training", claim, tmp_path) == {"counting": "every row"}   # nothing recorded

@@ -173,16 +173,31 @@ def ours_setting(specimen: Path, claim: dict, root: Path) -> dict:
     """The recorded settings a row reads, from the run that trained what it measures: the claim's `stage1` when it
     names one (a halting head's Stage 1 model), else the specimen: the base model, the alphabet N, the support (the
     deepest depth of any training stage but halting) and how cells are counted (`counting`, declared: how our
-    measure counts)."""
+    measure counts). A block selection or a Stage 2 sweep records its model in its own JSON (and a sweep its
+    curriculum and ranking depths)."""
     run = root / claim["stage1"] if "stage1" in claim else specimen
     out = {"counting": claim.get("counting", "every row")}
     recipe_file = run / "recipe.toml"
-    if recipe_file.is_file():
-        recipe = read_toml(recipe_file, "recipe")
-        out["model"] = recipe.get("model", {}).get("base")
-        out["N"] = recipe.get("task", {}).get("alphabet")
-        depths = [d for st in recipe.get("stages", []) if st.get("kind") != "halting" for d in st.get("depths", [])]
-        out["support"] = max(depths) if depths else None
+    if not recipe_file.is_file():
+        # a block selection (block_selection.json) or a Stage 2 sweep (sweep.json, its curriculum by name beside the
+        # shipped recipes, and its runs cut to the sweep's budget: stage2.json's ranking depths are the support)
+        for record in ("sweep.json", "block_selection.json"):
+            if (run / record).is_file():
+                plan = read_json(run / record, record)
+                out["model"] = plan.get("model")
+                shipped = root / "training" / plan.get("recipe", "")
+                if record == "sweep.json" and plan.get("recipe") and shipped.is_file():
+                    out["N"] = read_toml(shipped, "recipe").get("task", {}).get("alphabet")
+                if (run / "stage2.json").is_file():
+                    depths = read_json(run / "stage2.json", "Stage 2 table").get("rank_rows", {}).get("depths")
+                    out["support"] = max(depths) if depths else None
+                break
+        return out
+    recipe = read_toml(recipe_file, "recipe")
+    out["model"] = recipe.get("model", {}).get("base")
+    out["N"] = recipe.get("task", {}).get("alphabet")
+    depths = [d for st in recipe.get("stages", []) if st.get("kind") != "halting" for d in st.get("depths", [])]
+    out["support"] = max(depths) if depths else None
     return out
 
 
