@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -927,3 +928,28 @@ def test_a_selection_or_sweep_row_reads_its_model_from_its_own_record(tmp_path):
     assert ours_setting(sweep, claim, tmp_path) == {"counting": "every row", "model": "tiny-base", "N": 12,
                                                     "support": 2}
     assert ours_setting(tmp_path / "training", claim, tmp_path) == {"counting": "every row"}   # nothing recorded
+
+
+def _heads_tables(folder: Path, concentration: float) -> None:
+    folder.mkdir(parents=True)
+    (folder / "summary.json").write_text(json.dumps({"checkpoint": {"support": 4}}))
+    pd.DataFrame.from_records([(t, 23, h, concentration, 0.01, h == 0, 0.5 - 0.1 * h) for t in (1, 2) for h in range(3)],
+                              columns=["loop", "layer", "head", "concentration", "null_p95", "is_retrieval", "share"]
+                              ).to_parquet(folder / "heads__summary.parquet")
+
+
+def test_a_retrieval_finding_the_untrained_retrofit_also_shows_is_not_comparable(tmp_path):
+    """The base-model control (issue 44 item 3): the same probe on the run's untrained retrofit is the row's null;
+    where the untrained model is above its null p95 at every loop too, the trained model's pass says nothing of
+    training; where it is not, the pass stands. A claim naming a control it cannot read is missing, not null-free."""
+    _heads_tables(tmp_path / "spec" / "battery", 0.20)
+    claim = {**BASE, "id": "h", "measure": "retrieval_heads", "test": "above_null_every_loop",
+             "control": "battery-untrained"}
+    [row] = build_ledger(_claims_file(tmp_path, **claim), tmp_path)
+    assert row["verdict"] == "not comparable" and "battery-untrained" in row["reason"]
+    for untrained, verdict in ((0.005, "reproduced"), (0.30, "not comparable")):
+        shutil.rmtree(tmp_path / "spec" / "battery-untrained", ignore_errors=True)
+        _heads_tables(tmp_path / "spec" / "battery-untrained", untrained)
+        [row] = build_ledger(_claims_file(tmp_path, **claim), tmp_path)
+        assert row["verdict"] == verdict, (untrained, row["why"])
+        assert [n["verdict"] for n in row["nulls"]] == ["not reproduced" if untrained < 0.01 else "reproduced"]

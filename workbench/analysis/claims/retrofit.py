@@ -350,11 +350,26 @@ def _share(by_loop: pd.DataFrame, t: int) -> dict:
     return {"value": float(r["recovered"]), "low": float(r["low"]), "high": float(r["high"]), "n": int(r["n"])}
 
 
+CONTROL = "the untrained retrofit (the same base and block, untrained)"
+
+
+def _control(specimen: Path, claim: dict, read) -> dict:
+    """{CONTROL: the reading of the claim's `control` results folder}: the same probe on the run's untrained control
+    (`workbench probe --checkpoint untrained:RUN_DIR`), a null for a finding said to come from training. A claim
+    that names a control whose results are missing is a missing reading, not a row without its null."""
+    return {CONTROL: read(specimen, claim["control"])} if claim.get("control") else {}
+
+
 @measure
 def retrieval_heads(specimen: Path, claim: dict) -> dict:
     """Retrieval-head specialisation by loop (`heads__summary`): per loop, the top-2 concentration against its null
-    p95 (random rotations), the retrieval heads and the top head, and whether the top head changes with the loop."""
-    f = _table(specimen, "heads__summary")
+    p95 (random rotations), the retrieval heads and the top head, and whether the top head changes with the loop;
+    with a `control`, the same on the untrained retrofit as its null."""
+    return {**_retrieval(specimen), "nulls": _control(specimen, claim, _retrieval)}
+
+
+def _retrieval(specimen: Path, results: str = BATTERY) -> dict:
+    f = _table(specimen, "heads__summary", results)
     per = {}
     for loop, g in f.groupby("loop"):
         top = g.sort_values("share", ascending=False).iloc[0]
@@ -371,8 +386,13 @@ def retrieval_heads(specimen: Path, claim: dict) -> dict:
 @measure
 def drift_null(specimen: Path, claim: dict) -> dict:
     """Subspace drift's concentration test (`drift__concentration`): per loop, the top-3 heads' share of the residual
-    outside loop 1's PCA envelope against its null p95 (random partitions)."""
-    f = _table(specimen, "drift__concentration")
+    outside loop 1's PCA envelope against its null p95 (random partitions); with a `control`, the same on the
+    untrained retrofit as its null."""
+    return {**_drift(specimen), "nulls": _control(specimen, claim, _drift)}
+
+
+def _drift(specimen: Path, results: str = BATTERY) -> dict:
+    f = _table(specimen, "drift__concentration", results)
     per = {int(r.loop): {"share": float(r.top3_share), "null_p95": float(r.null_p95),
                          "residual": float(r.residual_frac)} for r in f.itertuples()}
     return {"per": per, "rows": len(per), "above": [t for t, v in per.items() if v["share"] > v["null_p95"]],
