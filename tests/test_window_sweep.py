@@ -369,21 +369,29 @@ def test_stage2_options_without_stage2_train_are_refused(tmp_path, capsys, monke
 COMMITTED = Path(__file__).resolve().parents[1] / "training" / "selection" / "smollm2-135m-instruct-stage2"
 
 
-def test_the_committed_sweep_regenerates_from_its_readings():
-    """The committed Stage 2 sweep's table, ranking, margin and agreement are what its readings and runs give now."""
-    record = json.loads((COMMITTED / ws.STAGE2).read_text())
-    rebuilt = ws.rebuild(COMMITTED)
+ITERATE = COMMITTED.with_name("smollm2-135m-instruct-stage2-iterate")   # ranked on the loop >= 2 cells, 400 steps
+SWEEPS = {"stage2": COMMITTED, "stage2-iterate": ITERATE}   # the page's marker name: the committed sweep
+
+
+@pytest.mark.parametrize("marker", sorted(SWEEPS))
+def test_the_committed_sweep_regenerates_from_its_readings(marker):
+    """The committed Stage 2 sweeps' tables, rankings, margins and agreement are what their readings and runs give
+    now."""
+    sweep = SWEEPS[marker]
+    record = json.loads((sweep / ws.STAGE2).read_text())
+    rebuilt = ws.rebuild(sweep)
     assert {k: v for k, v in record.items() if k != "seconds"} == json.loads(json.dumps(rebuilt))
-    assert len(record["table"]) == len(record["candidates"]) >= 5
+    assert len(record["table"]) == len(record["candidates"]) >= 4
     for row in record["table"]:   # every finished run carries its guardrail reading beside its numbers
         assert all(run["status"] != "finished" or run["guardrail"]["final"] is not None for run in row["runs"])
 
 
-def test_the_results_page_shows_the_committed_sweeps_table():
-    """docs/results/block-selection.md carries `table_lines` of the committed stage2.json between its markers."""
+@pytest.mark.parametrize("marker", sorted(SWEEPS))
+def test_the_results_page_shows_the_committed_sweeps_table(marker):
+    """docs/results/block-selection.md carries `table_lines` of each committed stage2.json between its markers."""
     page = (Path(__file__).resolve().parents[1] / "docs" / "results" / "block-selection.md").read_text()
-    block = page.split("<!-- stage2:start -->\n```\n", 1)[1].split("```\n<!-- stage2:end -->", 1)[0]
-    record = json.loads((COMMITTED / ws.STAGE2).read_text())
+    block = page.split(f"<!-- {marker}:start -->\n```\n", 1)[1].split(f"```\n<!-- {marker}:end -->", 1)[0]
+    record = json.loads((SWEEPS[marker] / ws.STAGE2).read_text())
     assert block == "\n".join(ws.table_lines(record)) + "\n"
 
 
