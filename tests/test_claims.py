@@ -845,7 +845,7 @@ WITHOUT_NULLS = {
     "full-block-vs-adapter-inside", "full-block-leads-beyond", "full-block-keeps-guardrail", "support-scaling",
     "looped-beats-direct", "scratchpad-matches-inside", "looped-beats-scratchpad-beyond",
     "looped-faster-than-scratchpad", "looped-faster-than-direct", "memory-not-for-chase", "memory-for-state-tracking",
-    "block-applies-the-rule", "block-applies-the-rule-patching", "retrieval-heads-by-loop", "drift-against-null",
+    "block-applies-the-rule", "block-applies-the-rule-patching",
     "gradient-finite-difference", "early-exit-saves-wall-clock", "select-block-predicts-installation",
     "window-ablation-fixes-block"}
 
