@@ -20,7 +20,7 @@ from workbench.train.guardrail import guardrail_provenance, judge_guardrail, rea
 from workbench.train.optim import group_rms, make_optimizer, step_with_movement
 from workbench.train.parent import check_parent
 from workbench.train.recipe import STAGE_KINDS, OptimTable, Recipe
-from workbench.train.resume import keep_metrics_through, restore_newest
+from workbench.train.resume import TrainState, keep_metrics_through, restore_newest
 from workbench.train.sharding import any_rank, reduce_grads
 from workbench.train.steps import STEPS
 from workbench.train.trainer import Trainer
@@ -171,6 +171,21 @@ def test_metrics_are_cut_back_to_the_restored_step(tmp_path):
     assert (tmp_path / rundir.METRICS).read_text() == ""
 
 
+
+def test_the_train_state_writes_what_checkpoints_always_held_and_reads_older_ones():
+    """state.json keeps its keys: the Stage 2 digest only once Stage 2 was set up; a checkpoint written before
+    `last_passing_step` existed resumes with it unset."""
+    state = TrainState()
+    assert state.to_dict() == {"live_projections": None, "live_gate": None, "elapsed_s": 0.0, "optimizer": None,
+                               "last_passing_step": None}
+    state.optimizer, state.stage2_frozen_sha256 = "halting", "ab" * 32
+    assert state.to_dict()["stage2_frozen_sha256"] == "ab" * 32
+    assert TrainState.from_dict({**state.to_dict(), "step": 4}) == state
+    old = TrainState.from_dict({"live_projections": 2, "live_gate": None, "elapsed_s": 1.5, "optimizer": "main"})
+    assert old == TrainState(live_projections=2, elapsed_s=1.5, optimizer="main")
+    state.update({"optimizer": "main"})   # a key the stored state lacks keeps its value
+    assert (state.optimizer, state.stage2_frozen_sha256) == ("main", "ab" * 32)
+
 # ----------------------------------------------------------------------------- movement
 @pytest.mark.parametrize("name", ["adamw", "sgd"])
 def test_the_movement_is_measured_at_the_step_bit_for_bit(tiny, name):
@@ -205,6 +220,7 @@ def test_a_foreach_optimizer_is_refused():
     opt = torch.optim.AdamW([{"params": [p], "name": "x"}], foreach=True)
     with pytest.raises(WorkbenchError, match="per-tensor optimizer"):
         step_with_movement(opt)
+
 
 
 # ----------------------------------------------------------------------------- the trainer's state

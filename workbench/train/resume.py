@@ -4,6 +4,7 @@
   to continue from, and a run that is not finished (its history is kept).
 - `restore_newest`: the newest intact checkpoint (a damaged one gives way to the one before it).
 - `keep_metrics_through`: metrics.jsonl cut back to the restored step, so the resumed run logs each step once.
+- `TrainState`: the trainer's mutable state, every key a checkpoint's state.json holds beside its step.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import difflib
 import json
 from collections.abc import Callable
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
 import tomllib
@@ -20,6 +22,44 @@ from workbench.errors import WorkbenchError
 from workbench.io import write_bytes_atomic
 from workbench.train import rundir
 from workbench.train.recipe import Recipe, dumps
+
+
+@dataclass
+class TrainState:
+    """What a checkpoint saves (state.json, beside "step") and a resume restores: the trainer's mutable state.
+
+    `to_dict` writes the keys checkpoints have always held, so run directories written before this class existed
+    resume and new checkpoints are byte-identical to theirs: `stage2_frozen_sha256` is written only once Stage 2
+    has been set up (it was absent before).
+    """
+
+    live_projections: int | None = None     # the step W_p / W_s (or alpha) first got gradient (liveness)
+    live_gate: int | None = None            # the step the bridge gate first got gradient
+    elapsed_s: float = 0.0                  # training seconds so far, over every resume
+    optimizer: str | None = None            # the optimizer built: "main" or "halting" (None: none yet)
+    last_passing_step: int | None = None    # the last step whose guardrail reading passed
+    stage2_frozen_sha256: str | None = None  # digest of everything but the halting head when Stage 2 began
+
+    def to_dict(self) -> dict:
+        """The state as state.json holds it (without "step")."""
+        out = asdict(self)
+        if out["stage2_frozen_sha256"] is None:
+            del out["stage2_frozen_sha256"]
+        return out
+
+    @classmethod
+    def from_dict(cls, stored: dict) -> TrainState:
+        """The state a checkpoint's state.json holds (its "step" is not state); missing keys take their defaults."""
+        state = cls()
+        state.update(stored)
+        return state
+
+    def update(self, stored: dict) -> None:
+        """Takes every declared key `stored` (a checkpoint's state) holds; keys it lacks keep their value, and a key
+        this class does not declare is not read (no version of the trainer wrote one)."""
+        for f in fields(self):
+            if f.name in stored:
+                setattr(self, f.name, stored[f.name])
 
 
 def check_run_dir(run_dir: Path, recipe_text: str, resume: bool) -> None:

@@ -58,7 +58,7 @@ from workbench.train.optim import (
 )
 from workbench.train.parent import Parent, check_parent
 from workbench.train.recipe import DENSE_KINDS, Recipe, Stage, TaskTable, dumps, mirrored_keys
-from workbench.train.resume import check_run_dir, keep_metrics_through, restore_newest
+from workbench.train.resume import TrainState, check_run_dir, keep_metrics_through, restore_newest
 from workbench.train.sharding import any_rank, reduce_grads, requested_engine, shard_frozen_base
 from workbench.train.steps import STEPS, StepInputs, hashed_seed
 from workbench.train.zero2 import Zero2Optimizer
@@ -109,9 +109,7 @@ class Trainer:
         self.stages = recipe.stages
         self.total = sum(s.steps for s in self.stages)
         self.main_total = sum(s.steps for s in self.stages if s.kind != "halting")
-        # What a checkpoint saves and a resume restores.
-        self.state = {"live_projections": None, "live_gate": None, "elapsed_s": 0.0, "optimizer": None,
-                      "last_passing_step": None}
+        self.state = TrainState()   # what a checkpoint saves and a resume restores
         self.status = "running"
         self.gated = False               # run() holds the output gate: setup() does not take it again
         # Built by setup():
@@ -230,7 +228,7 @@ class Trainer:
         if self.engine == "zero2":   # the same AdamW and groups, partitioned inside a DeepSpeed engine (zero2.py)
             clip = 1.0 if kind == "halting" else r.optim.grad_clip
             self.opt = Zero2Optimizer(self.looped, self.opt, clip, self.acc.num_processes)
-        self.state["optimizer"] = "halting" if kind == "halting" else "main"
+        self.state.optimizer = "halting" if kind == "halting" else "main"
 
     def _freeze_for_stage2(self) -> None:
         """Stage 2 (RecurTrace App. E): asserts only the halting head takes gradient, and records the digest of
@@ -240,7 +238,7 @@ class Trainer:
             raise WorkbenchError(f"Stage 2 must train the halting head alone; {moving[0]} takes gradient")
         if not any(p.requires_grad for p in self.looped.halting.parameters()):
             raise WorkbenchError("Stage 2 has no halting parameter to train")
-        self.state["stage2_frozen_sha256"] = rundir.state_sha256(self.looped)
+        self.state.stage2_frozen_sha256 = rundir.state_sha256(self.looped)
 
     # -------------------------------------------------------------- one step
     def stage_at(self, step: int) -> tuple[int, Stage, int]:
@@ -355,18 +353,18 @@ class Trainer:
         """W_p / W_s (or alpha) must get gradient on the first step through the re-entry; the gate on a
         later one (its gradient is (translated - h) * dL/du, exactly zero until W_p or W_s move)."""
         grads = liveness(self.looped, squares)
-        if self.state["live_projections"] is None:
+        if self.state.live_projections is None:
             need = [n for n in ("prelude_proj.weight", "state_proj.weight", "alpha") if n in grads]
             dead = [n for n in need if grads[n] == 0.0]
             if dead:
                 raise WorkbenchError(f"liveness: the re-entry's {dead[0]} got exactly zero gradient at step {step + 1}")
-            self.state["live_projections"] = step + 1
+            self.state.live_projections = step + 1
             info["liveness"] = grads
-        elif "gate" in grads and self.state["live_gate"] is None:
+        elif "gate" in grads and self.state.live_gate is None:
             if grads["gate"] == 0.0:
                 raise WorkbenchError(f"liveness: the bridge gate got exactly zero gradient at step {step + 1}, "
                                      "after W_p / W_s had moved")
-            self.state["live_gate"] = step + 1
+            self.state.live_gate = step + 1
             info["liveness"] = grads
 
     # -------------------------------------------------------------- the run
@@ -396,7 +394,7 @@ class Trainer:
             self.gated = True   # run() holds the gate
             self.setup()
         start = self._restore() if self.resume else 0
-        t0 = time.perf_counter() - self.state["elapsed_s"]
+        t0 = time.perf_counter() - self.state.elapsed_s
         if start == 0:
             self._evaluate(0)
             if self.recipe.guardrail.enabled and not self._check_guardrail(0):
@@ -406,13 +404,13 @@ class Trainer:
         step = start
         while step < self.total:
             kind = "halting" if self.stage_at(step)[1].kind == "halting" else "main"
-            if self.state["optimizer"] != kind:
+            if self.state.optimizer != kind:
                 self.build_optimizer(kind)
             record = self.step(step)
             step += 1
-            self.state["elapsed_s"] = time.perf_counter() - t0
+            self.state.elapsed_s = time.perf_counter() - t0
             if step % self.recipe.log.every == 0 or step == self.total:
-                self._log({**record, "elapsed_s": round(self.state["elapsed_s"], 2)})
+                self._log({**record, "elapsed_s": round(self.state.elapsed_s, 2)})
             evaluated = step % self.recipe.eval.every == 0 or step == self.total
             if evaluated:
                 self._evaluate(step)
@@ -465,7 +463,7 @@ class Trainer:
             self._log(record)
         passed = any_rank(self.acc, passed, self.device)
         if passed:
-            self.state["last_passing_step"] = step
+            self.state.last_passing_step = step
         return passed
 
     def _stop_by_guardrail(self, step: int) -> dict:
@@ -473,7 +471,7 @@ class Trainer:
         checkpoints after the last passing reading removed, provenance saying so."""
         self.status = STOPPED_BY_GUARDRAIL
         if self.acc.is_main_process:
-            last = self.state["last_passing_step"]
+            last = self.state.last_passing_step
             for old in rundir.checkpoints(self.run_dir):
                 if last is None or old > last:
                     shutil.rmtree(self.run_dir / rundir.CHECKPOINTS / f"step_{old}")
@@ -483,7 +481,7 @@ class Trainer:
                                                                  if last == 0 else f"checkpoints/step_{last}"),
                                      "guardrail": self._guardrail_record(), "precision": self.precision_record,
                                      "device": self.device_record, "lineage": self.lineage,
-                                     "wall_s": round(self.state["elapsed_s"], 1)})
+                                     "wall_s": round(self.state.elapsed_s, 1)})
         self.acc.wait_for_everyone()
         return self._summary(step, finished=False)
 
@@ -495,8 +493,8 @@ class Trainer:
             self.opt.gather_state(keep=self.acc.is_main_process)   # a collective; the main process saves it
         if self.acc.is_main_process:
             rundir.save_checkpoint(self.run_dir, step, self.looped, self.groups, self.opt, self.opt_names,
-                                   self.sched, dict(self.state), keep=self.recipe.checkpoint.keep,
-                                   protect=self.state["last_passing_step"])
+                                   self.sched, self.state.to_dict(), keep=self.recipe.checkpoint.keep,
+                                   protect=self.state.last_passing_step)
         self.acc.wait_for_everyone()
 
     def _load_checkpoint(self, ckpt: Path) -> dict:
@@ -523,7 +521,7 @@ class Trainer:
     def finish(self) -> None:
         """Writes the trained tensors and provenance; asserts a frozen base is bit-for-bit unchanged."""
         base_unchanged = None
-        frozen = self.state.get("stage2_frozen_sha256")
+        frozen = self.state.stage2_frozen_sha256
         if frozen is not None and rundir.state_sha256(self.looped) != frozen:
             raise WorkbenchError("Stage 2 moved a tensor outside the halting head (base, block, re-entry, memory "
                                  "or LoRA changed after Stage 1)")
@@ -545,12 +543,12 @@ class Trainer:
                           "seed": self.recipe.seed, "rows": self.total * self.recipe.optim.batch_size},
             }
             rundir.write_provenance(self.run_dir, manifests, {"recipe": self.recipe.seed, "eval": e.seed},
-                                    {"steps": self.total, "wall_s": round(self.state["elapsed_s"], 1),
+                                    {"steps": self.total, "wall_s": round(self.state.elapsed_s, 1),
                                      "processes": self.acc.num_processes, "base_unchanged": base_unchanged,
                                      # bf16 reductions split by thread count: a bit-for-bit rerun needs the same
                                      "torch_threads": torch.get_num_threads(),
-                                     "liveness": {"projections_step": self.state["live_projections"],
-                                                  "gate_step": self.state["live_gate"]},
+                                     "liveness": {"projections_step": self.state.live_projections,
+                                                  "gate_step": self.state.live_gate},
                                      "stage2_frozen": None if frozen is None else True,
                                      "status": "finished", "precision": self.precision_record,
                                      "device": self.device_record, "engine": self.sharding or self.engine_record,
@@ -563,7 +561,7 @@ class Trainer:
         return {"run_dir": str(self.run_dir), "steps": step, "finished": finished, "status": self.status
                 if not finished else "finished", "guardrail": self._guardrail_record(),
                 "before": evals[0]["acc"] if evals and evals[0]["step"] == 0 else None,
-                "after": evals[-1]["acc"] if evals else None, "wall_s": round(self.state["elapsed_s"], 1),
+                "after": evals[-1]["acc"] if evals else None, "wall_s": round(self.state.elapsed_s, 1),
                 "device": self.device_record}
 
 
