@@ -60,7 +60,7 @@ from workbench.train.parent import Parent, check_parent
 from workbench.train.recipe import DENSE_KINDS, Recipe, Stage, TaskTable, dumps, mirrored_keys
 from workbench.train.resume import TrainState, check_run_dir, keep_metrics_through, restore_newest
 from workbench.train.sharding import any_rank, reduce_grads, requested_engine, shard_frozen_base
-from workbench.train.steps import STEPS, StepInputs, hashed_seed
+from workbench.train.steps import STEPS, StepContext, StepInputs, hashed_seed
 from workbench.train.zero2 import Zero2Optimizer
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
@@ -295,8 +295,10 @@ class Trainer:
         rows = self.rows(step, stage)
         x = StepInputs(step, local, stage, rows, rows[self.acc.process_index::self.acc.num_processes],
                        stage.chain_weight_at(local), self.device, self.tok)
+        run = StepContext(self.recipe.seed, self.recipe.sampler, self.recipe.halting, self.acc.process_index,
+                          self.acc.num_processes, self.halting_cache)
         self.opt.zero_grad(set_to_none=True)
-        out = STEPS[stage.kind](self, x)
+        out = STEPS[stage.kind](self.looped, x, run)
         loss, loops, info = out.loss, out.loops, {"chain_weight": x.chain_weight, **out.info}
         if self.teacher is not None and stage.kind != "halting":
             kl = kl_to_base(self.looped, self._rehearsal(step), self.teacher)
