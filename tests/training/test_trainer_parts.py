@@ -16,6 +16,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.config import RetrofitConfig
 from workbench.tasks.guardrail import GuardrailCounts
 from workbench.train import rundir
+from workbench.train.engine import make_engine
 from workbench.train.guardrail import guardrail_provenance, judge_guardrail, read_guardrail
 from workbench.train.optim import group_rms, make_optimizer, step_with_movement
 from workbench.train.parent import check_parent
@@ -222,6 +223,36 @@ def test_a_foreach_optimizer_is_refused():
         step_with_movement(opt)
 
 
+
+# ----------------------------------------------------------------------------- the engines
+def test_each_engine_records_itself_and_refuses_what_it_cannot_step():
+    """The trainer asks its engine, never which engine it holds: the record, the optimizer check, the readings."""
+    assert make_engine("none", 1).record() == {"engine": "none"} and make_engine("ddp", 2).record() == {"engine": "ddp"}
+    fsdp2 = make_engine("fsdp2", 2)
+    assert fsdp2.record() == {"engine": "fsdp2"} and not fsdp2.reads_on_every_rank   # not sharded before setup
+    zero2 = make_engine("zero2", 2)
+    assert zero2.record()["world_size"] == 2 and zero2.record()["stage"] == 2
+    zero2.check_optimizer("adamw")
+    with pytest.raises(WorkbenchError, match="optim.name = 'sgd' under the zero2 preset"):
+        zero2.check_optimizer("sgd")
+    make_engine("ddp", 2).check_optimizer("sgd")
+
+
+def test_the_local_engine_sums_over_ranks_clips_and_steps_as_before():
+    """One process: backward, the gradient RMS read before clipping, the pre-clip norm, the measured movement."""
+    p = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+    opt = torch.optim.SGD([{"params": [p], "name": "x"}], lr=0.5, foreach=False)
+    engine = make_engine("none", 1)
+
+    class One:
+        num_processes = 1
+
+    total, squares = engine.backward(opt, (p * p).sum() / 2, [p], One(), "cpu")
+    assert float(total) == 12.5 and squares is None and p.grad.tolist() == [3.0, 4.0]
+    update = engine.update(opt, [p], [["p"]], squares, clip=1.0)
+    assert update.grad_norm == 5.0 and update.grad_rms["x"] == pytest.approx(math.sqrt(12.5))
+    assert p.tolist() == pytest.approx([3.0 - 0.5 * 0.6, 4.0 - 0.5 * 0.8])   # clipped to norm 1
+    assert update.move_rms["x"] == pytest.approx(0.5 / math.sqrt(2))
 
 # ----------------------------------------------------------------------------- the trainer's state
 def test_a_trainer_declares_everything_before_setup(tmp_path):

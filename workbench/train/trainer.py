@@ -2,12 +2,14 @@
 
 It reads like a table of contents: `setup` (recipe → base → surgery → groups → parent →
 held-out rows → run files), `run` (for each step: fresh hashed rows, the stage kind's loss
-(`workbench.train.steps.STEPS`), gradients summed over ranks, liveness, clip, step and realized
-movement; periodic held-out evaluation, guardrail and checkpoints), `finish` (trained tensors,
-the base-hash assertion for frozen-base runs, provenance). The parts a test calls on their own:
-`steps` (one loss per stage kind), `guardrail` (read, judge, record), `sharding.reduce_grads`
-(the gradient sum over ranks), `parent.check_parent` (init_from) and `resume` (run directory
-checks, the newest loadable checkpoint).
+(`workbench.train.steps.STEPS`), the engine's backward (gradients summed over ranks), liveness,
+the engine's clip, step and realized movement; periodic held-out evaluation, guardrail and
+checkpoints), `finish` (trained tensors, the base-hash assertion for frozen-base runs,
+provenance). The parts a test calls on their own: `steps` (one loss per stage kind), `engine`
+(one process, DDP, FSDP2 or ZeRO-2: backward, clip, step, the optimizer state a checkpoint
+saves), `guardrail` (read, judge, record), `sharding.reduce_grads` (the gradient sum over
+ranks), `parent.check_parent` (init_from) and `resume` (run directory checks, the newest
+loadable checkpoint, `TrainState`: what a checkpoint saves).
 
 Under `accelerate launch` every rank builds the same global batch from hashed seeds and takes
 its shard; each shard's loss is divided by the global normaliser and gradients are summed
@@ -19,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import math
 import random
 import shutil
 import time
@@ -45,23 +46,16 @@ from workbench.tasks.reader import reads_symbol
 from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
 from workbench.train import rundir
 from workbench.train.compiling import compile_limits
+from workbench.train.engine import Engine, make_engine
 from workbench.train.evaluate import evaluate, evaluate_dense, park_reading
 from workbench.train.guardrail import guardrail_provenance, judge_guardrail, read_guardrail
 from workbench.train.losses import adapter_disabled, halting_sweep, kl_to_base, make_batch
-from workbench.train.optim import (
-    check_prelude_group,
-    group_rms,
-    liveness,
-    lr_factor,
-    make_optimizer,
-    step_with_movement,
-)
+from workbench.train.optim import check_prelude_group, liveness, lr_factor, make_optimizer
 from workbench.train.parent import Parent, check_parent
 from workbench.train.recipe import DENSE_KINDS, Recipe, Stage, TaskTable, dumps, mirrored_keys
 from workbench.train.resume import TrainState, check_run_dir, keep_metrics_through, restore_newest
-from workbench.train.sharding import any_rank, reduce_grads, requested_engine, shard_frozen_base
+from workbench.train.sharding import any_rank, requested_engine
 from workbench.train.steps import STEPS, StepContext, StepInputs, hashed_seed
-from workbench.train.zero2 import Zero2Optimizer
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
 
@@ -88,24 +82,21 @@ class Trainer:
     """One run of one resolved recipe into `run_dir`: setup, train (stages), save.
 
     Everything the run holds is declared here; `setup` builds the model and what depends on it, `build_optimizer`
-    the optimizer of the current stage kind (main or halting).
+    the optimizer of the current stage kind (main or halting). The engine (`workbench.train.engine`) takes each
+    step's backward, clip and update across the processes; without one given, it is the one `accelerate launch`
+    set up (`sharding.requested_engine`).
     """
 
     def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, progress: bool = True,
-                 recipe_dir: Path | None = None, inputs=(), device=None):
+                 recipe_dir: Path | None = None, inputs=(), device=None, engine: Engine | None = None):
         self.recipe, self.run_dir, self.resume, self.progress = recipe, Path(run_dir), resume, progress
         self.inputs = list(inputs)  # files the run reads (the recipe): the output gate never writes over them
         self.recipe_dir = Path(recipe_dir) if recipe_dir is not None else Path.cwd()  # init_from resolves here
         self.acc, self.device = training_accelerator(device)   # --device; each rank's own under accelerate launch
         self.device_record = device_record(device, self.device)
-        self.engine, self.sharding = requested_engine(self.acc.num_processes), None   # ddp / fsdp2 / zero2 (sharding.py)
-        self.engine_record = ({"engine": "zero2", "world_size": self.acc.num_processes, "stage": 2,
-                               "partitioned": "gradients, fp32 master copy and AdamW state of the trained tensors",
-                               "whole": "the trained tensors and the frozen base, on every rank"}
-                              if self.engine == "zero2" else {"engine": self.engine})
-        if self.engine == "zero2" and recipe.optim.name != "adamw":
-            raise WorkbenchError(f"optim.name = '{recipe.optim.name}' under the zero2 preset: ZeRO-2 here partitions "
-                                 "AdamW's state only; use optim.name = 'adamw' or --preset ddp")
+        n = self.acc.num_processes
+        self.engine = engine if engine is not None else make_engine(requested_engine(n), n)
+        self.engine.check_optimizer(recipe.optim.name)   # before anything is written
         self.stages = recipe.stages
         self.total = sum(s.steps for s in self.stages)
         self.main_total = sum(s.steps for s in self.stages if s.kind != "halting")
@@ -179,8 +170,7 @@ class Trainer:
                 layer.compile()
         if self.parent is not None:
             rundir.load_trained(self.looped, self.parent.dir / rundir.TRAINABLE, self.parent.groups)
-        if self.engine == "fsdp2":   # last: the frozen layers outside the block sharded, the block kept whole
-            self.sharding = shard_frozen_base(self.looped)
+        self.engine.prepare(self.looped)   # last (fsdp2: the frozen layers outside the block sharded)
 
     def _set_precision(self) -> None:
         """Frozen weights to bf16 once (trained groups stay fp32) when the recipe asks and the hardware has it."""
@@ -205,9 +195,10 @@ class Trainer:
         return teacher
 
     def build_optimizer(self, kind: str) -> None:
-        """The main optimizer (every trained group but the halting head) or Stage 2's (head only)."""
-        if isinstance(self.opt, Zero2Optimizer):
-            self.opt.close()   # its DeepSpeed engine's gradient hooks go with it
+        """The main optimizer (every trained group but the halting head) or Stage 2's (head only), as the engine
+        steps it (`Engine.wrap`)."""
+        if self.opt is not None:
+            self.engine.release(self.opt)
         for p in self.looped.parameters():
             p.requires_grad_(False)
         r = self.recipe
@@ -225,10 +216,12 @@ class Trainer:
             factor = lr_factor(r.optim.warmup_steps, self.main_total, r.optim.schedule)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
         self.params = [p for g in self.opt.param_groups for p in g["params"]]
-        if self.engine == "zero2":   # the same AdamW and groups, partitioned inside a DeepSpeed engine (zero2.py)
-            clip = 1.0 if kind == "halting" else r.optim.grad_clip
-            self.opt = Zero2Optimizer(self.looped, self.opt, clip, self.acc.num_processes)
+        self.opt = self.engine.wrap(self.looped, self.opt, self.clip(kind))
         self.state.optimizer = "halting" if kind == "halting" else "main"
+
+    def clip(self, kind: str) -> float:
+        """The gradient clipping norm of a stage kind's steps (0: none): Stage 2 clips the head at 1."""
+        return 1.0 if kind == "halting" else self.recipe.optim.grad_clip
 
     def _freeze_for_stage2(self) -> None:
         """Stage 2 (RecurTrace App. E): asserts only the halting head takes gradient, and records the digest of
@@ -304,35 +297,20 @@ class Trainer:
             kl = kl_to_base(self.looped, self._rehearsal(step), self.teacher)
             info["kl_base"] = round(float(kl.detach()), 6)
             loss = loss + self.recipe.preserve.kl_weight * kl
-        zero2 = isinstance(self.opt, Zero2Optimizer)   # DeepSpeed reduces (an average, the loss scaled to a sum)
-        if zero2:
-            total_loss = self.opt.backward(loss)
-            squares = self.opt.grad_squares()          # of the full gradients, as one process reads them
-        else:
-            loss.backward()
-            total_loss = reduce_grads(self.acc, self.params, loss.detach(), self.device)
-            squares = None
+        total_loss, squares = self.engine.backward(self.opt, loss, self.params, self.acc, self.device)
         if not torch.isfinite(total_loss):
             self._stop_non_finite(step, f"the loss is {float(total_loss)}")
         if stage.kind != "halting" and loops >= 2 and "reentry" in self.groups:
             self._check_liveness(step, info, squares)
-        clip = self.recipe.optim.grad_clip if stage.kind != "halting" else 1.0
         lr = {g["name"]: g["lr"] for g in self.opt.param_groups}
-        if zero2:   # DeepSpeed clips inside its step, on the same global norm
-            grad_rms = self.opt.group_rms(squares)
-            norm = math.sqrt(sum(squares.values())) if clip > 0 else float("nan")
-            move = self.opt.step_with_movement(self.opt_names)
-        else:
-            grad_rms = group_rms(self.opt, lambda p: p.grad)
-            norm = float(torch.nn.utils.clip_grad_norm_(self.params, clip)) if clip > 0 else float("nan")
-            move = step_with_movement(self.opt)
+        update = self.engine.update(self.opt, self.params, self.opt_names, squares, self.clip(stage.kind))
         self.sched.step()
         bad = next((self._param_name(p) for p in self.params if not torch.isfinite(p).all()), None)
         if bad is not None:
             self._stop_non_finite(step, f"the update made trained tensor '{bad}' non-finite")
         return {"kind": "train", "step": step + 1, "stage": stage.name or stage.kind, "loops": loops,
-                "loss": float(total_loss), "lr": lr, "grad_norm": float(norm),
-                "grad_rms": grad_rms, "move_rms": move, **info}
+                "loss": float(total_loss), "lr": lr, "grad_norm": float(update.grad_norm),
+                "grad_rms": update.grad_rms, "move_rms": update.move_rms, **info}
 
     def _param_name(self, param) -> str:
         """The name of a trained parameter, as in `LoopedLM.named_parameters()`."""
@@ -441,7 +419,7 @@ class Trainer:
 
     def _evaluate(self, step: int) -> None:
         """Depth × loop active-label accuracy on the held-out rows, into metrics.jsonl (main process)."""
-        if self.acc.is_main_process or self.sharding:   # a sharded base reads on every rank (all-gathers)
+        if self.acc.is_main_process or self.engine.reads_on_every_rank:   # a sharded base all-gathers
             kinds = self.recipe.kinds
             dense = next((k for k in DENSE_KINDS if k in kinds), None)
             past = self.recipe.sampler.max if "park" in kinds else None   # a park run: also read past d
@@ -458,7 +436,7 @@ class Trainer:
     def _check_guardrail(self, step: int) -> bool:
         """Scores the guardrail at loop 1 against the base; logs it; returns whether the run may go on."""
         passed = True
-        if self.acc.is_main_process or self.sharding:
+        if self.acc.is_main_process or self.engine.reads_on_every_rank:
             now = read_guardrail(self.looped, self.tok)
             passed, record = judge_guardrail(self.guardrail_base, now, self.recipe.guardrail.max_drop, step)
             self.latest_guardrail = f"{now.correct}/{now.total}"
@@ -491,8 +469,7 @@ class Trainer:
         return guardrail_provenance(self.guardrail_base, self.run_dir / rundir.METRICS, self.recipe.guardrail.max_drop)
 
     def _checkpoint(self, step: int) -> None:
-        if isinstance(self.opt, Zero2Optimizer):
-            self.opt.gather_state(keep=self.acc.is_main_process)   # a collective; the main process saves it
+        self.engine.before_save(self.opt, keep=self.acc.is_main_process)   # every rank; the main process saves
         if self.acc.is_main_process:
             rundir.save_checkpoint(self.run_dir, step, self.looped, self.groups, self.opt, self.opt_names,
                                    self.sched, self.state.to_dict(), keep=self.recipe.checkpoint.keep,
@@ -553,7 +530,7 @@ class Trainer:
                                                   "gate_step": self.state.live_gate},
                                      "stage2_frozen": None if frozen is None else True,
                                      "status": "finished", "precision": self.precision_record,
-                                     "device": self.device_record, "engine": self.sharding or self.engine_record,
+                                     "device": self.device_record, "engine": self.engine.record(),
                                      "guardrail": self._guardrail_record(), "lineage": self.lineage})
         self.acc.wait_for_everyone()
 
