@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from workbench.loop.looped import LoopedLM
-    from workbench.native.contract import NativeLoopedLM
+    from workbench.models.native.contract import NativeLoopedLM
 
 COLUMNS = ("prompt_index", "prompt", "loops", "text", "tokens", "n_tokens", "cached", "stopped")
 DEFAULT_LOOPS = (1, 2, 4, 8)

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from workbench.loop.looped import LoopedLM
-    from workbench.native.contract import NativeLoopedLM
+    from workbench.models.native.contract import NativeLoopedLM
 
 LENSES = ("coda", "raw", "tuned")
 COLUMNS = ("prompt_index", "position", "input_token", "loop", "lens", "kind", "k", "token_id", "token", "rank",

@@ -48,7 +48,7 @@ from workbench.io import (
     read_toml,
     write_json_atomic,
 )
-from workbench.native import native_family
+from workbench.models.native import native_family
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows

@@ -31,7 +31,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from workbench.errors import WorkbenchError
 from workbench.loop.components import hooked as hooked  # re-exported: the adapters' "is this hook point hooked?"
-from workbench.loop.hooks import FAMILY_SITES, StrictHookNames
+from workbench.loop.hooks import StrictHookNames
 from workbench.loop.looped import LoopedLM, LoopedOutput, LoopReadout, _Site
 from workbench.loop.positions import position_ids
 
@@ -74,6 +74,7 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
     n_layers: int
     native_loops: int
     max_loops: int
+    sites: tuple[str, ...]   # the hook sites the family has (names of workbench.loop.hooks.SITES)
 
     @property
     def config(self):
@@ -107,10 +108,6 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
     output_class = BaseModelOutputWithPast  # what the family's text model returns (generate reads it)
 
     # ----------------------------------------------------------------- checks
-    @property
-    def sites(self) -> tuple[str, ...]:
-        return FAMILY_SITES[self.family]
-
     def _check_hook_names(self, names) -> None:
         unknown = [n for n in names if isinstance(n, str) and n not in self.hook_dict]
         if unknown:
