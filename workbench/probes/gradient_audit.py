@@ -92,6 +92,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 SPEC = ProbeSpec(
     name="gradient_audit", run=run, summarize=summarize, headline=headline,
     needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start"),
+    requires=("trained_adapters",),
     title="Gradient audit",
     about="Gradient reaching each parameter group per loop, checked against finite differences.",
     figures=(

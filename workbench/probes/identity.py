@@ -201,6 +201,7 @@ def _guardrail(g: pd.DataFrame, words: list[str]) -> list[Number]:
 SPEC = ProbeSpec(
     name="identity", run=run, summarize=summarize, headline=headline,
     needs=("prompt",),
+    requires=("base_identity",),
     title="Loop-1 identity",
     about="max |Δlogit| at loop 1 against a plain forward: 0.0 exactly in fp32 for the checkpoint against its own "
           "weights and for fresh retrofits; against the untouched base it measures how much training changed loop 1.",

@@ -136,6 +136,7 @@ def headline(tables: dict[str, pd.DataFrame]) -> Headline:
 SPEC = ProbeSpec(
     name="latency", run=run, summarize=summarize, headline=headline,
     needs=("prompt", "symbols"),
+    requires=("dense_loop_cost",),
     title="Latency",
     about="Measured cost ratios against the ratios the layer count predicts.",
     figures=(
