@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/training_step.py [--model smollm2-135m-instruct] [--quick]
 
 Both steps train the same tensors (the looped block and the re-entry, the recipe default:
-`workbench.train.rundir.trained_groups(config, block_trainable=True)`) with the trainer's own
+`workbench.runs.trained_groups(config, block_trainable=True)`) with the trainer's own
 optimizer (`workbench.train.optim.make_optimizer`, AdamW, recipe defaults), clip the gradient
 norm at the recipe default, and optimise the same loss: per-loop cross-entropy over the
 task's candidate symbols at the answer position (`workbench.train.losses.chain_loss`).
@@ -36,10 +36,10 @@ QUICK = dict(batch=2, depth=2, alphabet=8, reps=2, warmup=1)
 
 def setup(looped, tok, batch_size: int, depth: int, alphabet: int, seed: int):
     """Returns (batch, optimizer, trained params, clip) as the trainer would build them."""
+    from workbench.runs import trained_groups
     from workbench.train.losses import make_batch
     from workbench.train.optim import make_optimizer
     from workbench.train.recipe import OptimTable
-    from workbench.train.rundir import trained_groups
 
     rows = common.chase_rows(tok, batch_size, alphabet, seed, depths=range(1, depth + 1))
     batch = make_batch(rows, tok)

@@ -50,7 +50,7 @@ def check_identity(device, args) -> str:
     from workbench.defaults import EMBEDDED_DEFAULT
     from workbench.loop.identity import identity_report
     from workbench.models import load_base
-    from workbench.train.rundir import read_retrofit
+    from workbench.runs import read_retrofit
 
     block = read_retrofit(resolve_run(DEFAULT_KEEPER))[1].block
     base, tok = load_base(EMBEDDED_DEFAULT)
@@ -101,9 +101,9 @@ def check_demo(device, args) -> str:
 
 def check_adaptive(device, args) -> str:
     from workbench.loop.halting import HaltPolicy
+    from workbench.runs import load_run
     from workbench.tasks.manifest import read_manifest
     from workbench.tasks.reader import encode_prompts, row_candidates
-    from workbench.train.rundir import load_run
 
     looped, tok, _ = load_run(KEEPER_ORACLE)
     looped.to(device)

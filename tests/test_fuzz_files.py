@@ -155,7 +155,7 @@ VALUES = (st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.text(m
 @FEW
 @given(field=st.sampled_from(FIELDS), value=VALUES, delete=st.booleans())
 def test_an_edited_retrofit_record(tiny_run, tmp_path_factory, field, value, delete):  # noqa: F811
-    from workbench.train.rundir import load_run
+    from workbench.runs import load_run
 
     run = tmp_path_factory.mktemp("r") / "run"
     shutil.copytree(tiny_run, run)
@@ -179,7 +179,7 @@ def test_an_edited_retrofit_record(tiny_run, tmp_path_factory, field, value, del
 @FEW
 @given(name=st.sampled_from(["retrofit.json", "provenance.json"]), cut=st.floats(0.0, 0.99))
 def test_a_truncated_run_file(tiny_run, tmp_path_factory, name, cut):  # noqa: F811
-    from workbench.train.rundir import load_run
+    from workbench.runs import load_run
 
     run = tmp_path_factory.mktemp("r") / "run"
     shutil.copytree(tiny_run, run)
@@ -259,7 +259,7 @@ def test_max_loops_is_refused_before_any_hook_is_allocated(max_loops):
 def test_a_prompt_longer_than_the_model_is_refused(tiny_run):  # noqa: F811
     import torch
 
-    from workbench.train.rundir import load_run
+    from workbench.runs import load_run
 
     looped, _, _ = load_run(tiny_run)
     n = looped.config.max_position_embeddings + 1

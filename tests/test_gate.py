@@ -88,10 +88,10 @@ def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
 
     for module in ("workbench.train.trainer", "workbench.probes.battery", "workbench.plots.export", "workbench.analysis.claims",
                    "workbench.plots.report", "workbench.selection.stage1", "workbench.loop.identity", "workbench.tasks.manifest",
-                   "workbench.train.rundir"):
+                   "workbench.runs"):
         importlib.import_module(module)  # imported before the patch: none binds the patched load_base for good
     monkeypatch.setattr(io.Gate, "_decide", reached)
-    for module in ("workbench.models", "workbench.train.trainer", "workbench.train.rundir"):
+    for module in ("workbench.models", "workbench.models.bases", "workbench.train.trainer", "workbench.runs"):
         monkeypatch.setattr(f"{module}.load_base", no_work)
     before = checksums(tmp_path)
     for name in writers:
@@ -350,7 +350,7 @@ def test_a_shard_index_may_not_leave_the_model_directory(tmp_path):
 
 
 def test_export_run_goes_through_the_gate_and_never_into_its_own_run(monkeypatch, tmp_path):
-    from workbench.train.rundir import export_run
+    from workbench.runs import export_run
 
     run = tmp_path / "run"
     shutil.copytree(KEEPER, run, ignore=shutil.ignore_patterns("arms", "battery", "final", "loops"))

@@ -227,3 +227,12 @@ def test_the_length_check_finds_a_long_module(tmp_path):
     (tmp_path / "pkg" / "short.py").write_text("x = 1\n" * 600)
     (tmp_path / "pkg" / "long.py").write_text("x = 1\n" * 601)
     assert long_modules(tmp_path / "pkg") == ["pkg/long.py (601)"]
+
+
+def test_the_run_format_is_read_without_the_trainer():
+    """`workbench.runs` owns the run directory's format and reads runs; training writes them through
+    `workbench.train.rundir`, which imports it. Nothing the reading side reaches is training code."""
+    graph = import_graph(PACKAGE)
+    assert "workbench.runs" in graph["workbench.train.rundir"]
+    assert not sorted(d for d in reachable(graph, "workbench.runs") if d.startswith(("workbench.train",
+                                                                                      "workbench.selection")))

@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from workbench.train.rundir import load_run, verify_files
+from workbench.runs import load_run, verify_files
 from workbench.train.trainer import train
 
 # LoRA on the looped block (frozen base): under fsdp2 the layers outside the block are sharded.

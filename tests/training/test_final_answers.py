@@ -14,10 +14,10 @@ import pytest
 from workbench.analysis.arms import compare_arms, load_arm
 from workbench.models import load_base
 from workbench.plots.arms import controls_figure
+from workbench.runs import load_run
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.manifest import write_manifest
 from workbench.tasks.reader import read_rows
-from workbench.train.rundir import load_run
 from workbench.train.trainer import train
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ KEEPER = Path(__file__).resolve().parents[2] / "training" / "keepers" / "smollm2
 
 @pytest.mark.slow
 def test_keeper_loads_and_reproduces_its_held_out_accuracy():
+    from workbench.runs import base_sha256, load_run
     from workbench.tasks.chase import chase_rows
     from workbench.train.evaluate import evaluate
-    from workbench.train.rundir import base_sha256, load_run
 
     looped, tok, info = load_run(KEEPER, precision="recorded")  # its evaluations ran in the training precision
     assert info["provenance"]["base_unchanged"] is True

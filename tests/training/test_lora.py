@@ -10,8 +10,8 @@ from safetensors.torch import load_file
 
 from workbench.errors import WorkbenchError
 from workbench.models import load_base, weights_sha256
+from workbench.runs import base_sha256, load_run
 from workbench.train.recipe import Recipe
-from workbench.train.rundir import base_sha256, load_run
 from workbench.train.trainer import Trainer
 
 

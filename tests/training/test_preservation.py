@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import load_file
 
 from workbench.errors import WorkbenchError
+from workbench.runs import CHECKPOINTS, load_run, verify_files
 from workbench.tasks.guardrail import GUARDRAIL_VERSION, guardrail_rows
 from workbench.tasks.rehearsal import (
     FAMILIES,
@@ -20,7 +21,7 @@ from workbench.tasks.rehearsal import (
     rehearsal_texts,
 )
 from workbench.train.losses import adapter_disabled, kl_to_base
-from workbench.train.rundir import CHECKPOINTS, checkpoints, load_run, verify_files
+from workbench.train.rundir import checkpoints
 from workbench.train.trainer import train
 
 

@@ -13,7 +13,7 @@ from workbench.errors import WorkbenchError
 from workbench.io import sha256_file
 from workbench.loop.surgery import parameter_groups
 from workbench.models import load_base, weights_sha256
-from workbench.train.rundir import load_run
+from workbench.runs import load_run
 
 
 def copy_run(finished_run, tmp_path):
@@ -120,7 +120,7 @@ def test_trained_tensors_are_exactly_the_trained_groups(finished_run):
 
 
 def test_export_ships_a_loadable_run_without_checkpoints(finished_run, tmp_path):
-    from workbench.train.rundir import export_run
+    from workbench.runs import export_run
 
     keeper = export_run(finished_run, tmp_path / "keeper")
     assert {p.name for p in keeper.iterdir()} == {"trainable.safetensors", "retrofit.json", "recipe.toml",

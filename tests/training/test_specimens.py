@@ -18,9 +18,9 @@ MANIFEST = ROOT / "probes" / "chase_n8_d1-7.jsonl"
 def test_a_specimen_rereads_its_committed_depth_matrix(specimen, depth, n):
     """The depth just past each support (where a wrong load or a changed reader would show first): `n` rows at
     every loop 1..d read again from the committed trainable tensors give the committed predictions."""
+    from workbench.runs import load_run
     from workbench.tasks.manifest import read_manifest, rows_sha256
     from workbench.tasks.reader import read_rows
-    from workbench.train.rundir import load_run
 
     run = ROOT / "training" / "keepers" / specimen
     committed = pd.read_parquet(run / "arms" / "depth_matrix.parquet")
@@ -46,9 +46,9 @@ def test_a_dense_control_rereads_its_committed_final_answers(specimen, kind):
     committed tensors give the committed answers (scripts/final_answers.py wrote them)."""
     import json
 
+    from workbench.runs import load_run
     from workbench.tasks.manifest import read_manifest
     from workbench.train.dense import read_direct, read_scratchpad
-    from workbench.train.rundir import load_run
 
     run = ROOT / "training" / "keepers" / specimen
     record = json.loads((run / "final" / "final.json").read_text())
@@ -70,8 +70,8 @@ def test_the_halting_specimen_rereads_its_heads_continue_probabilities():
     from safetensors.torch import load_file
 
     from workbench.probes.common import read_final
+    from workbench.runs import load_run
     from workbench.tasks.manifest import read_manifest
-    from workbench.train.rundir import load_run
 
     run = ROOT / "training" / "halting" / "keeper-oracle"
     committed = pd.read_parquet(run / "halting" / "halting__rows.parquet")
@@ -96,9 +96,9 @@ def test_the_state_query_plain_arm_rereads_its_committed_loop_accuracy(specimen)
     """The memory-vs-plain claim on state tracking reads `loops/loop_accuracy.parquet`: 16 rows of depth 5 (past
     the support) read again at loops 1-8 from the plain arm's committed tensors give the committed predictions,
     at both doses (the memory arms' tensors are not committed; see test_tensorless_specimens.py)."""
+    from workbench.runs import load_run
     from workbench.tasks.manifest import read_manifest
     from workbench.tasks.reader import read_rows
-    from workbench.train.rundir import load_run
 
     run = ROOT / "training" / "keepers" / specimen
     committed = pd.read_parquet(run / "loops" / "loop_accuracy.parquet")
@@ -115,9 +115,9 @@ def test_the_park_model_rereads_its_committed_overshoot_cells():
     """The Stage 1 model the park-* ledger rows read (issue 33 item 3): 8 rows per overshoot depth (1-3), read again
     from the committed tensors to loop d + 5, give the committed predictions and classes (park / iterate / other),
     and the model holds the answer on those rows past d, where iterate and park differ."""
+    from workbench.runs import load_run
     from workbench.tasks.manifest import read_manifest
     from workbench.tasks.reader import read_rows
-    from workbench.train.rundir import load_run
 
     run = ROOT / "training" / "keepers" / "smollm2-chase-park-count"
     committed = pd.read_parquet(run / "battery" / "overshoot.parquet")

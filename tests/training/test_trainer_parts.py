@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from tests.training.conftest import TINY_RECIPE
+from workbench import runs
 from workbench.errors import WorkbenchError
 from workbench.loop.config import RetrofitConfig
 from workbench.tasks.guardrail import GuardrailCounts
-from workbench.train import rundir
 from workbench.train.engine import make_engine
 from workbench.train.guardrail import guardrail_provenance, judge_guardrail, read_guardrail
 from workbench.train.optim import group_rms, make_optimizer, step_with_movement
@@ -116,7 +116,7 @@ def test_reduce_grads_sums_over_ranks_and_keeps_an_untouched_tensor_none():
 
 # ----------------------------------------------------------------------------- the parent (init_from)
 def test_check_parent_accepts_its_own_retrofit_and_refuses_another(finished_run):
-    record = json.loads((finished_run / rundir.RETROFIT).read_text())
+    record = json.loads((finished_run / runs.RETROFIT).read_text())
     config = RetrofitConfig.from_dict(record["settings"])
     groups, base = record["trained_groups"], record["base"]["sha256"]
     parent = check_parent(str(finished_run), Path("/nonexistent"), base, config, groups, halting_only=False)
@@ -136,7 +136,7 @@ def test_check_parent_accepts_its_own_retrofit_and_refuses_another(finished_run)
 
 
 def test_a_halting_only_child_may_add_a_head_to_its_parent(finished_run):
-    record = json.loads((finished_run / rundir.RETROFIT).read_text())
+    record = json.loads((finished_run / runs.RETROFIT).read_text())
     with_head = RetrofitConfig.from_dict({**record["settings"], "halting": True})
     groups = [*record["trained_groups"], "halting"]
     parent = check_parent(str(finished_run), Path("."), record["base"]["sha256"], with_head, groups,
@@ -149,7 +149,7 @@ def test_a_halting_only_child_may_add_a_head_to_its_parent(finished_run):
 # ----------------------------------------------------------------------------- checkpoints
 def test_restore_takes_the_newest_checkpoint_that_loads(tmp_path):
     for step in (2, 4, 6):
-        (tmp_path / rundir.CHECKPOINTS / f"step_{step}").mkdir(parents=True)
+        (tmp_path / runs.CHECKPOINTS / f"step_{step}").mkdir(parents=True)
 
     def load(ckpt: Path) -> dict:
         if ckpt.name == "step_6":
@@ -165,11 +165,11 @@ def test_restore_takes_the_newest_checkpoint_that_loads(tmp_path):
 
 def test_metrics_are_cut_back_to_the_restored_step(tmp_path):
     lines = [json.dumps({"kind": "train", "step": s}) for s in (1, 2, 3)]
-    (tmp_path / rundir.METRICS).write_text("\n".join(lines) + '\n{"kind": "tra')   # the last line cut by a kill
+    (tmp_path / runs.METRICS).write_text("\n".join(lines) + '\n{"kind": "tra')   # the last line cut by a kill
     keep_metrics_through(tmp_path, 2)
-    assert (tmp_path / rundir.METRICS).read_text() == lines[0] + "\n" + lines[1] + "\n"
+    assert (tmp_path / runs.METRICS).read_text() == lines[0] + "\n" + lines[1] + "\n"
     keep_metrics_through(tmp_path, 0)
-    assert (tmp_path / rundir.METRICS).read_text() == ""
+    assert (tmp_path / runs.METRICS).read_text() == ""
 
 
 

@@ -7,7 +7,7 @@ a trained run, its untrained control and a fresh retrofit:
 
     looped = retrofit(base, RetrofitConfig.from_dict(record["settings"]))
 
-Trained tensors are not part of it: they load on top (`workbench.train.rundir.load_run`).
+Trained tensors are not part of it: they load on top (`workbench.runs.load_run`).
 """
 
 from __future__ import annotations

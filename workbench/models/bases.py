@@ -216,9 +216,12 @@ def _load_tiny(name: str, dtype: torch.dtype, attn: str):
 
 
 def weights_sha256(model: torch.nn.Module) -> str:
-    """SHA-256 over the model's named parameters and buffers (names, shapes and bytes), in order."""
+    """SHA-256 over the model's named parameters and buffers (names, shapes and bytes), in order; a sharded
+    tensor hashes its full value."""
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
+        if hasattr(tensor, "full_tensor"):   # an FSDP2-sharded tensor: its full value (a collective on every rank)
+            tensor = tensor.full_tensor()
         t = tensor.detach().to("cpu").contiguous()
         h.update(name.encode())
         h.update(json.dumps([list(t.shape), str(t.dtype)]).encode())

@@ -40,13 +40,13 @@ import torch
 from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
+from workbench import runs
 from workbench.analysis.stats import bootstrap_mean, paired_bootstrap, wilson
 from workbench.errors import WorkbenchError
 from workbench.io import read_json, read_toml, sha256_bytes, write_json_atomic
 from workbench.models.bases import load_base
 from workbench.selection.stage1 import split_texts, task_rows, window_ablation
 from workbench.tasks import build_rows
-from workbench.train import rundir
 from workbench.train.losses import make_batch
 from workbench.train.recipe import Recipe, apply_overrides, dumps
 from workbench.train.trainer import STOPPED_BY_GUARDRAIL, Trainer, task_options
@@ -335,19 +335,19 @@ def save_reading(path: Path, reading: dict) -> None:
 # ------------------------------------------------------------------ the sweep
 def run_status(run_dir: Path) -> str | None:
     """'finished', 'stopped_by_guardrail', 'partial' (a run there, resumable) or None (no run yet)."""
-    prov = run_dir / rundir.PROVENANCE
+    prov = run_dir / runs.PROVENANCE
     if prov.is_file():
         status = read_json(prov, "run provenance").get("status")
         if status in ("finished", STOPPED_BY_GUARDRAIL):
             return status
-    return "partial" if (run_dir / rundir.RECIPE).is_file() else None
+    return "partial" if (run_dir / runs.RECIPE).is_file() else None
 
 
 def _train_one(recipe: Recipe, run_dir: Path, recipe_path: Path, progress: bool, device) -> str:
     status = run_status(run_dir)
     if status in ("finished", STOPPED_BY_GUARDRAIL):
         return status
-    if status == "partial" and (run_dir / rundir.RECIPE).read_text() != dumps(recipe):
+    if status == "partial" and (run_dir / runs.RECIPE).read_text() != dumps(recipe):
         raise WorkbenchError(f"{run_dir}: the run there was trained from another recipe; choose another --out")
     summary = Trainer(recipe, run_dir, resume=status == "partial", progress=progress,
                       recipe_dir=recipe_path.resolve().parent, inputs=[recipe_path], device=device).run()
@@ -357,7 +357,7 @@ def _train_one(recipe: Recipe, run_dir: Path, recipe_path: Path, progress: bool,
 def _reading(run_dir: Path, recipe: Recipe, cache: Path, device) -> dict:
     if cache.is_file():
         return read_json(cache, "Stage 2 reading")
-    looped, tok, _ = rundir.load_run(run_dir, precision="recorded")
+    looped, tok, _ = runs.load_run(run_dir, precision="recorded")
     looped.to(device)
     reading = read_candidate(looped, tok, ranking_rows(recipe, tok))
     save_reading(cache, reading)
@@ -365,7 +365,7 @@ def _reading(run_dir: Path, recipe: Recipe, cache: Path, device) -> dict:
 
 
 def _run_record(run_dir: Path, status: str) -> dict:
-    prov = read_json(run_dir / rundir.PROVENANCE, "run provenance")
+    prov = read_json(run_dir / runs.PROVENANCE, "run provenance")
     guard = prov.get("guardrail") or {}
     return {"dir": str(Path(RUNS) / run_dir.name), "status": status, "wall_s": prov.get("wall_s"),
             "guardrail": {k: guard.get(k) for k in ("base", "final", "max_drop")} if guard else None}
@@ -444,19 +444,19 @@ def rebuild(out: Path) -> dict:
     rows, stages = [], None
     for c in wanted["candidates"]:
         cand = Candidate(*(int(x) for x in c["window"].split(":")), c["role"])
-        readings, runs = [], []
+        readings, records = [], []
         for s in range(wanted["seeds"]):
             run_dir = out / RUNS / cand.run_name(s)
             status = run_status(run_dir)
             if status in (None, "partial"):
                 continue
             if stages is None:
-                stages = read_toml(run_dir / rundir.RECIPE, "recipe")["stages"]
-            runs.append(_run_record(run_dir, status))
+                stages = read_toml(run_dir / runs.RECIPE, "recipe")["stages"]
+            records.append(_run_record(run_dir, status))
             cache = out / READINGS / f"{cand.run_name(s)}.json"
             readings.append(read_json(cache, "Stage 2 reading") if status == "finished" else None)
-        if runs:
-            rows.append(summarize(cand.name, cand.role, readings, runs, wanted.get("cells", "all")))
+        if records:
+            rows.append(summarize(cand.name, cand.role, readings, records, wanted.get("cells", "all")))
     if not rows:
         raise WorkbenchError(f"{out}: no candidate of the sweep has finished; run it with --resume")
     table = order(rows)

@@ -2,7 +2,7 @@
 
 `check_parent` verifies the parent's files against its provenance, then that it was trained on the same base, with
 the same retrofit and the same trained groups as the run about to start; it returns the parent's directory, the
-groups its trainable.safetensors holds (what `rundir.load_trained` loads strictly) and the lineage the run records.
+groups its trainable.safetensors holds (what `runs.load_trained` loads strictly) and the lineage the run records.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from pathlib import Path
 
 import tomllib
 
+from workbench import runs
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file
 from workbench.loop.config import RetrofitConfig
-from workbench.train import rundir
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def check_parent(parent: str, recipe_dir: Path, base_hash: str, config: Retrofit
     Args:
         parent: the recipe's `init_from`.
         recipe_dir: the recipe file's directory (a relative `init_from` resolves there first).
-        base_hash: `rundir.base_sha256` of the child's base.
+        base_hash: `runs.base_sha256` of the child's base.
         halting_only: every stage of the child is a halting stage. Stage 2 alone may add a halting head to a parent
             trained without one (RecurTrace App. E freezes everything else, so the parent's tensors load strictly
             and the head starts from its own init).
@@ -55,8 +55,8 @@ def check_parent(parent: str, recipe_dir: Path, base_hash: str, config: Retrofit
         WorkbenchError: a missing or damaged parent, another base, another retrofit, or other trained groups.
     """
     parent_dir = find_parent(parent, recipe_dir)
-    prov = rundir.verify_files(parent_dir)
-    record = json.loads((parent_dir / rundir.RETROFIT).read_text())
+    prov = runs.verify_files(parent_dir)
+    record = json.loads((parent_dir / runs.RETROFIT).read_text())
     if record["base"]["sha256"] != base_hash:
         raise WorkbenchError(f"init_from: '{parent}' was trained on base {record['base']['sha256'][:12]}..., this "
                              f"recipe's base is {base_hash[:12]}...")
@@ -75,8 +75,8 @@ def check_parent(parent: str, recipe_dir: Path, base_hash: str, config: Retrofit
     parent_groups = [g for g in groups if g not in added]
     if record["trained_groups"] != parent_groups:
         raise WorkbenchError(f"init_from: '{parent}' trained {record['trained_groups']}, this recipe trains {groups}")
-    lineage = [{"run": parent, "name": tomllib.loads((parent_dir / rundir.RECIPE).read_text()).get("name"),
-                "provenance_sha256": sha256_file(parent_dir / rundir.PROVENANCE),
-                "trainable_sha256": prov["files"][rundir.TRAINABLE], "halting_head_added": adds_head}
+    lineage = [{"run": parent, "name": tomllib.loads((parent_dir / runs.RECIPE).read_text()).get("name"),
+                "provenance_sha256": sha256_file(parent_dir / runs.PROVENANCE),
+                "trainable_sha256": prov["files"][runs.TRAINABLE], "halting_head_added": adds_head}
                | ({"loop_codes_added": True} if adds_codes else {})]
     return Parent(parent_dir, parent_groups, {"parents": lineage + (prov.get("lineage") or {}).get("parents", [])})

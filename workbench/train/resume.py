@@ -18,6 +18,7 @@ from pathlib import Path
 import tomllib
 from safetensors import SafetensorError
 
+from workbench import runs
 from workbench.errors import WorkbenchError
 from workbench.io import write_bytes_atomic
 from workbench.train import rundir
@@ -69,13 +70,13 @@ def check_run_dir(run_dir: Path, recipe_text: str, resume: bool) -> None:
     this version's defaults, so a run started before a new option existed (written without its key) resumes when
     the option keeps its default.
     """
-    recipe_file = Path(run_dir) / rundir.RECIPE
+    recipe_file = Path(run_dir) / runs.RECIPE
     if not resume:
-        if recipe_file.exists() or (Path(run_dir) / rundir.CHECKPOINTS).exists():
+        if recipe_file.exists() or (Path(run_dir) / runs.CHECKPOINTS).exists():
             raise WorkbenchError(f"run directory '{run_dir}' already holds a run; pass --resume or another --out")
         return
     if not recipe_file.is_file():
-        raise WorkbenchError(f"--resume: '{run_dir}' holds no {rundir.RECIPE}; nothing to resume")
+        raise WorkbenchError(f"--resume: '{run_dir}' holds no {runs.RECIPE}; nothing to resume")
     try:
         stored = dumps(Recipe.from_dict(tomllib.loads(recipe_file.read_text())))
     except (tomllib.TOMLDecodeError, WorkbenchError) as e:
@@ -103,16 +104,16 @@ def _status(prov_path: Path) -> str | None:
 def check_resumable(run_dir: Path) -> None:
     """Refuses a resume that would lose history: a finished run (an exported run, a shipped keeper), or a run
     with metrics or provenance but no checkpoint to continue from (it would restart at step 0)."""
-    status, metrics = _status(Path(run_dir) / rundir.PROVENANCE), Path(run_dir) / rundir.METRICS
+    status, metrics = _status(Path(run_dir) / runs.PROVENANCE), Path(run_dir) / runs.METRICS
     if status == "finished":
-        raise WorkbenchError(f"--resume: '{run_dir}' is a finished run ({rundir.PROVENANCE}); nothing is "
+        raise WorkbenchError(f"--resume: '{run_dir}' is a finished run ({runs.PROVENANCE}); nothing is "
                              "left to train and its history is kept: train into another --out (init_from "
                              "continues from it)")
     if not rundir.checkpoints(run_dir):
         lines = len(metrics.read_bytes().splitlines()) if metrics.is_file() else 0
         if lines or status is not None:
             raise WorkbenchError(f"--resume: '{run_dir}' has no checkpoint to continue from; resuming would "
-                                 f"restart at step 0 and discard its {rundir.METRICS} ({lines} lines): train "
+                                 f"restart at step 0 and discard its {runs.METRICS} ({lines} lines): train "
                                  "into another --out")
 
 
@@ -129,7 +130,7 @@ def restore_newest(run_dir: Path, load: Callable[[Path], dict]) -> tuple[int, di
     failures = []
     for candidate in reversed(done):
         try:
-            state = load(Path(run_dir) / rundir.CHECKPOINTS / f"step_{candidate}")
+            state = load(Path(run_dir) / runs.CHECKPOINTS / f"step_{candidate}")
         except (WorkbenchError, OSError, ValueError, KeyError, SafetensorError) as err:  # a damaged checkpoint
             first = str(err).splitlines()[0][:120] if str(err) else ""
             failures.append(f"step_{candidate}: {type(err).__name__}: {first}")
@@ -144,7 +145,7 @@ def restore_newest(run_dir: Path, load: Callable[[Path], dict]) -> tuple[int, di
 def keep_metrics_through(run_dir: Path, step: int) -> None:
     """Drops metrics.jsonl lines logged after `step` (and lines cut short by a kill); from step 0 none is kept."""
     kept = []
-    path = Path(run_dir) / rundir.METRICS
+    path = Path(run_dir) / runs.METRICS
     for line in path.read_text().split("\n"):
         try:
             record = json.loads(line)

@@ -1,22 +1,12 @@
-"""Run directories (docs/architecture.md): what a training run writes, and strict loading of it.
+"""Writing a run directory (the trainer's side): the run files, their provenance, and resumable checkpoints.
 
-    runs/<name>/
-      trainable.safetensors   the trained tensors only (block + bridge for full-block runs; LoRA
-                              tensors + bridge for LoRA runs; + memory / halting when present),
-                              named as in `LoopedLM.named_parameters()`; never the base again
-      retrofit.json           base spec + SHA-256 of its weights, split, re-entry, and under
-                              "settings" exactly `looped.retrofit_config.to_dict()`
-      recipe.toml             the resolved recipe, overrides included
-      provenance.json         SHA-256 of every file above and of metrics.jsonl, row manifests,
-                              code version, package versions, seeds
-      metrics.jsonl           one JSON object per logged step / evaluation
-      checkpoints/step_N/     resumable state: trainable.safetensors, optimizer.safetensors +
-                              optimizer.json, scheduler.json, rng.safetensors, state.json
+The format, and reading a finished run, are `workbench.runs`'. This module adds what only training writes:
+
+    checkpoints/step_N/     resumable state: trainable.safetensors, optimizer.safetensors +
+                            optimizer.json, scheduler.json, rng.safetensors, state.json
 
 No pickle anywhere: tensors go through safetensors, everything else through JSON. Every file
-is written to a temporary name and `os.replace`d. Loading is strict: a file whose hash differs
-from provenance.json, a base whose weights differ from retrofit.json, or a missing /
-unexpected / misshapen tensor is a `WorkbenchError` naming the file or tensor.
+is written to a temporary name and `os.replace`d.
 """
 
 from __future__ import annotations
@@ -28,35 +18,17 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import tomllib
 import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
-from workbench.defaults import resolve_run, shipped_keepers
 from workbench.errors import WorkbenchError
-from workbench.io import atomic_path, gate_output, read_json, sha256_file, write_json_atomic
-from workbench.loop.config import RetrofitConfig
-from workbench.loop.surgery import parameter_groups, retrofit
-from workbench.models import load_base, weights_sha256
-from workbench.precision import apply_precision
-from workbench.train.sharding import full  # an FSDP2-sharded base hashes its full tensors
+from workbench.io import atomic_path, read_json, sha256_file, write_json_atomic
+from workbench.models.bases import weights_sha256
+from workbench.runs import CHECKPOINTS, FORMAT, PROVENANCE, RUN_FILES, TRAINABLE, StateView, load_trained, trained_state
+from workbench.train.sharding import full  # an FSDP2-sharded model hashes its full tensors
 
-if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
-    from workbench.loop.looped import LoopedLM
-
-TRAINABLE = "trainable.safetensors"
-RETROFIT = "retrofit.json"
-RECIPE = "recipe.toml"
-PROVENANCE = "provenance.json"
-METRICS = "metrics.jsonl"
-CHECKPOINTS = "checkpoints"
-RUN_FILES = (TRAINABLE, RETROFIT, RECIPE, METRICS)
-FORMAT = "workbench-run-v1"
 PACKAGES = ("torch", "transformers", "peft", "safetensors", "accelerate", "transformer-lens", "workbench")
 
 
@@ -73,79 +45,12 @@ def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict | 
 
 
 # ----------------------------------------------------------------------------- what is saved
-class _StateView:
-    """Duck-types `state_dict()` for `weights_sha256` over a filtered state."""
-
-    def __init__(self, state: dict):
-        self._state = state
-
-    def state_dict(self) -> dict:
-        return self._state
-
-
-def base_sha256(base: torch.nn.Module) -> str:
-    """Returns `weights_sha256` of the base's own (non-LoRA) weights.
-
-    peft renames a wrapped projection's weight `x.base_layer.weight`; the name is mapped back,
-    so the hash of a base with an adapter injected equals the hash of the untouched base.
-    """
-    state = {k.replace(".base_layer.", "."): full(v) for k, v in base.state_dict().items() if "lora_" not in k}
-    return weights_sha256(_StateView(state))
-
-
 def state_sha256(looped: torch.nn.Module, skip: str = "halting.") -> str:
     """Returns `weights_sha256` of every tensor of the retrofit (base, block, re-entry, memory, LoRA) whose name
     does not start with `skip`: Stage 2 asserts with it that only the halting head moved."""
     state = {k: v.reshape(1) if v.dim() == 0 else full(v)  # a scalar (injection's alpha) has no bytes view
              for k, v in looped.state_dict().items() if not k.startswith(skip)}
-    return weights_sha256(_StateView(state))
-
-
-def trained_groups(config: RetrofitConfig, block_trainable: bool) -> list[str]:
-    """The parameter groups (`surgery.parameter_groups`) a run of this retrofit trains and saves."""
-    groups = ["block"] if block_trainable else []
-    if config.lora is not None:
-        groups.append("lora")
-    groups.append("reentry")
-    groups += [g for g in ("memory", "halting", "loop_codes") if getattr(config, g)]
-    return groups
-
-
-def trained_state(looped, groups: list[str]) -> dict[str, torch.Tensor]:
-    """Returns {parameter name: tensor} for every parameter of `groups`."""
-    named = parameter_groups(looped)
-    return {name: p for g in groups for name, p in named[g]}
-
-
-def load_trained(looped, path: Path, groups: list[str]) -> None:
-    """Copies the tensors of `path` into `looped`, strictly (load_state_dict(strict=True) semantics).
-
-    Raises:
-        WorkbenchError: a tensor the model expects is missing, the file holds one it does not
-            expect, or a shape / dtype differs; the message names the file and the tensor.
-    """
-    expected = trained_state(looped, groups)
-    try:
-        loaded = load_file(str(path))
-    except (SafetensorError, OSError) as err:  # a pickle renamed, a file cut short
-        raise WorkbenchError(f"{path}: not a readable safetensors file ({str(err).splitlines()[0][:120]})") from None
-    missing = sorted(set(expected) - set(loaded))
-    unexpected = sorted(set(loaded) - set(expected))
-    if missing:
-        raise WorkbenchError(f"{path}: missing tensor '{missing[0]}' ({len(missing)} missing) for groups {groups}")
-    if unexpected:
-        raise WorkbenchError(f"{path}: unexpected tensor '{unexpected[0]}' ({len(unexpected)} unexpected) "
-                             f"for groups {groups}")
-    with torch.no_grad():
-        for name, param in expected.items():
-            value = loaded[name]
-            if value.shape != param.shape or value.dtype != param.dtype:
-                raise WorkbenchError(f"{path}: tensor '{name}' is {tuple(value.shape)} {value.dtype}, "
-                                     f"the model has {tuple(param.shape)} {param.dtype}")
-            if value.is_floating_point() and not torch.isfinite(value).all():
-                raise WorkbenchError(f"{path}: tensor '{name}' holds NaN or inf; a run's trained tensors must be "
-                                     "finite (the run diverged, or the file was edited)")
-            param.copy_(value)
+    return weights_sha256(StateView(state))
 
 
 # ----------------------------------------------------------------------------- run files
@@ -202,156 +107,6 @@ def write_provenance(run_dir: Path, manifests: dict, seeds: dict, extra: dict | 
     }
     write_json_atomic(run_dir / PROVENANCE, record)
     return record
-
-
-def verify_files(run_dir: Path) -> dict:
-    """Returns provenance.json after checking every file it lists (and every run file) by hash."""
-    run_dir = Path(run_dir)
-    prov_path = run_dir / PROVENANCE
-    if not prov_path.is_file():
-        raise WorkbenchError(f"'{run_dir}' is not a finished run directory: {PROVENANCE} is missing")
-    prov = read_json(prov_path, "provenance")
-    if prov.get("status") == "stopped_by_guardrail":
-        g = prov.get("guardrail") or {}
-        raise WorkbenchError(f"'{run_dir}' was stopped by the capability guardrail at step {prov.get('stopped_at_step')} "
-                             f"({g.get('final')}/{g.get('total')} against the base's {g.get('base')}, allowed drop "
-                             f"{g.get('max_drop')} points) and yields no checkpoint to load or export; its last passing "
-                             f"state is {prov.get('last_passing_checkpoint')}")
-    for name in (TRAINABLE, RETROFIT, RECIPE):
-        if name not in prov.get("files", {}):
-            raise WorkbenchError(f"{prov_path}: no SHA-256 recorded for '{name}'")
-    for name, digest in prov["files"].items():
-        path = run_dir / name
-        if not path.is_file():
-            raise WorkbenchError(f"{path}: file listed in {PROVENANCE} is missing")
-        if sha256_file(path) != digest:
-            raise WorkbenchError(f"{path}: SHA-256 differs from the one recorded in {PROVENANCE}")
-    return prov
-
-
-def set_run_precision(looped, groups: list[str], precision: str) -> int:
-    """Stores every tensor outside the trained `groups` in `precision` (trained ones stay fp32), as the trainer
-    does (`workbench.precision.apply_precision`); returns how many tensors were cast."""
-    trained = {id(p) for p in trained_state(looped, groups).values()}
-    flags = {p: p.requires_grad for p in looped.parameters()}
-    for p in looped.parameters():
-        p.requires_grad_(id(p) in trained)
-    try:
-        return apply_precision(looped, precision)
-    finally:
-        for p, flag in flags.items():
-            p.requires_grad_(flag)
-
-
-RECORD_FIELDS = {"base": dict, "settings": dict, "trained_groups": list}
-BASE_FIELDS = {"spec": str, "sha256": str, "dtype": str, "attn_implementation": str}
-DTYPES = ("float32", "bfloat16", "float16")
-GROUPS = ("block", "lora", "reentry", "memory", "halting", "loop_codes")  # `trained_groups`
-
-
-def read_retrofit(run_dir: str | os.PathLike) -> tuple[dict, RetrofitConfig]:
-    """Returns (retrofit.json of a run directory, its RetrofitConfig) after checking the fields `load_run`
-    rebuilds the model from; hashes are not checked here.
-
-    Raises:
-        WorkbenchError: no retrofit.json, not a JSON object, a field missing or of the wrong type, or
-            settings that do not form a RetrofitConfig.
-    """
-    path = Path(run_dir) / RETROFIT
-    if not path.is_file():
-        raise WorkbenchError(f"'{run_dir}' is not a run directory: {RETROFIT} is missing")
-    record = read_json(path, "retrofit record")
-    for fields, node, where in ((RECORD_FIELDS, record, ""), (BASE_FIELDS, record.get("base"), "base.")):
-        for name, kind in fields.items():
-            if not isinstance(node, dict) or not isinstance(node.get(name), kind):
-                raise WorkbenchError(f"{path}: field '{where}{name}' is missing or not a {kind.__name__}; the "
-                                     "file is incomplete or was edited")
-    for key, accepted in (("dtype", DTYPES), ("attn_implementation", ("eager", "sdpa"))):
-        if record["base"][key] not in accepted:
-            raise WorkbenchError(f"{path}: base.{key} {record['base'][key]!r} is not one of {', '.join(accepted)}")
-    unknown = [g for g in record["trained_groups"] if g not in GROUPS]
-    if unknown:
-        raise WorkbenchError(f"{path}: trained group {unknown[0]!r} is unknown; groups: {', '.join(GROUPS)}")
-    try:
-        return record, RetrofitConfig.from_dict(record["settings"])
-    except (TypeError, KeyError, ValueError, WorkbenchError) as err:
-        first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
-        raise WorkbenchError(f"{path}: its settings are not a retrofit's ({first})") from None
-
-
-def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.dtype | None = None,
-             precision: str | None = None) -> tuple[LoopedLM, PreTrainedTokenizerBase, dict]:
-    """Returns `(looped, tokenizer, info)` rebuilt from a run directory, strictly checked.
-
-    Args:
-        run_dir: a finished run directory (or a shipped keeper such as training/keepers/smollm2-chase).
-        base: load the base from here instead of retrofit.json's spec (its hash must still match).
-        dtype: parameter dtype; default the one recorded in retrofit.json.
-        precision: None (fp32, exact), "fp32", "bf16", or "recorded": the precision the run trained in
-            (provenance.json), frozen tensors cast exactly as the trainer cast them, so its evaluations
-            are reproduced bit for bit.
-    Returns:
-        looped: the LoopedLM in eval mode; tokenizer: the base's; info: dict with `retrofit`,
-        `provenance`, `recipe` (the resolved recipe) and `run_dir`.
-    Raises:
-        WorkbenchError: a file whose hash differs from provenance.json, a base whose SHA-256
-            differs from retrofit.json, or a missing / unexpected tensor.
-    """
-    run_dir = resolve_run(run_dir)   # a shipped keeper's name, as the README and docs/api.md promise
-    if not run_dir.is_dir():
-        raise WorkbenchError(f"run directory '{run_dir}' {'is a file' if run_dir.exists() else 'does not exist'}; "
-                             f"give a run directory or a shipped keeper's name: {', '.join(shipped_keepers())}")
-    prov = verify_files(run_dir)
-    record, config = read_retrofit(run_dir)
-    spec = base or record["base"]["spec"]
-    dtype = dtype or getattr(torch, record["base"]["dtype"])
-    model, tok = load_base(spec, dtype=dtype, attn_implementation=record["base"]["attn_implementation"])
-    digest = base_sha256(model)
-    if digest != record["base"]["sha256"]:
-        raise WorkbenchError(f"base model '{spec}' has weights SHA-256 {digest[:12]}..., but {run_dir / RETROFIT} "
-                             f"records {record['base']['sha256'][:12]}... (a different base)")
-    try:
-        looped = retrofit(model, config)
-    except (TypeError, KeyError, ValueError) as err:  # settings edited by hand: a value no retrofit takes
-        raise WorkbenchError(f"{run_dir / RETROFIT}: its settings do not rebuild a retrofit ({type(err).__name__}: "
-                             f"{str(err).splitlines()[0][:160] if str(err) else ''})") from None
-    load_trained(looped, run_dir / TRAINABLE, record["trained_groups"])
-    looped.eval()
-    for p in looped.parameters():
-        p.requires_grad_(False)
-    if precision == "recorded":
-        precision = (prov.get("precision") or {}).get("used", "fp32")
-    if precision is not None:
-        set_run_precision(looped, record["trained_groups"], precision)
-    recipe = tomllib.loads((run_dir / RECIPE).read_text())
-    return looped, tok, {"retrofit": record, "provenance": prov, "recipe": recipe, "run_dir": str(run_dir)}
-
-
-def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
-    """Copies a finished run without its checkpoints (a keeper to ship), after verifying it.
-
-    Raises:
-        WorkbenchError: the run fails its provenance check, or `dest` already exists.
-    """
-    run_dir, dest = Path(run_dir), Path(dest)
-    if dest.exists() or dest.is_symlink():
-        raise WorkbenchError(f"'{dest}' already exists; remove it or choose another destination")
-    if run_dir.resolve() in dest.resolve().parents:
-        raise WorkbenchError(f"'{dest}' lies inside '{run_dir}', which this command reads; export elsewhere")
-    gate = gate_output(dest, "export", reading=[run_dir])  # before any work; re-checked at the move
-    prov = verify_files(run_dir)
-    tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
-    tmp.mkdir(parents=True)
-    try:
-        for name in [*prov["files"], PROVENANCE]:
-            shutil.copy2(run_dir / name, tmp / name)
-        if dest.exists():
-            raise WorkbenchError(f"'{dest}' appeared while the run was copied; nothing replaced")
-        gate.commit_dir(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return dest
 
 
 # ----------------------------------------------------------------------------- checkpoints

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from workbench import runs
 from workbench.defaults import resolve
 from workbench.devices import device_record, training_accelerator
 from workbench.errors import WorkbenchError
@@ -108,7 +109,7 @@ class Trainer:
         self.looped = self.tok = None    # the retrofit and its tokenizer
         self.block_record: dict | None = None
         self.base_hash = self.frozen_hash = None
-        self.groups: list[str] = []      # the trained parameter groups (`rundir.trained_groups`)
+        self.groups: list[str] = []      # the trained parameter groups (`runs.trained_groups`)
         self.parent: Parent | None = None
         self.task_options: dict = {}
         self.heldout: list[dict] = []
@@ -144,12 +145,12 @@ class Trainer:
                 raise WorkbenchError("block = 'auto' needs block selection: use `workbench train`, "
                                      "workbench.train_recipe, or a block A:B")
             block, self.block_record = self.choose_block(base, self.tok, block)
-        self.base_hash = rundir.base_sha256(base)
+        self.base_hash = runs.base_sha256(base)
         self.looped = retrofit(base, retrofit_config(r, block))  # LoRA's A matrices are drawn last
         self.looped.to(self.device).train()
         for p in self.looped.parameters():
             p.requires_grad_(False)
-        self.groups = rundir.trained_groups(self.looped.retrofit_config, r.train.block)
+        self.groups = runs.trained_groups(self.looped.retrofit_config, r.train.block)
         if r.init_from:
             self.parent = check_parent(r.init_from, self.recipe_dir, self.base_hash, self.looped.retrofit_config,
                                        self.groups, halting_only=all(s.kind == "halting" for s in self.stages))
@@ -158,11 +159,11 @@ class Trainer:
         self.heldout = build_rows(r.task.name, e.depths, e.per_depth, e.seed, split="test", **self.task_options)
         if self.acc.is_main_process and not self.resume:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.run_dir / rundir.RETROFIT,
+            write_json_atomic(self.run_dir / runs.RETROFIT,
                               {**rundir.retrofit_record(self.looped, m.base, self.base_hash, self.groups),
                                "block_selection": self.block_record})
-            write_bytes_atomic(self.run_dir / rundir.RECIPE, dumps(r).encode())
-            write_bytes_atomic(self.run_dir / rundir.METRICS, b"")
+            write_bytes_atomic(self.run_dir / runs.RECIPE, dumps(r).encode())
+            write_bytes_atomic(self.run_dir / runs.METRICS, b"")
         self.acc.wait_for_everyone()
         self._set_precision()
         # The base's reading in the run's own precision (bf16 alone moves it): loop 1 is the base until a parent loads.
@@ -173,13 +174,13 @@ class Trainer:
             for layer in self.looped.layers:
                 layer.compile()
         if self.parent is not None:
-            rundir.load_trained(self.looped, self.parent.dir / rundir.TRAINABLE, self.parent.groups)
+            runs.load_trained(self.looped, self.parent.dir / runs.TRAINABLE, self.parent.groups)
         self.engine.prepare(self.looped)   # last (fsdp2: the frozen layers outside the block sharded)
 
     def _set_precision(self) -> None:
         """Frozen weights to bf16 once (trained groups stay fp32) when the recipe asks and the hardware has it."""
         used, self.precision_record = resolve_precision(self.recipe.train.precision, self.device)
-        self.precision_record["frozen_tensors_cast"] = rundir.set_run_precision(self.looped, self.groups, used)
+        self.precision_record["frozen_tensors_cast"] = runs.set_run_precision(self.looped, self.groups, used)
         if self.progress and self.acc.is_main_process:
             hw = self.precision_record["hardware"]
             tqdm.write(f"precision: {used} ({hw['name']}; bf16 units: {', '.join(hw['bf16_units']) or 'none'}; "
@@ -187,7 +188,7 @@ class Trainer:
                        if used == "bf16" else f"precision: fp32 ({hw['name']})")
         for p in self.looped.parameters():
             p.requires_grad_(False)
-        self.frozen_hash = rundir.base_sha256(self.looped.base)   # in the dtype the run keeps them
+        self.frozen_hash = runs.base_sha256(self.looped.base)   # in the dtype the run keeps them
 
     def _teacher(self):
         """The frozen base for the preservation KL: the adapter switched off, or a frozen copy (full block)."""
@@ -370,7 +371,7 @@ class Trainer:
         parent = self.recipe.init_from or None
         reading = [*self.inputs, *([self.recipe_dir / parent, Path(parent)] if parent else [])]
         if self.resume:  # a run resumed from its own recipe.toml reads it: that is not writing over an input
-            reading = [r for r in reading if Path(r).resolve() != (self.run_dir / rundir.RECIPE).resolve()]
+            reading = [r for r in reading if Path(r).resolve() != (self.run_dir / runs.RECIPE).resolve()]
         return gate_output(self.run_dir, "train", kind="run", resume=self.resume, reading=reading)
 
     def _run(self, stop_after: int | None) -> dict:
@@ -418,7 +419,7 @@ class Trainer:
 
     def _log(self, record: dict) -> None:
         if self.acc.is_main_process:
-            with open(self.run_dir / rundir.METRICS, "a") as f:
+            with open(self.run_dir / runs.METRICS, "a") as f:
                 f.write(json.dumps(record, sort_keys=True) + "\n")
 
     def _evaluate(self, step: int) -> None:
@@ -458,7 +459,7 @@ class Trainer:
             last = self.state.last_passing_step
             for old in rundir.checkpoints(self.run_dir):
                 if last is None or old > last:
-                    shutil.rmtree(self.run_dir / rundir.CHECKPOINTS / f"step_{old}")
+                    shutil.rmtree(self.run_dir / runs.CHECKPOINTS / f"step_{old}")
             rundir.write_provenance(self.run_dir, {}, {"recipe": self.recipe.seed},
                                     {"status": STOPPED_BY_GUARDRAIL, "stopped_at_step": step,
                                      "last_passing_checkpoint": (None if last is None else "the initial state (step 0)"
@@ -470,7 +471,7 @@ class Trainer:
         return self._summary(step, finished=False)
 
     def _guardrail_record(self) -> dict | None:
-        return guardrail_provenance(self.guardrail_base, self.run_dir / rundir.METRICS, self.recipe.guardrail.max_drop)
+        return guardrail_provenance(self.guardrail_base, self.run_dir / runs.METRICS, self.recipe.guardrail.max_drop)
 
     def _checkpoint(self, step: int) -> None:
         self.engine.before_save(self.opt, keep=self.acc.is_main_process)   # every rank; the main process saves
@@ -509,13 +510,13 @@ class Trainer:
             raise WorkbenchError("Stage 2 moved a tensor outside the halting head (base, block, re-entry, memory "
                                  "or LoRA changed after Stage 1)")
         if "block" not in self.groups:
-            digest = rundir.base_sha256(self.looped.base)
+            digest = runs.base_sha256(self.looped.base)
             if digest != self.frozen_hash:
                 raise WorkbenchError(f"the base weights changed during a frozen-base run ({self.frozen_hash[:12]}... -> "
                                      f"{digest[:12]}...)")
             base_unchanged = True
         if self.acc.is_main_process:
-            rundir.save_tensors(self.run_dir / rundir.TRAINABLE, rundir.trained_state(self.looped, self.groups))
+            rundir.save_tensors(self.run_dir / runs.TRAINABLE, runs.trained_state(self.looped, self.groups))
             t, e = self.recipe.task, self.recipe.eval
             manifests = {
                 "heldout": {"rows": len(self.heldout), "rows_sha256": rows_sha256(self.heldout),
@@ -539,7 +540,7 @@ class Trainer:
         self.acc.wait_for_everyone()
 
     def _summary(self, step: int, finished: bool) -> dict:
-        evals = [json.loads(line) for line in (self.run_dir / rundir.METRICS).read_text().splitlines() if '"eval"' in line]
+        evals = [json.loads(line) for line in (self.run_dir / runs.METRICS).read_text().splitlines() if '"eval"' in line]
         evals = [e for e in evals if e["kind"] == "eval"]
         return {"run_dir": str(self.run_dir), "steps": step, "finished": finished, "status": self.status
                 if not finished else "finished", "guardrail": self._guardrail_record(),
