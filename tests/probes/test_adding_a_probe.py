@@ -16,7 +16,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from workbench.analysis.headlines import Headline, proportion
+from workbench.analysis.headlines import HEADLINE_MODULES, Headline, proportion
 from workbench.commands.figures import figures as figures_command
 from workbench.plots.report import write_report
 from workbench.probes import PROBES
@@ -53,7 +53,7 @@ def first_loop_figure(first_loop: pd.DataFrame) -> go.Figure:
 
 
 SPEC = ProbeSpec(
-    name="first_loop", run=run, summarize=summarize, headline=headline,
+    name="first_loop", run=run, summarize=summarize,
     title=TITLE,
     about="The final answer read after a single loop, per depth.",
     figures=(Figure(f"{__name__}:first_loop_figure", CAPTION),),
@@ -62,6 +62,7 @@ SPEC = ProbeSpec(
 
 def test_a_probe_declared_in_its_module_reaches_the_battery_the_report_and_the_figures(monkeypatch, tmp_path, tok):
     monkeypatch.setitem(PROBES, "first_loop", __name__)  # what discover() does for a module inside the package
+    monkeypatch.setitem(HEADLINE_MODULES, "first_loop", __name__)  # and the headlines' discover()
     manifest = tmp_path / "rows.jsonl"
     write_manifest(build_rows("chase", [1, 2, 3], 4, 5, alphabet=4, tokenizer=tok), manifest)
     out = tmp_path / "results"
@@ -99,12 +100,14 @@ def test_the_guide_quotes_a_real_declaration():
 
 
 def test_a_module_that_declares_a_spec_is_found_without_an_entry(tmp_path):
-    """`discover` lists a probes folder's modules by their top-level `SPEC = ProbeSpec(`: the shipped ones in ORDER,
-    a new one after them, and a helper module (no SPEC, or a SPEC only mentioned in a docstring) not at all."""
-    from workbench.probes import ORDER, discover
+    """`discover` lists a probes folder's modules by their top-level `SPEC = ProbeSpec(`: the shipped ones in the
+    probe order (`workbench.defaults.PROBE_ORDER`), a new one after them, and a helper module (no SPEC, or a SPEC
+    only mentioned in a docstring) not at all."""
+    from workbench.defaults import PROBE_ORDER
+    from workbench.probes import discover
 
     shipped = Path(__file__).resolve().parents[2] / "workbench" / "probes"
-    assert list(discover(shipped)) == list(ORDER) == list(PROBES)
+    assert list(discover(shipped)) == list(PROBE_ORDER) == list(PROBES)
     for name in ("depth_matrix", "overshoot"):
         (tmp_path / f"{name}.py").write_text((shipped / f"{name}.py").read_text())
     (tmp_path / "first_loop.py").write_text(Path(__file__).read_text())

@@ -27,6 +27,7 @@ from workbench.analysis.headlines import (
     failed_predictions,
     fmt,
     fmt_number,
+    headline_table,
     headlines_from_summary,
     headlines_from_tables,
     judged_predictions,
@@ -37,7 +38,6 @@ from workbench.errors import WorkbenchError
 from workbench.io import json_value, write_bytes_atomic
 from workbench.plots.registry import build_all, captions, part_names, probe_specs
 from workbench.plots.selection import angular_distance_figure, stage2_figure, stage2_frame
-from workbench.probes import PROBES, get_probe
 
 REPORT = "report.html"
 BLOCK_SELECTION = "block_selection.json"
@@ -144,21 +144,23 @@ def report_headlines(results_dir: str | os.PathLike, tables: dict[str, pd.DataFr
     tables = load_results(results_dir) if tables is None else tables
     summary = read_summary(results_dir) if summary is None else summary
     try:
-        stored = headlines_from_summary(summary, PROBES)
+        stored = headlines_from_summary(summary)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise WorkbenchError(f"{Path(results_dir) / 'summary.json'}: its stored headlines are malformed "
                              f"({type(err).__name__}: {str(err)[:80]})") from None
-    return {**stored, **headlines_from_tables(tables, {n: get_probe(n).headline for n in PROBES if n in tables})}
+    return {**stored, **headlines_from_tables(tables)}
 
 
-def headline_table(headlines: dict, control: dict | None = None, skipped: dict | None = None) -> str:
-    """Returns the HTML headline table: per probe its sentence, then each number with n and its 95% interval.
+def headline_html(headlines: dict, control: dict | None = None, skipped: dict | None = None) -> str:
+    """Returns the headline table (`workbench.analysis.headlines.headline_table`) as HTML: per probe its sentence,
+    then each number with n and its 95% interval; a probe that did not apply says why.
 
     With `control` ({probe: Headline} of a control results directory), each number gets the
     control's value beside it and the paired difference (this − control, bootstrap over shared
     rows) with McNemar's p where the rows are 0/1 and one per row.
     """
-    if not headlines and not skipped:
+    rows = headline_table(headlines, skipped)
+    if not rows:
         return "<p class='caption'>No headline numbers (summary.json absent or empty).</p>"
     e = _escape  # every field: a results directory is untrusted, and its numbers may be strings
     if control is None:
@@ -170,8 +172,11 @@ def headline_table(headlines: dict, control: dict | None = None, skipped: dict |
         cols = 8
         paired = {(r["probe"], r["key"]): r for r in compare_headlines(control, headlines)}
     body = [head]
-    for probe, h in headlines.items():
+    for probe, h, reason in rows:
         body.append(f"<tr class='group'><th colspan='{cols}'>{e(probe)}</th></tr>")
+        if h is None:
+            body.append(f"<tr class='sentence'><td colspan='{cols}'>Not applicable: {e(reason)}</td></tr>")
+            continue
         body.append(f"<tr class='sentence'><td colspan='{cols}'>{e(h.sentence)}</td></tr>")
         if control is not None and probe in control:
             body.append(f"<tr class='sentence'><td colspan='{cols}'><i>control:</i> {e(control[probe].sentence)}</td></tr>")
@@ -190,9 +195,8 @@ def headline_table(headlines: dict, control: dict | None = None, skipped: dict |
                             f"<td class='num'>{e('' if r.get('n_a') is None else r['n_a'])}</td>"
                             f"<td class='num'>{e(r.get('diff', '–'))}</td><td class='num'>{e(p)}</td>"
                             f"{_expect_cell(n)}</tr>")
-    for probe, reason in (skipped or {}).items():
-        body.append(f"<tr class='group'><th colspan='{cols}'>{e(probe)}</th></tr>"
-                    f"<tr class='sentence'><td colspan='{cols}'>Not applicable: {e(reason)}</td></tr>")
+        if reason is not None:
+            body.append(f"<tr class='sentence'><td colspan='{cols}'>Not applicable: {e(reason)}</td></tr>")
     return f"<table id='headline'>{''.join(body)}</table>"
 
 
@@ -432,7 +436,7 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
     body = [f"<h1>{html.escape(title)}</h1>",
             f"<p class='lead'>{lead}<span id='render-status'>figures not drawn yet</span></p>",
             "<pre id='js-errors'></pre>", f"<nav>{nav}</nav>",
-            "<h2 id='headline-numbers'>Headline numbers</h2>", headline_table(headlines, control_headlines, skipped),
+            "<h2 id='headline-numbers'>Headline numbers</h2>", headline_html(headlines, control_headlines, skipped),
             failed_note(headlines)]
     if control is not None:
         body += ["<h2 id='paired-tests'>Paired tests against the control</h2>",

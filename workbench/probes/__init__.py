@@ -23,13 +23,9 @@ import ast
 import importlib
 from pathlib import Path
 
+from workbench.defaults import probe_order
 from workbench.errors import WorkbenchError
 from workbench.probes.spec import ProbeSpec
-
-# Where each shipped probe's headline (and battery run) sits; a probe not named here follows them, by name.
-ORDER = ("identity", "depth_matrix", "loop_accuracy", "overshoot", "logit_lens", "splice", "patching", "attribution",
-         "paths", "heads", "linear_probe", "drift", "halting", "lens_agreement", "dynamics", "exit_rules",
-         "gradient_audit", "latency")
 
 
 def declares_spec(source: str) -> bool:
@@ -42,15 +38,14 @@ def declares_spec(source: str) -> bool:
 
 def discover(folder: Path) -> dict[str, str]:
     """{probe name: module path} for every module in `folder` that declares `SPEC = ProbeSpec(...)` at its top
-    level, in `ORDER` then by name: a new probe's module is found without an entry anywhere else. The files are
-    parsed, not imported, so listing the probes loads none of them."""
-    found = sorted(p.stem for p in folder.glob("*.py")
-                   if not p.stem.startswith("_") and declares_spec(p.read_text(encoding="utf-8")))
-    return {name: f"workbench.probes.{name}" for name in [n for n in ORDER if n in found] +
-            [n for n in found if n not in ORDER]}
+    level, in probe order (`workbench.defaults.PROBE_ORDER`, then by name): a new probe's module is found without an
+    entry anywhere else. The files are parsed, not imported, so listing the probes loads none of them."""
+    found = [p.stem for p in folder.glob("*.py")
+             if not p.stem.startswith("_") and declares_spec(p.read_text(encoding="utf-8"))]
+    return {name: f"workbench.probes.{name}" for name in probe_order(found)}
 
 
-PROBES: dict[str, str] = discover(Path(__file__).parent)   # name -> module path; the headlines come in this order
+PROBES: dict[str, str] = discover(Path(__file__).parent)   # name -> module path, in probe order
 
 
 class NotApplicable(Exception):

@@ -43,8 +43,8 @@ class ProbeSpec:
     Attributes:
         name: the probe's name, its main table's name and its key in summary.json.
         run: `run(model, tokenizer, rows, **options)` -> DataFrame or {table name: DataFrame}.
-        summarize: tables -> the numbers for summary.json, with "headline".
-        headline: tables -> `workbench.analysis.headlines.Headline`.
+        summarize: tables -> the numbers for summary.json, with "headline" (the probe's headline, computed by its
+            module of `workbench.analysis.headlines`).
         title: the report section's heading.
         about: the sentence under the heading: what the probe measures.
         figures: the figures the report draws in the section and `workbench figures` exports, in order.
@@ -58,7 +58,6 @@ class ProbeSpec:
     name: str
     run: Callable
     summarize: Callable
-    headline: Callable
     title: str
     about: str
     figures: tuple[Figure, ...] = ()
