@@ -276,7 +276,7 @@ def test_report_tolerates_missing_results(tmp_path):
     assert "No provenance recorded" in text  # no summary.json: the headline is read from the tables themselves
     assert headlines_from_tables({"depth_matrix": all_tables()["depth_matrix"]})["depth_matrix"].sentence in \
         html.unescape(text)
-    assert "Not in this directory: Block selection, Loop-1 identity, Per-loop logit lens" in text
+    assert "Not in this directory: Block selection, Loop-1 identity, Accuracy by loop count, Overshoot, Per" in text
     empty = tmp_path / "empty"
     empty.mkdir()
     text = write_report(empty).read_text()

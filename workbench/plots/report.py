@@ -36,14 +36,15 @@ from workbench.analysis.readings import battery_notes
 from workbench.analysis.results import compare_results, load_results, read_summary
 from workbench.errors import WorkbenchError
 from workbench.io import json_value, write_bytes_atomic
-from workbench.plots.registry import build_all, captions, part_names, probe_specs
+from workbench.plots.registry import build_all, captions, part_names, sections
 from workbench.plots.selection import angular_distance_figure, stage2_figure, stage2_frame
 
 REPORT = "report.html"
 BLOCK_SELECTION = "block_selection.json"
 
 # The report's own section: block_selection.json, written by `workbench select-block`, is no probe's. Every
-# other section, and every figure's caption, is a probe's declaration (`ProbeSpec`, `workbench.plots.registry`).
+# other section, and every figure's caption, is a probe's, declared by the plots (`SECTIONS`,
+# `workbench.plots.registry`).
 BLOCK_SELECTION_SECTION = ("Block selection", "Angular distance between adjacent layers, the Kneedle knees and the "
                                               "damage of each ablated window: where the loop was cut.")
 BLOCK_SELECTION_CAPTION = ("Angular distance between consecutive layers, the knees and each window's damage. "
@@ -356,10 +357,10 @@ def _stage2_parts(results_dir: Path) -> list[str] | None:
 
 def section_heads() -> dict[str, tuple[str, str]]:
     """Returns {name: (heading, the sentence under it)} of every section the report can show, in its order: the
-    block selection and its Stage 2, then each probe's (`ProbeSpec.title`, `.about`) in
-    `workbench.plots.registry.ORDER`."""
+    block selection and its Stage 2, then each probe's (`Section.title`, `.about`) in probe order
+    (`workbench.defaults.PROBE_ORDER`)."""
     return {"block_selection": BLOCK_SELECTION_SECTION, "stage2": STAGE2_SECTION,
-            **{s.name: (s.title, s.about) for s in probe_specs()}}
+            **{name: (s.title, s.about) for name, s in sections().items()}}
 
 
 def _beside(mine: str, theirs: str, control: str) -> str:
@@ -372,7 +373,7 @@ def _sections(results_dir: Path, tables: dict[str, pd.DataFrame], control: Path 
               control_tables: dict[str, pd.DataFrame] | None = None,
               progress: bool = False) -> list[tuple[str, list[str]]]:
     """Returns (result name, [html fragments]) for every result present, in `section_heads()` order; each
-    figure is followed by its caption (`Figure.caption`), a probe shown as its table by `table_caption`. With a
+    figure is followed by its caption (`Figure.caption`), a probe shown as its table by `Section.table_caption`. With a
     control, every figure the control's tables also draw is shown beside the specimen's, on the same builder."""
     figures: dict[str, list[str]] = {}
     caption = captions()
@@ -389,10 +390,9 @@ def _sections(results_dir: Path, tables: dict[str, pd.DataFrame], control: Path 
     stage2 = _stage2_parts(results_dir)
     if stage2 is not None:
         figures["stage2"] = stage2
-    for spec in probe_specs():
-        if spec.table_caption is not None and spec.name in tables:
-            figures[spec.name] = [frame_table(tables[spec.name], f"{spec.name}-table")
-                                  + _caption(spec.name, spec.table_caption)]
+    for name, s in sections().items():
+        if s.table_caption is not None and name in tables:
+            figures[name] = [frame_table(tables[name], f"{name}-table") + _caption(name, s.table_caption)]
     return [(name, figures[name]) for name in section_heads() if name in figures]
 
 

@@ -4,17 +4,18 @@ Every probe module has
 
     run(model, tokenizer, rows, **options) -> DataFrame | {"<name>": df, "<name>__<part>": df2, ...}
     summarize(tables: dict[str, DataFrame]) -> dict      # numbers for summary.json, with "headline"
-    headline(tables: dict[str, DataFrame]) -> Headline   # a few named numbers with n, 95% intervals
-                                                         # and one sentence (`workbench.analysis.headlines`)
-    SPEC = ProbeSpec(name, run, summarize, headline, title, about, figures)   # `workbench.probes.spec`:
-                                                         # its report section and figures, declared here
+    SPEC = ProbeSpec(name, run, summarize, needs)        # `workbench.probes.spec`: what it computes
+
+Its headline (`workbench.analysis.headlines.<name>`) and its report section and figures (`SECTIONS` in a module of
+`workbench.plots`) are declared on the reading side under the probe's name: rendering a results directory imports no
+probe.
 
 `model` is a `LoopedLM` (or a stand-in with its `read` signature and hook names), `rows` are
 manifest rows (`workbench.tasks`); nothing is read from globals. A probe that does not apply
 to a model (the halting probe on a model without a halting head) raises `NotApplicable`.
 Result schemas: the module docstrings; the CLI (`workbench probe`) writes each table as
 `DIR/<table>.parquet` through `workbench.probes.battery`. Adding a probe: its module (found by its
-`SPEC`, `discover`), its test and its battery entry (docs/adding-a-probe.md).
+`SPEC`, `discover`), its headline, its section, its test and its battery entry (docs/adding-a-probe.md).
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class NotApplicable(Exception):
 
 
 def get_probe(name: str) -> ProbeSpec:
-    """Returns probe `name`'s declaration: its module's `SPEC` (run, summarize, headline, section, figures).
+    """Returns probe `name`'s declaration: its module's `SPEC` (run, summarize, needs).
 
     Raises:
         WorkbenchError: an unknown probe name, listing the known ones, or a module without its `SPEC`.

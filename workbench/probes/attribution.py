@@ -59,7 +59,7 @@ from workbench.probes.patching import (
     require_pairs,
     site,
 )
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 
 def all_grad(model):
@@ -222,13 +222,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="attribution", run=run, summarize=summarize,
     needs=("prompt", "symbols"),
-    title="Attribution patching: the gradient map and where it can be trusted",
-    about="The first-order (gradient) estimate of every patching cell from one forward and one backward, checked "
-          "against the exact grid on a few pairs.",
-    figures=(
-        Figure("workbench.plots.patching:attribution_figure",
-               "The exact grid (left) and the gradient estimate (right) of the same cells on the check pairs, per "
-               "component, at the position class where the exact grid recovers most. Predicted: close where the "
-               "path from the cell to the answer is near linear; apart where a softmax or norm saturates."),
-    ),
 )

@@ -17,7 +17,7 @@ import pandas as pd
 
 from workbench.analysis.headlines.depth_matrix import BARS, diagonal, frontier_table, headline, rounded
 from workbench.probes.common import require_symbols
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import read_rows
 
 
@@ -68,14 +68,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="depth_matrix", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", "chain", "depth"),
-    title="Depth × loop accuracy and the frontier",
-    about="Active-label accuracy at every loop t ≤ d; the diagonal is the final answer.",
-    figures=(
-        Figure("workbench.plots.depth:depth_matrix_figure",
-               "Active-label accuracy at every loop t ≤ d, the diagonal outlined. Predicted: every cell near 1 within "
-               "the trained support, the diagonal falling only past it."),
-        Figure("workbench.plots.depth:frontier_figure",
-               "Final-answer accuracy per depth with Wilson 95% intervals and the bar. Predicted: the diagonal "
-               "crosses the bar past the trained support (frontier / support > 1; the paper: 1.44-1.50)."),
-    ),
 )

@@ -34,7 +34,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, default_loops
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 POSITIONS = ("all", "read")
 
@@ -191,14 +191,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="drift", run=run, summarize=summarize,
     needs=("prompt",),
-    title="Subspace drift",
-    about="How far each loop's state subspace moves, and where the drift concentrates.",
-    figures=(
-        Figure("workbench.plots.drift:drift_figure",
-               "Principal angles between the loop states' subspaces, loop to loop and against loop 1. Predicted: "
-               "large early steps that settle as the loop converges."),
-        Figure("workbench.plots.drift:drift_heads_figure",
-               "Each head's share of the drift outside loop 1's subspace. Predicted: concentrated in a few heads if "
-               "specific heads carry the update."),
-    ),
 )

@@ -43,7 +43,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.probes.common import check_loops, default_loops, require_symbols
 from workbench.probes.passes import read_passes
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 
 def run(model, tokenizer, rows: list[dict], loops: int | None = None, layers=None, heads: bool = True,
@@ -159,18 +159,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="dynamics", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
-    title="Loop dynamics",
-    about="Step size, step angle and distance to the last state per pass and block layer, each head's attention "
-          "divergence between passes, and each row classed settling, marginal or drifting past its depth.",
-    figures=(
-        Figure("workbench.plots.loop_dynamics:dynamics_figure",
-               "Mean relative step, step angle and distance to the last state per pass and block layer (state in "
-               "black; shaded: beyond the trained support). Predicted: a settling loop's steps shrink geometrically "
-               "past the depth; the chase keeper, which keeps iterating, keeps steps of about constant size "
-               "(marginal)."),
-        Figure("workbench.plots.loop_dynamics:dynamics_heads_figure",
-               "Each head's Jensen-Shannon divergence between consecutive passes' read-position attention. Predicted: "
-               "falling towards 0 where the heads stabilise (arXiv 2604.11791); staying up where each pass looks up a "
-               "new table line."),
-    ),
 )

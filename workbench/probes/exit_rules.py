@@ -49,7 +49,7 @@ from workbench.probes.halting import THRESHOLDS as HEAD_THRESHOLDS
 from workbench.probes.halting import _depths as head_depths
 from workbench.probes.halting import load_head
 from workbench.probes.passes import read_passes
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 
 def run(model, tokenizer, rows: list[dict], loops: int | None = None, rules=RULES, grids: dict | None = None,
@@ -240,13 +240,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="exit_rules", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
-    title="Post-hoc exit rules",
-    about="Exit rules read off the passes (argmax stability, KL, entropy, step size and its second difference, max "
-          "probability) swept on calibration rows, against fixed depths, the oracle and the learned halting heads.",
-    figures=(
-        Figure("workbench.plots.loop_dynamics:exit_rules_figure",
-               "Accuracy against mean loops for every post-hoc rule swept over its threshold, beside fixed depths, "
-               "the oracle and the learned heads; diamonds: each rule at the reference's mean loops. Predicted: a "
-               "confidence readout at least as good as the learned gate at matched compute (arXiv 2607.20519)."),
-    ),
 )

@@ -18,7 +18,7 @@ import pandas as pd
 from workbench.analysis.headlines.gradient_audit import headline
 from workbench.errors import WorkbenchError
 from workbench.probes.common import require_chase
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.train.audit import gradient_audit
 
 
@@ -72,11 +72,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="gradient_audit", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start"),
-    title="Gradient audit",
-    about="Gradient reaching each parameter group per loop, checked against finite differences.",
-    figures=(
-        Figure("workbench.plots.audit:gradient_audit_figure",
-               "Gradient RMS reaching each parameter group from each loop's loss. Predicted: the re-entry reached "
-               "only from loop 2 on; block and Coda from every loop."),
-    ),
 )

@@ -69,7 +69,7 @@ from workbench.probes.common import (
     shared_candidates,
     split_rows,
 )
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.runs import RECIPE, TRAINABLE, read_retrofit, verify_files
 from workbench.tasks.reader import answer_batches, answer_logprobs, reads_symbol
 
@@ -307,15 +307,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="halting", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
-    title="Halting",
-    about="The compute-accuracy curve: accuracy against mean loops for every fixed depth, the oracle, the halting "
-          "heads over their thresholds and a confidence exit, chosen on calibration rows and read on the others; hard "
-          "and easy rows' mean depth.",
-    figures=(
-        Figure("workbench.plots.halting:halting_figure",
-               "Accuracy against mean loops per method, the calibration picks ringed, the best fixed depth marked; "
-               "right: mean loops of rows wrong (hard) and right (easy) at loop 1. Predicted: the distilled head "
-               "above the best fixed depth at about its compute, spending more loops on hard rows; ACT and PonderNet "
-               "collapsing to one loop (RecurTrace Fig. 1)."),
-    ),
 )

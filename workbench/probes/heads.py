@@ -32,7 +32,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, iterate, line_spans, require_chase
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 
 def run(model, tokenizer, rows: list[dict], layers=None, ratio: float = 3.0, min_frac: float = 0.5,
@@ -165,16 +165,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="heads", run=run, summarize=summarize,
     needs=("prompt", "depth", "table", "start"),
-    title="Head specialisation",
-    about="Attention mass from the read position onto the table line of the current symbol, per loop, layer and head.",
-    figures=(
-        Figure("workbench.plots.heads:heads_figure",
-               "Attention mass from the read position onto the table line of x_{t−1}, per layer and head, per loop. "
-               "Open circles mark retrieval heads: heads whose mass on that line is at least 3 times the median "
-               "head's of their layer on at least half the rows. Predicted: a few bright heads per loop, the ones "
-               "doing the lookup."),
-        Figure("workbench.plots.heads:head_concentration_figure",
-               "Concentration of that mass across heads against a circular-shift null. Predicted: above the null at "
-               "every loop."),
-    ),
 )

@@ -29,7 +29,7 @@ import torch
 from workbench.analysis.headlines.latency import headline
 from workbench.devices import device_of
 from workbench.probes.common import check_loops, default_loops, row_candidates, shared_candidates, token_lengths
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import encode_prompts
 
 
@@ -117,11 +117,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="latency", run=run, summarize=summarize,
     needs=("prompt", "symbols"),
-    title="Latency",
-    about="Measured cost ratios against the ratios the layer count predicts.",
-    figures=(
-        Figure("workbench.plots.audit:latency_figure",
-               "Measured cost ratios against the layer-count prediction. Predicted: measured ≈ predicted, one forced "
-               "read several times cheaper than reruns."),
-    ),
 )

@@ -67,7 +67,7 @@ from workbench.probes.common import (
 )
 from workbench.probes.logit_lens import fit_tuned
 from workbench.probes.passes import read_passes
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import encode_prompts
 
 PAIRS = tuple(f"{a}-{b}" for a, b in combinations(LENSES, 2))
@@ -340,17 +340,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="lens_agreement", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
-    title="Lens agreement per pass",
-    about="Logit, coda and tuned lens at every pass against the row's x_t, the final output and each other; where "
-          "they disagree, which lens's reading a splice into another row carries.",
-    figures=(
-        Figure("workbench.plots.loop_dynamics:lens_passes_figure",
-               "Per lens and pass: top-1 = x_t, top-1 = the final output (95% Wilson bands) and KL from the final "
-               "distribution; dotted: pairwise agreement. Predicted: the coda lens reads x_t at every pass and equals "
-               "the output at t = T; a lens that skips the Coda agrees less where the Coda does work."),
-        Figure("workbench.plots.loop_dynamics:lens_causal_figure",
-               "Where the lenses disagree, the share of cells whose reading (under B's rule) B's read follows after "
-               "A's state is spliced in. Predicted: the coda lens's reading, if the Coda reads what the next pass "
-               "uses; a coordinate artefact of the logit lens carries nothing."),
-    ),
 )

@@ -33,7 +33,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, iterate, require_chase, split_rows
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 TARGETS = {"x_prev": -1, "x_t": 0, "x_next": 1}
 
@@ -144,11 +144,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="linear_probe", run=run, summarize=summarize,
     needs=("prompt", "depth", "table", "start"),
-    title="Linear probes",
-    about="Decodability of x_{t−1}, x_t, x_{t+1} from the loop state against a label-permutation null.",
-    figures=(
-        Figure("workbench.plots.linear_probe:linear_probe_figure",
-               "Held-out accuracy of linear probes for x_{t−1}, x_t, x_{t+1} from loop t's state, dashed: the "
-               "permutation null. Predicted: x_t decodable above the null at every loop."),
-    ),
 )

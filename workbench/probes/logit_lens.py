@@ -43,7 +43,7 @@ from workbench.probes.common import (
     shared_candidates,
     split_rows,
 )
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 
 def run(model, tokenizer, rows: list[dict], loops: int | None = None, fit_fraction: float = 0.5,
@@ -200,14 +200,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="logit_lens", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
-    title="Per-loop logit lens",
-    about="Which chain symbol each loop's readout holds, through the Coda and the raw and tuned lenses.",
-    figures=(
-        Figure("workbench.plots.lens:logit_lens_figure",
-               "Probability of each chain symbol x_k at every loop, averaged per depth. Predicted: a bright diagonal "
-               "k = t, one lookup per loop."),
-        Figure("workbench.plots.lens:lens_agreement_figure",
-               "Per lens, the probability of x_t and of x_{t+1} at loop t. Predicted: the Coda reads x_t; a lens that "
-               "already reads x_{t+1} would show the next step forming early."),
-    ),
 )

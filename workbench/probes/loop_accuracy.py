@@ -16,7 +16,7 @@ import pandas as pd
 
 from workbench.analysis.headlines.loop_accuracy import headline
 from workbench.probes.common import check_loops, read_final
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 DEFAULT_LOOPS = 8
 
@@ -57,12 +57,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="loop_accuracy", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
-    title="Accuracy by loop count",
-    about="The final answer read after every loop count, for any task: the fixed depths of the compute-accuracy "
-          "curve.",
-    figures=(
-        Figure("workbench.plots.loop_accuracy:loop_accuracy_figure",
-               "Final-answer accuracy after t loops, per depth and over all rows. Predicted: rising with loops until "
-               "each depth's answer is reached, then flat if the state persists (RecurTrace Table 5)."),
-    ),
 )

@@ -18,7 +18,7 @@ import pandas as pd
 
 from workbench.analysis.headlines.overshoot import headline
 from workbench.probes.common import check_loops, iterate, require_chase
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import read_rows
 
 
@@ -77,14 +77,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="overshoot", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start"),
-    title="Overshoot",
-    about="Rows forced past their depth: iterate the rule, park on the answer, or neither.",
-    figures=(
-        Figure("workbench.plots.classes:overshoot_figure",
-               "Class of the read symbol at each loop past the depth. Predicted: mostly iterate (the rule keeps being "
-               "applied; the paper: 93%), little park."),
-        Figure("workbench.plots.classes:overshoot_cost_figure",
-               "Accuracy on the answer x_d at loop d + k. Predicted: it falls once the loop runs past d, since the "
-               "loop iterates instead of holding the answer."),
-    ),
 )

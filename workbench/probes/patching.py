@@ -67,7 +67,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.probes import NotApplicable
 from workbench.probes.common import check_loops, default_loops, iterate, line_spans
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.tasks.chase import TEMPLATES
 from workbench.tasks.reader import ANSWER_PREFIX, candidate_ids
 
@@ -473,17 +473,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="patching", run=run, summarize=summarize,
     needs=("prompt", "symbols"),
-    title="Activation patching: loop x layer x position x component",
-    about="The clean run's activation at one loop, block layer, class of positions and component written into a "
-          "corrupted twin (one table entry or the start changed): the share of the answer's margin it restores.",
-    figures=(
-        Figure("workbench.plots.patching:patching_figure",
-               "Recovered share of the clean answer's logit margin when one cell (loop x block layer, per position "
-               "class and component) of the clean run is written into the corrupted twin; 1 restores the answer, 0 "
-               "carries nothing. Predicted: for a model that looks up once per loop, an edited entry reaches the read "
-               "position at the loop that reads it, through attention there."),
-        Figure("workbench.plots.patching:patching_steps_figure",
-               "The read-position state after loop t patched in, for an edit to the entry loop k reads (one line "
-               "per k). Predicted: 0 before loop k, then near 1: the edit enters the state at its own loop."),
-    ),
 )

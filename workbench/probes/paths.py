@@ -48,7 +48,7 @@ from workbench.probes.patching import (
     ratio_of_means,
     require_pairs,
 )
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 ROUTES = ("loops", "loops_read", "readout")
 
@@ -158,13 +158,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="paths", run=run, summarize=summarize,
     needs=("prompt", "symbols"),
-    title="Paths: through the later loops, or straight to the readout",
-    about="The clean state leaving loop t put into the corrupted twin at every position, at the read position only, "
-          "or straight into the readout of a later loop: how much of the answer travels through the loops.",
-    figures=(
-        Figure("workbench.plots.patching:paths_figure",
-               "Recovered share at loop u of the clean state leaving loop t, by route (one panel per route, one line "
-               "per t). Predicted: for a loop that iterates, near 1 through the later loops, near 0 straight into the "
-               "readout (h_t holds x_t, not the answer the later loop reads)."),
-    ),
 )

@@ -50,7 +50,7 @@ from workbench.probes.common import (
     shared_candidates,
     token_lengths,
 )
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import encode_prompts
 
 SITES = ("state", "block_resid", "reentry_input")
@@ -213,11 +213,4 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="splice", run=run, summarize=summarize,
     needs=("prompt", "symbols", "depth", "table", "start"),
-    title="Counterfactual splice",
-    about="Row B's state spliced into row A at loop k0, classified j loops later.",
-    figures=(
-        Figure("workbench.plots.classes:splice_figure",
-               "Class fractions j loops after splicing row B's state into row A at loop k0. Predicted: lawful (A's "
-               "table applied to B's symbol) at the read position; B's orbit when every position is spliced."),
-    ),
 )
