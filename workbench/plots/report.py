@@ -373,8 +373,8 @@ def _sections(results_dir: Path, tables: dict[str, pd.DataFrame], control: Path 
               control_tables: dict[str, pd.DataFrame] | None = None,
               progress: bool = False) -> list[tuple[str, list[str]]]:
     """Returns (result name, [html fragments]) for every result present, in `section_heads()` order; each
-    figure is followed by its caption (`Figure.caption`), a probe shown as its table by `Section.table_caption`. With a
-    control, every figure the control's tables also draw is shown beside the specimen's, on the same builder."""
+    figure is followed by its caption (`Figure.caption`), a probe shown as its table by `Section.table_caption`.
+    With a control, every figure the control's tables also draw is shown beside the specimen's, on the same builder."""
     figures: dict[str, list[str]] = {}
     caption = captions()
     theirs = {key: fig for _, key, fig in build_all(control_tables)} if control_tables else {}

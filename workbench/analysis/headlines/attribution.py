@@ -1,8 +1,8 @@
 """The attribution probe's headline: per corruption, how well the gradient estimate ranks the exact patching
 grid, and what it costs.
 
-Read from the probe's tables alone (`workbench.probes.attribution` writes them), so a results directory is read again
-without the model.
+Read from the probe's tables alone (`workbench.probes.attribution` writes them), so a results directory is read
+again without the model.
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@ the frontier.
 The frontier table is computed here from the matrix too (`frontier_table`): the probe writes it, and a results
 directory without it still has a headline.
 
-Read from the probe's tables alone (`workbench.probes.depth_matrix` writes them), so a results directory is read again
-without the model.
+Read from the probe's tables alone (`workbench.probes.depth_matrix` writes them), so a results directory is read
+again without the model.
 """
 
 from __future__ import annotations

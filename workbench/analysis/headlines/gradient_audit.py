@@ -1,8 +1,8 @@
 """The gradient-audit probe's headline: the gradient reaching the re-entry, block and Coda at loop 2, and the
 finite-difference check.
 
-Read from the probe's tables alone (`workbench.probes.gradient_audit` writes them), so a results directory is read again
-without the model.
+Read from the probe's tables alone (`workbench.probes.gradient_audit` writes them), so a results directory is read
+again without the model.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The lens-agreement probe's headline: per lens, x_t ranked first and agreement with the final output, what a
 splice carries, and the t = T identity.
 
-Read from the probe's tables alone (`workbench.probes.lens_agreement` writes them), so a results directory is read again
-without the model.
+Read from the probe's tables alone (`workbench.probes.lens_agreement` writes them), so a results directory is read
+again without the model.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The linear-probe headline: per target, the worst loop's held-out accuracy against its null.
 
-Read from the probe's tables alone (`workbench.probes.linear_probe` writes them), so a results directory is read again
-without the model.
+Read from the probe's tables alone (`workbench.probes.linear_probe` writes them), so a results directory is read
+again without the model.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The loop-accuracy probe's headline: the final answer at every loop count and the best loop.
 
-Read from the probe's tables alone (`workbench.probes.loop_accuracy` writes them), so a results directory is read again
-without the model.
+Read from the probe's tables alone (`workbench.probes.loop_accuracy` writes them), so a results directory is read
+again without the model.
 """
 
 from __future__ import annotations
