@@ -34,7 +34,7 @@ NAME = "native_overhead"
 FULL = dict(rows=4, reps=7, warmup=1, alphabet=8)
 QUICK = dict(rows=2, reps=2, warmup=1, alphabet=8)
 TARGET = 1.10
-# the tiny configs (workbench.native.TINY_NATIVE) scaled to ~50M parameters (the 49,152-token vocabulary included)
+# the tiny configs (workbench.models.native.TINY_NATIVE) scaled to ~50M parameters (the 49,152-token vocabulary included)
 SCALED = {
     "inkling": ("tiny-inkling2-loop", dict(
         hidden_size=256, num_hidden_layers=6, head_dim=64, swa_head_dim=64, n_layers_per_attn_res_block=2,
@@ -53,7 +53,7 @@ def build(family: str, quick: bool):
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from workbench.models import load_looped, load_tokenizer
-    from workbench.native import FAMILIES, TINY_NATIVE
+    from workbench.models.native import FAMILIES, TINY_NATIVE
 
     name, overrides = SCALED[family]
     if quick:

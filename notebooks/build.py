@@ -143,7 +143,7 @@ runs the full sweep.
 """),
     code(ROOT),
     code('''from workbench.models import load_base
-from workbench.block_selection import load_corpus, select_block, task_rows
+from workbench.selection.stage1 import load_corpus, select_block, task_rows
 
 base, tok = load_base("smollm2-135m-instruct")
 texts = load_corpus()[:16]                    # every 4th text is held out for the loss
@@ -459,7 +459,7 @@ The weights alone need the memory below (transformers' config defaults, which it
 the released checkpoints'; counted on the meta device, nothing allocated); activations and the
 per-pass reads come on top.
 """),
-    code('''from workbench.native import default_size
+    code('''from workbench.models.native import default_size
 
 pd.DataFrame([default_size("inkling2_loop_text"), default_size("hrm_text")])'''),
 ]

@@ -47,8 +47,9 @@ def _losses(run: Path) -> dict[int, float]:
 
 
 def check_identity(device, args) -> str:
+    from workbench.defaults import EMBEDDED_DEFAULT
     from workbench.loop.identity import identity_report
-    from workbench.models import EMBEDDED_DEFAULT, load_base
+    from workbench.models import load_base
     from workbench.train.rundir import read_retrofit
 
     block = read_retrofit(resolve_run(DEFAULT_KEEPER))[1].block

@@ -12,6 +12,7 @@ executor at exactly 100% is broken.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -19,7 +20,28 @@ from typing import Callable
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.models.looped import CAPABILITIES
 from workbench.tasks.chase import ChaseInstance, parse_prompt
+
+
+class StandIn:
+    """The `workbench.models.looped.LoopedModel` attributes a stand-in model declares: no pass count of its own,
+    no capability beyond reading, the identity logit transform. `max_loops` and `halting` are each class's own."""
+
+    native_loops = None
+    precision = "fp32"
+    supports: frozenset[str] = frozenset()
+    unsupported = {c: "a stand-in model only reads" for c in CAPABILITIES}
+
+    @property
+    def final_norm(self):
+        return self.base.model.norm
+
+    def logit_transform(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits
+
+    def all_cycles_with_grad(self):
+        return contextlib.nullcontext(self)
 
 
 @dataclass
@@ -35,7 +57,7 @@ def parse_chase(text: str) -> ChaseInstance:
     return parse_prompt(text)[1]
 
 
-class ReadoutExecutor:
+class ReadoutExecutor(StandIn):
     """A fake model whose loop-t readout puts `symbol_at(parse(prompt_text), t)` on top (1, others 0).
 
     Args:
@@ -43,6 +65,8 @@ class ReadoutExecutor:
         symbol_at: (parsed row, loop t) -> the answer at loop t, without its leading space.
         parse: prompt text -> parsed row, once per row (default: the chase parser).
     """
+
+    max_loops, halting = 64, None
 
     def __init__(self, tokenizer, symbol_at: Callable[[object, int], str],
                  parse: Callable[[str], object] = parse_chase):
@@ -95,8 +119,10 @@ class ParkingExecutor(ReadoutExecutor):
         super().__init__(tokenizer, lambda chase, t: chase.iterate(min(t, chase.depth)))
 
 
-class ShuffledExecutor:
+class ShuffledExecutor(StandIn):
     """Wraps a model and permutes its candidate scores at random per row and loop (a chance-level null)."""
+
+    max_loops, halting = 64, None
 
     def __init__(self, inner, seed: int = 0):
         self.inner = inner
@@ -148,12 +174,14 @@ def solve_prompt(text: str) -> str:
     return solve_state(text) if text.startswith("Registers hold") else solve_arith(text)
 
 
-class AnswerExecutor:
+class AnswerExecutor(StandIn):
     """A fake model for multi-token answers: at each read position it puts the answer's next token on top.
 
     The answer comes from `solve(prompt text)` (default `solve_prompt`), never from the tokens after
     the prompt, so the reader's teacher forcing cannot leak it. Scores are [B, T, P, vocab].
     """
+
+    max_loops, halting = 64, None
 
     def __init__(self, tokenizer, solve: Callable[[str], str] = solve_prompt, cue: str = "Answer:"):
         self.tokenizer, self.solve, self.cue = tokenizer, solve, cue

@@ -642,7 +642,7 @@ def test_the_readme_shows_the_committed_ledgers_verdict_counts():
 def _planted_sweep(root: Path, ce_by_window: dict[str, list[list[float]]], span=(2, 28)) -> Path:
     """A Stage 2 sweep directory as `select-block --stage2 train` leaves it, with planted per-row CE readings
     (one list per seed), and its stage2.json rebuilt by the sweep's own code."""
-    from workbench.train import window_sweep as ws
+    from workbench.selection import stage2 as ws
 
     root.mkdir(parents=True)
     roles = {w: ("late control" if w == "24:30" else "span") for w in ce_by_window}

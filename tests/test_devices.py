@@ -169,8 +169,8 @@ def test_the_forced_and_the_adaptive_read_make_no_host_tensor(halting_model):
 
 
 def test_identity_and_block_selection_make_no_host_tensor():
-    from workbench.block_selection import select_block
     from workbench.loop.identity import identity_report
+    from workbench.selection.stage1 import select_block
 
     base, tok = load_base("tiny-llama")
     base.to(SIMULATED)

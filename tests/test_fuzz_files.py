@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from tests.test_cli_errors import assert_clean_error, invoke, refresh_provenance, tiny_run  # noqa: F401
 from tests.test_fuzz import GOOD_ROW  # at the top: importing it inside a @given test nests its @given
 from workbench.errors import WorkbenchError
-from workbench.gguf_header import read_header
+from workbench.models.gguf_header import read_header
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FEW = settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

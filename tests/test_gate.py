@@ -87,7 +87,7 @@ def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
     import importlib
 
     for module in ("workbench.train.trainer", "workbench.probes.battery", "workbench.plots.export", "workbench.analysis.claims",
-                   "workbench.plots.report", "workbench.block_selection", "workbench.loop.identity", "workbench.tasks.manifest",
+                   "workbench.plots.report", "workbench.selection.stage1", "workbench.loop.identity", "workbench.tasks.manifest",
                    "workbench.train.rundir"):
         importlib.import_module(module)  # imported before the patch: none binds the patched load_base for good
     monkeypatch.setattr(io.Gate, "_decide", reached)
@@ -339,7 +339,7 @@ def test_tensors_are_written_with_the_users_umask(tmp_path):
 
 
 def test_a_shard_index_may_not_leave_the_model_directory(tmp_path):
-    from workbench.weights_check import weights_index
+    from workbench.models.weights_check import weights_index
 
     (tmp_path / "m").mkdir()
     (tmp_path / "outside.safetensors").write_bytes(b"")

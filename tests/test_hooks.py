@@ -9,7 +9,7 @@ import torch
 
 from tests.conftest import perturb
 from workbench.errors import WorkbenchError
-from workbench.loop.hooks import FAMILY_SITES, SITES, hook_name, loop_hook_names, stack_loops
+from workbench.loop.hooks import RETROFIT_SITES, SITES, hook_name, loop_hook_names, stack_loops
 from workbench.loop.surgery import retrofit
 
 GOLDEN = [
@@ -40,7 +40,7 @@ def test_hook_name_builds_every_name_the_model_has(tiny):
     layers = {"prelude_resid": range(0, 2), "memory": range(2, 4), "pattern": range(2, 4), "attn_out": range(2, 4),
               "mlp_out": range(2, 4), "block_resid": range(2, 4), "coda_resid": range(4, 6)}
     built = set()
-    for site in FAMILY_SITES["retrofit"]:
+    for site in RETROFIT_SITES:
         pattern = SITES[site]
         loops = range(1, 3) if "{loop}" in pattern else [None]
         built |= {hook_name(site, t, i) for t in loops for i in layers.get(site, [None])}

@@ -135,7 +135,7 @@ def test_the_cycle_check_finds_a_cycle_through_a_deferred_import(tmp_path):
 
 
 def parts(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The graph between the package's parts: a subpackage (`workbench.native`, everything under it) or a top-level
+    """The graph between the package's parts: a subpackage (`workbench.models.native`, everything under it) or a top-level
     module (`workbench.models`) is one node."""
     def part(name: str) -> str:
         return ".".join(name.split(".")[:2])
@@ -178,11 +178,11 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.block_selection", "workbench.precision")
+MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.selection", "workbench.precision")
 PRESENTATION = ("workbench.plots",)  # plots, the report (plots.report) and the paper figures (plots.export)
-COMPUTE = ("workbench.loop", "workbench.block_selection", "workbench.probes", "workbench.train", "workbench.tasks",
+COMPUTE = ("workbench.loop", "workbench.selection", "workbench.probes", "workbench.train", "workbench.tasks",
            "workbench.analysis")
-NOT_READ = ("workbench.probes", "workbench.runs", "workbench.native")  # what drawing a results directory never needs
+NOT_READ = ("workbench.probes", "workbench.runs", "workbench.models")  # what drawing a results directory never needs
 
 
 def test_presentation_is_a_leaf():
@@ -221,7 +221,7 @@ def test_analysis_reads_what_the_probes_wrote_and_imports_no_probe_presentation_
     by name, that reads the probe's tables. It reads without a model: no model or training code either (a run's
     recipe.toml is read as data, not as a typed Recipe)."""
     graph = import_graph(PACKAGE, dynamic=True)
-    outside = ("workbench.probes", *PRESENTATION, "workbench.commands", "workbench.cli", *MODEL, "workbench.native")
+    outside = ("workbench.probes", *PRESENTATION, "workbench.commands", "workbench.cli", *MODEL, "workbench.models.native")
     analysis = [name for name in graph if name.startswith("workbench.analysis")]
     assert {"workbench.analysis.stats", "workbench.analysis.headlines", "workbench.analysis.claims"} <= set(analysis)
     for name in analysis:
@@ -230,23 +230,26 @@ def test_analysis_reads_what_the_probes_wrote_and_imports_no_probe_presentation_
 
 def test_the_looped_model_imports_no_probes_training_presentation_or_cli():
     graph = import_graph(PACKAGE, dynamic=True)
-    outside = ("workbench.probes", "workbench.train", "workbench.block_selection", *PRESENTATION, "workbench.commands",
+    outside = ("workbench.probes", "workbench.train", "workbench.selection", *PRESENTATION, "workbench.commands",
                "workbench.cli")
     for name in graph:
         if name.startswith("workbench.loop"):
             assert not sorted(d for d in reachable(graph, name) if d.startswith(outside)), name
 
 
-def test_the_native_adapters_import_nothing_that_loads_them():
-    """`workbench.models` loads the native adapters (`load_looped` hands the tiny ones the embedded tokenizer), so
-    nothing under `workbench.native` imports it: what needs that loader is handed it (`native.check.exactness`)."""
+def test_the_native_adapters_stand_on_the_bases_and_the_loop_only():
+    """The native adapters sit on `workbench.models.bases` (the embedded tokenizer for the tiny ones) and the looped
+    interface (`workbench.loop`); nothing under `workbench.models.native` imports the room's face (which imports
+    them), training, block selection, probes, presentation or the CLI."""
     graph = import_graph(PACKAGE, dynamic=True)
-    outside = ("workbench.models", "workbench.train", "workbench.block_selection", "workbench.probes", *PRESENTATION,
-               "workbench.commands", "workbench.cli")
-    native = [name for name in graph if name.startswith("workbench.native")]
-    assert {"workbench.native", "workbench.native.check"} <= set(native)
+    outside = ("workbench.train", "workbench.selection", "workbench.probes",
+               *PRESENTATION, "workbench.commands", "workbench.cli", "workbench.runs")
+    native = [name for name in graph if name.startswith("workbench.models.native")]
+    assert {"workbench.models.native", "workbench.models.native.check"} <= set(native)
     for name in native:
-        assert not sorted(d for d in reachable(graph, name) if d.startswith(outside)), name
+        found = reachable(graph, name)
+        assert "workbench.models" not in found, name
+        assert not sorted(d for d in found if d.startswith(outside)), name
 
 
 def test_the_cli_starts_without_the_model_stack():

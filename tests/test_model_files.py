@@ -14,7 +14,7 @@ from safetensors.torch import load_file, save_file
 from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args, tiny_manifest, tiny_run  # noqa: F401
 from workbench.errors import WorkbenchError
 from workbench.models import load_base
-from workbench.weights_check import read_safetensors_index
+from workbench.models.weights_check import read_safetensors_index
 
 
 @pytest.fixture(scope="module")

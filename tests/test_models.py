@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from workbench.errors import WorkbenchError
-from workbench.models import embedded_gguf_path, load_base, weights_sha256
+from workbench.models.bases import embedded_gguf_path, load_base, weights_sha256
 
 
 @pytest.mark.parametrize("spec,family", [("tiny-llama", "llama"), ("tiny-qwen2", "qwen2"), ("tiny-qwen3", "qwen3")])

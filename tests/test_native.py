@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name, loop_hook_names, stack_loops
 from workbench.models import load_looped, load_tokenizer
-from workbench.native import TINY_NATIVE
+from workbench.models.native import TINY_NATIVE
 
 FAMILIES = ("tiny-inkling2-loop", "tiny-hrm-text")
 PROMPTS = ["The capital of France is", "A -> C\nB -> A\nStart at A.", "Hello there, how are you doing today?"]

@@ -11,8 +11,15 @@ import typer
 from kneed import KneeLocator
 from typer.testing import CliRunner
 
-import workbench.block_selection as selection
-from workbench.block_selection import (
+import workbench.selection.stage1 as selection
+from workbench.commands.select_block import SELECTION_HTML, SELECTION_JSON
+from workbench.commands.select_block import select_block as select_block_command
+from workbench.errors import WorkbenchError
+from workbench.loop.positions import last_real_token, position_ids
+from workbench.loop.surgery import retrofit
+from workbench.models import load_base
+from workbench.plots.selection import curve_frame, windows_frame
+from workbench.selection.stage1 import (
     BlockSelection,
     angular_distance_between,
     angular_distances,
@@ -27,13 +34,6 @@ from workbench.block_selection import (
     split_texts,
     window_ablation,
 )
-from workbench.commands.select_block import SELECTION_HTML, SELECTION_JSON
-from workbench.commands.select_block import select_block as select_block_command
-from workbench.errors import WorkbenchError
-from workbench.loop.positions import last_real_token, position_ids
-from workbench.loop.surgery import retrofit
-from workbench.models import load_base
-from workbench.plots.selection import curve_frame, windows_frame
 from workbench.tasks.guardrail import guardrail_rows
 
 TEXTS = [
@@ -282,3 +282,32 @@ def test_smollm2_knees_near_2_and_26():
     assert left.layer is not None and abs(left.layer - 2) <= 3, left.reason
     assert right.layer is not None and abs(right.layer - 26) <= 3, right.reason
     assert curve[0] > 0.4 and max(curve[5:20]) < 0.15  # steep encoder, flat middle
+
+
+def test_the_trainer_is_handed_block_selection_for_auto(tmp_path, monkeypatch):
+    """Training sits below block selection (Stage 2 trains): a recipe's block = "auto" is resolved by the chooser
+    the caller hands in (`workbench train` and `workbench.train_recipe` hand Stage 1's `resolve_block`); a trainer
+    handed none refuses "auto" in one line before it trains."""
+    import tomli_w
+
+    import workbench as wb
+    import workbench.api
+    from tests.training.conftest import TINY_RECIPE, merge
+    from workbench.train.trainer import train
+
+    recipe = tmp_path / "auto.toml"
+    recipe.write_text(tomli_w.dumps(merge(TINY_RECIPE, {"model": {"block": "auto"},
+                                                        "stages": [{"name": "a", "depths": [1], "steps": 1}]})))
+    with pytest.raises(WorkbenchError, match="block = 'auto' needs block selection"):
+        train(recipe, tmp_path / "refused", progress=False)
+    asked = []
+
+    def chooser(base, tok, block):
+        asked.append(block)
+        return (2, 4), {"source": "auto", "block": [2, 4], "selection": {"planted": True}}
+
+    monkeypatch.setattr(workbench.api, "resolve_block", chooser)
+    summary = wb.train_recipe(recipe, tmp_path / "run", progress=False)
+    assert asked == ["auto"] and summary["finished"]
+    record = json.loads((tmp_path / "run" / "retrofit.json").read_text())
+    assert record["block_selection"]["selection"] == {"planted": True}

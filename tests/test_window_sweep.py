@@ -1,4 +1,4 @@
-"""Block selection's Stage 2 by training (`select-block --stage2 train`, `workbench.train.window_sweep`).
+"""Block selection's Stage 2 by training (`select-block --stage2 train`, `workbench.selection.stage2`).
 
 What a user relies on: the candidates (Stage 1's pick always among them, a late control, their own windows),
 one short recipe that differs only in the window, a ranking read that equals the training loss's own
@@ -20,7 +20,7 @@ import torch
 from tests.test_cli_errors import assert_clean_error, invoke
 from tests.training.conftest import TINY_RECIPE, merge
 from workbench.errors import WorkbenchError
-from workbench.train import window_sweep as ws
+from workbench.selection import stage2 as ws
 
 SELECTION = {"model": "m", "n_layers": 30, "prelude_end": 2, "coda_start": 28, "window": 6, "recommended": [2, 8],
              "windows": [{"block": [2, 8], "damage": 0.16}, {"block": [22, 28], "damage": 0.21},

@@ -45,12 +45,12 @@ _EXPORTS: dict[str, str] = {
     "read_rows": "workbench.tasks.reader",
     "read_answers": "workbench.tasks.reader",
     # runs: training one, loading one
-    "train_recipe": "workbench.train.trainer:train",  # `workbench.train` is the training package
+    "train_recipe": "workbench.api",  # `workbench.train` is the training package
     "load_run": "workbench.runs",
     "resolve_run": "workbench.runs",
     # checks and probes
     "identity_report": "workbench.loop.identity",
-    "select_block": "workbench.block_selection",
+    "select_block": "workbench.selection.stage1",
     "probe": "workbench.api",
     "lens": "workbench.lenses",  # a per-loop lens on any prompt
     "generate": "workbench.generation",  # the continuation under every loop count
@@ -118,8 +118,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load lazily
     from workbench.analysis.claims import build_ledger
     from workbench.analysis.results import load_results, read_summary
-    from workbench.api import probe, probe_names
-    from workbench.block_selection import select_block
+    from workbench.api import probe, probe_names, train_recipe
     from workbench.errors import WorkbenchError
     from workbench.generation import generate
     from workbench.loop.config import LoraSettings, RetrofitConfig
@@ -131,8 +130,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
     from workbench.models import load_base, load_looped
     from workbench.probes.battery import load_battery, run_battery
     from workbench.runs import load_run, resolve_run
+    from workbench.selection.stage1 import select_block
     from workbench.tasks import build_rows
     from workbench.tasks.manifest import read_manifest, write_manifest
     from workbench.tasks.reader import read_answers, read_rows
     from workbench.tasks.user import read_user_rows
-    from workbench.train.trainer import train as train_recipe

@@ -1,4 +1,5 @@
-"""One probe by name, outside a battery: the public API's `workbench.probe`.
+"""One probe by name, outside a battery (the public API's `workbench.probe`), and a recipe trained as
+`workbench train` trains it (`workbench.train_recipe`).
 
 A battery (`workbench.run_battery`) runs several probes on a checkpoint and writes a results
 directory; `probe` runs one on a model already in memory and returns its tables, so a notebook
@@ -7,12 +8,15 @@ or a script can look at one question without writing anything.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from workbench.probes import PROBES
 from workbench.probes.battery import run_probe
+from workbench.selection.stage1 import resolve_block
+from workbench.train.trainer import train
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -41,3 +45,10 @@ def probe(name: str, model: LoopedLM, tokenizer: PreTrainedTokenizerBase, rows: 
         NotApplicable: the probe's question does not apply to this model or these rows.
     """
     return run_probe(name, model, tokenizer, rows, options, {})
+
+
+def train_recipe(recipe_path: str | Path, out: str | Path | None = None, **options: Any) -> dict:
+    """Trains a recipe into a run directory as `workbench train` does and returns its summary: the trainer
+    (`workbench.train.trainer.train`, whose arguments `options` are) handed Stage 1 block selection for a recipe's
+    block = "auto" (`workbench.selection.stage1.resolve_block`)."""
+    return train(recipe_path, out, choose_block=resolve_block, **options)

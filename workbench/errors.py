@@ -15,7 +15,7 @@ def user_files(spec: str, accepted: str):
     """Turns a library's error on a user's model files (truncated weights, a broken config) into one line
     ending in `accepted` (what the caller takes): the one handler of the base and native model loaders.
 
-    The GGUF header is checked first by `workbench.gguf_header`, so nothing here allocates for what a
+    The GGUF header is checked first by `workbench.models.gguf_header`, so nothing here allocates for what a
     file merely declares; this catches what the readers find after that.
     """
     from huggingface_hub.errors import StrictDataclassError  # noqa: PLC0415 - every module imports errors;

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from workbench.loop.looped import LoopedLM
-    from workbench.native.contract import NativeLoopedLM
+    from workbench.models.native.contract import NativeLoopedLM
 
 COLUMNS = ("prompt_index", "prompt", "loops", "text", "tokens", "n_tokens", "cached", "stopped")
 DEFAULT_LOOPS = (1, 2, 4, 8)
@@ -45,7 +45,7 @@ DEFAULT_LOOPS = (1, 2, 4, 8)
 def default_loops(model) -> list[int]:
     """1, 2, 4, 8 up to the model's max_loops, and a native model's own pass count."""
     out = {t for t in DEFAULT_LOOPS if t <= int(model.max_loops)}
-    native = getattr(model, "native_loops", None)
+    native = model.native_loops
     if native is not None:
         out.add(int(native))
     return sorted(out)
@@ -105,7 +105,7 @@ def check_settings(max_new_tokens: int, temperature: float, top_k: int | None, s
 def eos_ids(model, tokenizer) -> list[int]:
     """The end-of-sequence ids `generate` stops at: the model's generation config's (as transformers'), else the
     tokenizer's."""
-    config = getattr(getattr(model, "base", model), "generation_config", None)
+    config = getattr(model.base, "generation_config", None)
     eos = getattr(config, "eos_token_id", None)
     if eos is None:
         eos = tokenizer.eos_token_id
@@ -150,7 +150,7 @@ def generate(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBas
         if n + max_new_tokens > limit:
             raise WorkbenchError(f"prompt {i + 1} is {n} tokens; with max_new_tokens={max_new_tokens} that passes the "
                                  f"model's {limit} positions; give a shorter prompt or fewer new tokens")
-    use_cache = bool(cache) and hasattr(model, "new_cache")
+    use_cache = bool(cache)
     stops = eos_ids(model, tokenizer) if stop_at_eos else []
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stops[0] if stops else 0)
     device = device_of(model)
@@ -180,7 +180,7 @@ def generate(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBas
     frame.attrs.update({"loops": asked, "max_new_tokens": max_new_tokens, "sample": bool(sample),
                         "temperature": float(temperature), "top_k": top_k, "seed": seed, "cached": use_cache,
                         "stop_at_eos": bool(stop_at_eos), "max_loops": int(model.max_loops),
-                        "native_loops": getattr(model, "native_loops", None)})
+                        "native_loops": model.native_loops})
     return frame
 
 

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from workbench.loop.looped import LoopedLM
-    from workbench.native.contract import NativeLoopedLM
+    from workbench.models.native.contract import NativeLoopedLM
 
 LENSES = ("coda", "raw", "tuned")
 COLUMNS = ("prompt_index", "position", "input_token", "loop", "lens", "kind", "k", "token_id", "token", "rank",
@@ -55,7 +55,7 @@ COLUMNS = ("prompt_index", "position", "input_token", "loop", "lens", "kind", "k
 # ----------------------------------------------------------------------------- inputs
 def default_loops(model) -> int:
     """The loop count a reading takes when none is given: a native model's trained pass count, else 8 (or fewer)."""
-    native = getattr(model, "native_loops", None)
+    native = model.native_loops
     return int(native) if native else min(8, int(model.max_loops))
 
 
@@ -202,7 +202,7 @@ def lens(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBase, p
                               key=_sort_key, kind="stable")
     frame = frame.reset_index(drop=True)
     frame.attrs.update({"loops": T, "lenses": [n for n in LENSES if n != "tuned" or maps is not None],
-                        "prompts": prompts, "kind": "native" if hasattr(model, "native_loops") else "retrofit"})
+                        "prompts": prompts, "kind": "retrofit" if model.native_loops is None else "native"})
     return frame
 
 
@@ -264,7 +264,7 @@ def _sort_key(column: pd.Series) -> pd.Series:
 
 
 def _final_norm(model):
-    return getattr(model, "final_norm", None) or model.base.model.norm  # HRM: the norm that ends its H stack
+    return model.final_norm  # HRM: the norm that ends its H stack
 
 
 def _head_dtype(model) -> torch.dtype:
@@ -277,9 +277,7 @@ def _unembed(model, vectors: torch.Tensor) -> torch.Tensor:
     out = vectors.to(head.weight.dtype).to(head.weight.device) @ head.weight.T
     if head.bias is not None:
         out = out + head.bias
-    transform = getattr(model, "logit_transform", None)  # Inkling's softcap
-    out = out if transform is None else transform(out)
-    return out.double()
+    return model.logit_transform(out).double()  # Inkling's softcap
 
 
 # ----------------------------------------------------------------------------- tuned lens

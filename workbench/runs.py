@@ -24,7 +24,7 @@ from workbench.io import sha256_bytes, sha256_file
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import retrofit
 from workbench.models import TINY_CONFIGS, load_base, load_looped, weights_sha256
-from workbench.native import native_family
+from workbench.models.native import native_family
 from workbench.train.rundir import (
     PROVENANCE,
     RECIPE,
@@ -45,7 +45,7 @@ UNTRAINED = "untrained:"
 def load_checkpoint(spec: str):
     """Returns (looped, tokenizer, info) for a run directory or an untrained retrofit.
 
-    `spec` is a native looped model (`workbench.native`: a transformers Inkling2Loop or HRM-Text directory,
+    `spec` is a native looped model (`workbench.models.native`: a transformers Inkling2Loop or HRM-Text directory,
     `tiny-inkling2-loop`, `tiny-hrm-text`; kind "native"), a run directory or a shipped keeper's name
     (`workbench.train.rundir.load_run`: strictly checked) or
     `untrained:RUN_DIR` (the run's base and architecture with fresh re-entry and untrained block,
@@ -55,7 +55,7 @@ def load_checkpoint(spec: str):
     """
     if spec.startswith(UNTRAINED):
         return _untrained(spec)
-    if native_family(spec) is not None:  # a native looped model (workbench.native): its own passes, nothing trained
+    if native_family(spec) is not None:  # a native looped model (workbench.models.native): its own passes, nothing trained
         return _native(spec)
 
     spec = str(resolve_run(spec))

@@ -17,7 +17,7 @@ import synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_CODE = ("workbench.probes", "workbench.loop", "workbench.train", "workbench.models", "workbench.runs",
-              "workbench.native", "workbench.block_selection")
+              "workbench.models.native", "workbench.selection")
 
 RENDER = """
 import io, json, sys

@@ -24,6 +24,7 @@ import torch
 from torch import nn
 from transformer_lens import HookedRootModule
 
+from tests.executors import StandIn
 from workbench.loop.looped import LoopedOutput, LoopReadout, _Site
 from workbench.loop.positions import last_real_token
 from workbench.tasks.chase import parse_prompt
@@ -46,10 +47,11 @@ class _Config:
     _attn_implementation = "eager"
 
 
-class ContractionMachine(HookedRootModule):
+class ContractionMachine(StandIn, HookedRootModule):
     """See the module docstring. Two block layers (0, 1); layer 1's output is the state."""
 
     RATES = (0.8, 0.5)
+    halting = None
 
     def __init__(self, mode: str = "contract", max_loops: int = 10, theta: float = 0.3, expand: float = 1.5,
                  D: int = 6):
@@ -121,8 +123,10 @@ class _Scale(nn.Module):
         return x * self.weight.to(x.dtype)
 
 
-class LensMachine(HookedRootModule):
+class LensMachine(StandIn, HookedRootModule):
     """See the module docstring. `rows` fix the symbols and their candidate token ids."""
+
+    halting = None
 
     def __init__(self, tokenizer, rows: list[dict], max_loops: int = 8, broken: bool = False):
         super().__init__()
@@ -200,7 +204,7 @@ class LensMachine(HookedRootModule):
                            states=torch.stack(states, 1) if return_states else None)
 
 
-class ScriptedMachine(HookedRootModule):
+class ScriptedMachine(StandIn, HookedRootModule):
     """See the module docstring: per-pass candidate distributions and halting probabilities written out per row."""
 
     def __init__(self, tokenizer, rows: list[dict], max_loops: int = 8):

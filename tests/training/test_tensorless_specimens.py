@@ -55,7 +55,7 @@ def test_a_specimen_without_tensors_reruns_its_first_steps(tmp_path, monkeypatch
         # from the seeded generator before LoRA's A matrices (its README). Replay exactly that: a cold cache and
         # the rebuild on the caller's generator.
         monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cold-cache"))
-        monkeypatch.setattr("workbench.models.torch.random.fork_rng", lambda **_: contextlib.nullcontext())
+        monkeypatch.setattr("workbench.models.bases.torch.random.fork_rng", lambda **_: contextlib.nullcontext())
     summary = train(SPECIMEN / "recipe.toml", out=tmp_path / "run", stop_after=steps, progress=False)
     assert summary["steps"] == steps and not summary["finished"]
     fresh = _lines(tmp_path / "run" / "metrics.jsonl")

@@ -71,14 +71,15 @@ def demo(
 def _run(ui: Output, staging: Path, out: Path, train_steps: int, eval_per_depth: int, skip_selection: bool,
          device: str = "auto"):
     """The demo's steps, written into `staging` (which becomes `out`); returns (headline, battery summary)."""
-    from workbench.block_selection import select_block
+    from workbench.defaults import EMBEDDED_DEFAULT
     from workbench.devices import device_record, resolve_device
     from workbench.io import write_json_atomic
     from workbench.loop.identity import identity_report
-    from workbench.models import EMBEDDED_DEFAULT, load_base
+    from workbench.models import load_base
     from workbench.plots.report import write_report
     from workbench.probes.battery import run_battery
     from workbench.runs import read_retrofit
+    from workbench.selection.stage1 import select_block
 
     say = ui.step   # the steps are the demo's progress: with --json on stderr, with --quiet nowhere
     start = time.perf_counter()
@@ -177,7 +178,7 @@ def committed_sweep() -> tuple[Path, dict] | None:
 def keeper_lines(block: tuple[int, int], windows: list[dict] | None, sweep: tuple[Path, dict] | None = None) -> list[str]:
     """Says which block the shipped keeper loops and why: Stage 1's rank of it when it is one of its windows, and
     the committed Stage 2 sweep's reading of it (`select-block --stage2 train`), with that sweep's table."""
-    from workbench.train.window_sweep import table_lines
+    from workbench.selection.stage2 import table_lines
 
     a, b = block
     ranked = next((w for w in windows or [] if tuple(w["block"]) == (a, b)), None)

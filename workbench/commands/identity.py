@@ -29,8 +29,8 @@ def identity(
 
     from workbench.devices import device_record, resolve_device
     from workbench.loop.identity import IDENTITY_PROMPTS, identity_report
-    from workbench.models import load_base, load_looped
-    from workbench.native import native_family
+    from workbench.models.bases import load_base
+    from workbench.models.native import native_family
     from workbench.plots.terminal import console
 
     ui = Output(quiet, as_json)
@@ -40,9 +40,9 @@ def identity(
         raise WorkbenchError(f"--attn '{attn}' is not accepted; accepted: {', '.join(ATTENTION)}")
     run_on = resolve_device(device)   # before the model loads
     if native_family(model) is not None:  # a native looped model: its adapter against transformers' own forward
-        from workbench.native.check import exactness
+        from workbench.models.native.check import exactness
 
-        record = exactness(model, load_looped)
+        record = exactness(model)
         ui.say(f"{model} ({record['family']}), adapter vs transformers' forward at passes 1..{len(record['per_pass'])} "
                f"(native {record['native_passes']}), {record['prompts']} prompts: max |Δlogit| = {record['max_abs_diff']}")
         ui.result(record)

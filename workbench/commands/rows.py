@@ -119,6 +119,7 @@ def rows(
 
 
 def _tokenizer(spec: str):
-    from workbench.models import load_tokenizer
+    from workbench.models.bases import load_tokenizer
+    from workbench.models.native import load_looped, native_family
 
-    return load_tokenizer(spec)
+    return load_looped(spec)[1] if native_family(spec) is not None else load_tokenizer(spec)

@@ -2,14 +2,13 @@
 
 Stage 1 writes DIR/block_selection.json (the curve, the span, the windows ranked by the damage an untrained
 loop 2 does, the model's identity) and DIR/block_selection.html. `--stage2 train` then trains every candidate
-window for the same short budget (`workbench.train.window_sweep`): DIR/runs/<window>-seed<N>/ are ordinary run
+window for the same short budget (`workbench.selection.stage2`): DIR/runs/<window>-seed<N>/ are ordinary run
 directories (resumable with --resume, killable), DIR/readings/ their ranking reads, and DIR/stage2.json and
 DIR/stage2.html the table, the figure and the recommendation with its margin.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -64,10 +63,11 @@ def select_block(
 ) -> None:
     """Find the loopable span (angular distance + Kneedle) and rank windows in it: by untrained loop-2 damage, or
     (--stage2 train) by a short training of each."""
-    from workbench.block_selection import load_corpus
     from workbench.devices import resolve_device
     from workbench.errors import WorkbenchError
-    from workbench.train import window_sweep
+    from workbench.models.bases import load_base
+    from workbench.selection import stage2 as window_sweep
+    from workbench.selection.stage1 import load_corpus
 
     ui = Output(quiet, as_json)
     if stage2 not in STAGE2_MODES:
@@ -95,7 +95,9 @@ def select_block(
                        reading=[corpus, model, stage1, recipe_path])  # before any work
     texts = load_corpus(corpus)  # read before the model loads: a bad path fails fast
     have = out / SELECTION_JSON
-    record = _stage1(ui, model, corpus, texts, window, run_on, device,
+    base, tok = load_base(model)   # the one load: Stage 1 (or its reuse check) and Stage 2's untrained damage
+    base.to(run_on)
+    record = _stage1(ui, base, tok, model, corpus, texts, window, run_on, device,
                      reuse=have if train and resume and have.is_file() else stage1)
     if not train:
         _write_stage1_dir(gate, out, record)
@@ -104,7 +106,7 @@ def select_block(
         ui.result(record)
         return
     _stage2_train(ui, gate, out, record, model, recipe_path, steps, candidates, include, seeds, run_on, texts,
-                  rank_cells)
+                  rank_cells, base=(base, tok))
 
 
 def _recipe_path(recipe: str) -> Path:
@@ -113,43 +115,21 @@ def _recipe_path(recipe: str) -> Path:
     return resolve("recipe", recipe)
 
 
-def _stage1(ui: Output, model: str, corpus, texts, window, run_on, device, reuse: Path | None) -> dict:
-    """Stage 1's record: computed, or read from `reuse` (checked against the model's weights and the corpus)."""
-    from workbench.block_selection import select_block as run_selection
+def _stage1(ui: Output, base, tok, model: str, corpus, texts, window, run_on, device, reuse: Path | None) -> dict:
+    """Stage 1's record: computed on the loaded base, or read from `reuse` (checked against its weights and corpus)."""
     from workbench.devices import device_record
-    from workbench.errors import WorkbenchError
     from workbench.io import read_json
-    from workbench.models import load_base, weights_sha256
+    from workbench.selection.stage1 import check_reuse, selection_record
 
-    corpus_sha = hashlib.sha256("\n".join(texts).encode()).hexdigest()
     if reuse is not None:
         record = read_json(reuse, "block selection")
-        if "angular_distance" not in record or "windows" not in record:
-            raise WorkbenchError(f"{reuse}: not a block selection written by `workbench select-block`")
-        base, _ = load_base(model)
-        digest = weights_sha256(base)
-        if record.get("weights_sha256") != digest:
-            raise WorkbenchError(f"{reuse} was computed on weights {str(record.get('weights_sha256'))[:12]}..., "
-                                 f"'{model}' has {digest[:12]}...; compute Stage 1 again (drop --stage1)")
-        if record.get("corpus_sha256") != corpus_sha:
-            raise WorkbenchError(f"{reuse} was computed on another corpus; give the same --corpus or drop --stage1")
-        if window is not None and record.get("window") != window:
-            raise WorkbenchError(f"{reuse} ranked windows of {record.get('window')} layers, not --window {window}")
+        check_reuse(record, reuse, base, texts, window)
         ui.say(f"stage 1: reusing {reuse} (same weights and corpus)")
         ui.say(*_summary(record))
         return record
-    start = time.perf_counter()
-    base, tok = load_base(model)
-    selection = run_selection(base.to(run_on), tok, texts=texts, window=window, progress=ui.progress)
-    record = {
-        **selection.to_dict(),
-        "model": model,
-        "weights_sha256": weights_sha256(base),
-        "corpus": str(corpus) if corpus else "built-in (workbench/data/corpus.txt)",
-        "corpus_sha256": corpus_sha,
-        "seconds": round(time.perf_counter() - start, 1),
-        "device": device_record(device, run_on),
-    }
+    record = selection_record(base, tok, model, texts, str(corpus) if corpus else "built-in (workbench/data/corpus.txt)",
+                              window, progress=ui.progress)
+    record["device"] = device_record(device, run_on)
     ui.say(*_summary(record))
     return record
 
@@ -176,9 +156,9 @@ def _write_stage1_dir(gate, out: Path, record: dict) -> None:
 
 def _stage2_train(ui: Output, gate, out: Path, record: dict, model: str, recipe_path: Path, steps: int,
                   n_candidates: int, include: list[str], seeds: int, run_on, texts: list[str],
-                  cells: str = "all") -> None:
+                  cells: str = "all", base=None) -> None:
     from workbench.plots.selection import stage2_figure
-    from workbench.train import window_sweep
+    from workbench.selection import stage2 as window_sweep
 
     # every bad option (a window outside the model, a budget the recipe lacks, a span too narrow) before a write
     cands = window_sweep.candidates(record, n_candidates, include)
@@ -194,7 +174,8 @@ def _stage2_train(ui: Output, gate, out: Path, record: dict, model: str, recipe_
         write_text_atomic(out / SELECTION_HTML, _figure_html(record))
     start = time.perf_counter()
     result = window_sweep.sweep(out, record, model, recipe_path, steps, n_candidates, include, seeds,
-                                progress=ui.progress, device=run_on, say=ui.step, texts=texts, cells=cells)
+                                progress=ui.progress, device=run_on, say=ui.step, texts=texts, cells=cells,
+                                base=base)
     result["seconds"] = round(time.perf_counter() - start, 1)
     write_text_atomic(out / window_sweep.STAGE2, json.dumps(result, indent=2))
     write_text_atomic(out / STAGE2_HTML, stage2_figure(result).to_html(include_plotlyjs=True, full_html=True))

@@ -18,8 +18,8 @@ Their names are module paths, and this table is the one source of them:
     halt           loop.{loop}.halt.hook_prob                   the halting head's continue probability
     loops_used     hook_loops_used                              adaptive inference's loops per row [B]
 
-Native looped models (`workbench.native`: transformers' own looped architectures) have the
-sites above that their architecture has (`FAMILY_SITES`) plus their own:
+Native looped models (`workbench.models.native`: transformers' own looped architectures) have the
+sites above that their architecture has plus their own, each family listing its sites on its adapter:
 
     message        loop.{loop}.block.{layer}.hook_message             Inkling: the 4 messages from pass t-1 (t >= 2)
     message_pattern loop.{loop}.block.{layer}.message.hook_pattern    Inkling: pass-query attention over pass t-1's blocks
@@ -71,16 +71,11 @@ SITES = {
     "low_state": "loop.{loop}.low.{cycle}.hook_state",
 }
 
-# Which sites each kind of looped model has ("retrofit": a LoopedLM; memory / halt / loops_used
-# only with Loop Memory Attention or a halting head). A site outside a family's list is an error there.
-FAMILY_SITES: dict[str, tuple[str, ...]] = {
-    "retrofit": ("prelude_resid", "prelude", "input", "memory", "pattern", "attn_out", "mlp_out", "block_resid",
-                 "state", "coda_resid", "readout", "halt", "loops_used"),
-    "inkling2_loop": ("prelude_resid", "prelude", "input", "pattern", "attn_out", "mlp_out", "block_resid", "state",
-                      "coda_resid", "readout", "message", "message_pattern", "forget_gate", "message_gate"),
-    "hrm_text": ("prelude", "input", "pattern", "attn_out", "mlp_out", "block_resid", "state", "readout",
-                 "low_input", "low_resid", "low_attn_out", "low_mlp_out", "low_state"),
-}
+# The sites a retrofit (a LoopedLM) has; memory / halt / loops_used only with Loop Memory Attention or a halting
+# head. A native family declares its own (`sites` on its adapter, workbench.models.native); a site outside a
+# model's list is an error there.
+RETROFIT_SITES = ("prelude_resid", "prelude", "input", "memory", "pattern", "attn_out", "mlp_out", "block_resid",
+                  "state", "coda_resid", "readout", "halt", "loops_used")
 GATES = ("q", "k", "v", "mlp")
 
 

@@ -110,6 +110,9 @@ class LoopedLM(StrictHookNames, HookedRootModule):
     """
 
     retrofit_config: RetrofitConfig
+    native_loops = None   # no pass count of its own: any T in 1..max_loops (`workbench.models.looped.LoopedModel`)
+    supports = frozenset({"base_identity", "trained_adapters", "dense_loop_cost", "adaptive_read", "loop_kv_cache"})
+    unsupported: dict[str, str] = {}
 
     def __init__(self, base: nn.Module, retrofit_config: RetrofitConfig, reentry: nn.Module,
                  memory: nn.ModuleDict | None = None, halting: nn.Module | None = None,
@@ -160,6 +163,19 @@ class LoopedLM(StrictHookNames, HookedRootModule):
     @property
     def config(self):
         return self.base.config
+
+    @property
+    def final_norm(self) -> nn.Module:
+        """The base's final norm, which the LM head reads after."""
+        return self.base.model.norm
+
+    def logit_transform(self, logits: torch.Tensor) -> torch.Tensor:
+        """The identity: a retrofit's head output is its logits (a native family may transform them)."""
+        return logits
+
+    def all_cycles_with_grad(self) -> contextlib.AbstractContextManager:
+        """Every loop of a retrofit is differentiable already: a context that changes nothing."""
+        return contextlib.nullcontext(self)
 
     def new_cache(self, loops: int) -> LoopCache:
         """An empty KV cache for decoding at `loops` loops (`workbench.loop.cache.LoopCache`): one slot per

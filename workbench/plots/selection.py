@@ -17,7 +17,7 @@ SPAN_FILL, CHOSEN_FILL = "rgba(0,114,178,0.08)", "rgba(0,158,115,0.25)"
 def curve_frame(selection: Mapping) -> pd.DataFrame:
     """Returns a tidy DataFrame of a block selection's curve: layer, angular_distance, region (prelude / span / coda).
 
-    `selection` is a block_selection.json record (`workbench.block_selection.BlockSelection.to_dict()`).
+    `selection` is a block_selection.json record (`workbench.selection.stage1.BlockSelection.to_dict()`).
     """
     n, start, end = len(selection["angular_distance"]), selection["prelude_end"], selection["coda_start"]
     region = ["prelude" if i < start else "coda" if i >= end else "span" for i in range(n)]

@@ -29,7 +29,6 @@ Tables:
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import numpy as np
@@ -65,8 +64,7 @@ from workbench.probes.spec import ProbeSpec
 def all_grad(model):
     """A context in which every pass of the model is differentiable (HRM runs some L cycles without grad,
     as transformers does; `all_cycles_with_grad`); nothing for models that always are."""
-    opt_in = getattr(model, "all_cycles_with_grad", None)
-    return opt_in() if callable(opt_in) else contextlib.nullcontext()
+    return model.all_cycles_with_grad()
 
 
 def gradient_cells(model, pair, T: int, cells, positions, clean: dict) -> dict[str, np.ndarray]:

@@ -48,7 +48,8 @@ from workbench.io import (
     read_toml,
     write_json_atomic,
 )
-from workbench.native import native_family
+from workbench.models.looped import lacking
+from workbench.models.native import native_family
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
@@ -124,14 +125,18 @@ def run_probe(name: str, model, tokenizer, rows: list[dict], options: dict, cont
     Returns {table name: DataFrame}.
 
     Raises:
-        NotApplicable: "needs <field>, ..." when a row lacks a field the probe declares (`ProbeSpec.needs`),
+        NotApplicable: the model lacks a capability the probe requires (`ProbeSpec.requires`: the model's
+            reason), or "needs <field>, ..." when a row lacks a field the probe declares (`ProbeSpec.needs`),
             before it runs; or the probe's own reason.
     """
     module = get_probe(name)
     check_options(name, options)
-    lacking = module.lacking(rows)
-    if lacking:
-        raise NotApplicable(f"needs {', '.join(lacking)}")
+    missing = lacking(model, module.requires)
+    if missing:   # e.g. a native looped model: nothing retrofit-only applies
+        raise NotApplicable(model.unsupported.get(missing[0], f"the model lacks {missing[0]}"))
+    fields = module.lacking(rows)
+    if fields:
+        raise NotApplicable(f"needs {', '.join(fields)}")
     params = inspect.signature(module.run).parameters
     kwargs = {k: v for k, v in context.items() if k in params and v is not None}
     kwargs.update(options)
@@ -255,8 +260,6 @@ def _one(name, options, manifests, model, tok, context, staging) -> tuple[dict, 
     if unknown:   # rows that give no depth: the battery's per-depth selection did not apply to them
         record["rows"]["depth_not_given"] = unknown
     t0 = time.perf_counter()
-    if name in getattr(model, "not_applicable", {}):  # e.g. a native looped model: nothing retrofit-only applies
-        return {"status": "not_applicable", "reason": model.not_applicable[name]}, {**record, "tables": []}
     try:
         tables = run_probe(name, model, tok, chosen, options, context)
     except NotApplicable as reason:

@@ -211,15 +211,14 @@ def default_loops(model, rows: list[dict], at_least: int = 1) -> int:
     depths = [r["depth"] for r in rows]
     if all(d >= 1 for d in depths):
         return max(at_least, max(depths))
-    own = getattr(model, "native_loops", None) or min(UNKNOWN_DEPTH_LOOPS,
-                                                      getattr(model, "max_loops", None) or UNKNOWN_DEPTH_LOOPS)
+    own = model.native_loops or min(UNKNOWN_DEPTH_LOOPS, model.max_loops)
     return max(at_least, own, *[d for d in depths if d >= 1])
 
 
 def check_loops(model, loops: int) -> int:
     """Returns `loops` if the model can run that many, else raises naming its max_loops."""
-    limit = getattr(model, "max_loops", None)
-    if loops < 1 or (limit is not None and loops > limit):
+    limit = model.max_loops
+    if loops < 1 or loops > limit:
         raise WorkbenchError(f"this probe needs {loops} loops but the model runs 1..{limit} (its max_loops)")
     return loops
 

@@ -41,7 +41,7 @@ import pandas as pd
 from workbench.analysis.headlines.dynamics import CLASSES, headline
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
-from workbench.probes.common import check_loops, default_loops, require_symbols
+from workbench.probes.common import check_loops, require_symbols
 from workbench.probes.passes import read_passes
 from workbench.probes.spec import ProbeSpec
 
@@ -59,7 +59,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, layers=Non
         support: the trained support, marking passes beyond it (the battery passes the checkpoint's).
     """
     require_symbols(rows, "dynamics")
-    T = check_loops(model, loops or max(3, getattr(model, "max_loops", None) or default_loops(model, rows)))
+    T = check_loops(model, loops or max(3, model.max_loops))
     if T < 3:
         raise WorkbenchError(f"dynamics needs at least 3 passes (two steps), got loops={T}")
     if not 0 < band < 1:
@@ -69,8 +69,8 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, layers=Non
     if bad or not layers:
         raise WorkbenchError(f"dynamics layer {bad[0] if bad else '(none)'} is not a block layer; accepted: "
                              f"{model.a}..{model.b - 1}")
-    patterns = heads and hook_name("pattern", 1, layers[0]) in getattr(model, "hook_dict", {})
-    if patterns and getattr(getattr(model, "config", None), "_attn_implementation", "eager") != "eager":
+    patterns = heads and hook_name("pattern", 1, layers[0]) in model.hook_dict
+    if patterns and getattr(model.config, "_attn_implementation", "eager") != "eager":
         raise WorkbenchError("the dynamics probe reads attention patterns with eager attention only; "
                              "give heads = false for this model")
     passes = read_passes(model, tokenizer, rows, T, batch_size, progress, layers=layers, patterns=patterns,

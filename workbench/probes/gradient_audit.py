@@ -72,4 +72,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="gradient_audit", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start"),
+    requires=("trained_adapters",),
 )

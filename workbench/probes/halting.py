@@ -96,7 +96,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds
         NotApplicable: the model has no halting head.
         WorkbenchError: an unknown `select`, or a floor outside 1..T.
     """
-    if getattr(model, "halting", None) is None:
+    if model.halting is None:
         raise NotApplicable("the model has no halting head (retrofit with halting=True to train one)")
     if select not in SELECT:
         raise WorkbenchError(f"halting: select = {select!r} is not one of {', '.join(SELECT)}")
@@ -139,7 +139,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds
            "halting__difficulty": _difficulty(picks, read.correct, rep),
            "halting__chosen": _chosen(picks, rows, read.correct, rep),
            "halting__rows": _rows_table(rows, read, set(rep), T)}
-    if hasattr(model, "adaptive_read"):
+    if "adaptive_read" in model.supports:
         out["halting__adaptive"] = _adaptive(model, tokenizer, [rows[i] for i in rep], picks, read, rep, T, batch_size)
     return out
 

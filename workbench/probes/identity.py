@@ -115,4 +115,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="identity", run=run, summarize=summarize,
     needs=("prompt",),
+    requires=("base_identity",),
 )

@@ -117,4 +117,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 SPEC = ProbeSpec(
     name="latency", run=run, summarize=summarize,
     needs=("prompt", "symbols"),
+    requires=("dense_loop_cost",),
 )

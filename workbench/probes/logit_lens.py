@@ -117,7 +117,7 @@ def fit_tuned(states: np.ndarray, targets: np.ndarray, depths: np.ndarray, ridge
 @torch.no_grad()
 def lens_vectors(model, states: np.ndarray, readouts: np.ndarray, maps: dict) -> dict[str, np.ndarray]:
     """Returns {lens: vectors [E, T, D]} that the unembedding turns into each lens's logits."""
-    norm = getattr(model, "final_norm", None) or model.base.model.norm  # HRM: the norm that ends its H stack
+    norm = model.final_norm  # HRM: the norm that ends its H stack
     p = model.base.lm_head.weight
     raw = norm(torch.as_tensor(states, dtype=p.dtype, device=p.device)).double().cpu().numpy()
     tuned = np.full_like(states, np.nan)
@@ -133,8 +133,7 @@ def _logits(model, vectors: np.ndarray, ids: torch.Tensor | None = None) -> torc
     out = x @ W.T
     if head.bias is not None:
         out = out + (head.bias if ids is None else head.bias[ids])
-    transform = getattr(model, "logit_transform", None)  # a native model's own (Inkling's softcap)
-    return (out if transform is None else transform(out)).double().cpu()
+    return model.logit_transform(out).double().cpu()  # a native model's own (Inkling's softcap)
 
 
 def targets(row: dict) -> list[tuple[int, str]]:

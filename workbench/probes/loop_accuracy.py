@@ -28,7 +28,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, batch_size
     Args:
         loops: T, loops to read (default 8, or the model's max_loops when smaller).
     """
-    T = check_loops(model, loops or min(DEFAULT_LOOPS, getattr(model, "max_loops", DEFAULT_LOOPS)))
+    T = check_loops(model, loops or min(DEFAULT_LOOPS, model.max_loops))
     read = read_final(model, tokenizer, rows, T, batch_size, progress)
     records = [(r["row_id"], int(r["depth"]), t + 1, read.predicted[i][t], bool(read.correct[i, t]))
                for i, r in enumerate(rows) for t in range(T)]

@@ -307,8 +307,9 @@ def clean_activations(model, pair: Pair, T: int, cells) -> dict[str, torch.Tenso
 
 
 def prefix_cache(model) -> bool:
-    """Whether suffix-only recomputation on a KV cache applies: a retrofit (native models recompute)."""
-    return hasattr(model, "new_cache") and getattr(model, "native_loops", None) is None
+    """Whether suffix-only recomputation on a KV cache applies: a model with one cache slot per loop and layer
+    (a retrofit; native models recompute)."""
+    return "loop_kv_cache" in model.supports
 
 
 @torch.no_grad()

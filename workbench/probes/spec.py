@@ -26,12 +26,15 @@ class ProbeSpec:
             The battery (through `workbench.probes.battery.run_probe`) records the probe "not applicable: needs
             <field>" when a chosen row lacks one, instead of running it (`lacking`); the probe's own checks
             (`require_symbols`, `require_chase`) still test the values. Empty: no check.
+        requires: the model capabilities `run` needs (`workbench.models.looped.CAPABILITIES`); on a model that
+            lacks one the probe is "not applicable", with the model's own reason (`LoopedModel.unsupported`).
     """
 
     name: str
     run: Callable
     summarize: Callable
     needs: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()
 
     def lacking(self, rows: list[dict]) -> list[str]:
         """The fields of `needs` that some row lacks, in `needs` order: absent or None, or for `depth` below 1

@@ -88,7 +88,7 @@ def _two_betas(key: str, betas: list) -> None:
 MIRRORED = {
     # table: (the dataclass it mirrors, {each of its fields the recipe does not take by name: where it comes from})
     "model": (RetrofitConfig, {"block": "model.block, a string, 'A:B' or 'auto' (resolved by the trainer: "
-                                        "workbench.block_selection.resolve_block)",
+                                        "workbench.selection.stage1.resolve_block)",
                                "lora": "the [lora] table: LoraSettings when lora.enabled, else None"}),
     "lora": (LoraSettings, {"targets": "not a recipe key: an adapter always takes LoraSettings' targets"}),
 }
@@ -131,7 +131,7 @@ ModelTable = _mirror(
     "model", "[model]: the base and the retrofit made of it (`workbench.train.trainer.retrofit_config`): "
     "RetrofitConfig's fields but block and lora (`MIRRORED`), the base and the attention implementation.",
     before=[("base", str, declared(EMBEDDED_DEFAULT)),
-            ("block", str, declared("10:16"))],             # "A:B", or "auto" (workbench.block_selection.resolve_block)
+            ("block", str, declared("10:16"))],             # "A:B", or "auto" (workbench.selection.stage1.resolve_block)
     after=[("attn", str, declared("eager"))])
 
 

@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from workbench.block_selection import resolve_block
 from workbench.defaults import resolve
 from workbench.devices import device_record, training_accelerator
 from workbench.errors import WorkbenchError
@@ -92,8 +91,9 @@ class Trainer:
     """
 
     def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, progress: bool = True,
-                 recipe_dir: Path | None = None, inputs=(), device=None):
+                 recipe_dir: Path | None = None, inputs=(), device=None, choose_block=None):
         self.recipe, self.run_dir, self.resume, self.progress = recipe, Path(run_dir), resume, progress
+        self.choose_block = choose_block   # block = "auto": (base, tokenizer, "auto") -> ((a, b), record), handed in
         self.inputs = list(inputs)  # files the run reads (the recipe): the output gate never writes over them
         self.recipe_dir = Path(recipe_dir) if recipe_dir is not None else Path.cwd()  # init_from resolves here
         self.acc, self.device = training_accelerator(device)   # --device; each rank's own under accelerate launch
@@ -149,8 +149,11 @@ class Trainer:
         torch.manual_seed(r.seed)  # LoRA's A matrices are drawn from it
         base, self.tok = load_base(m.base, attn_implementation=m.attn)
         block, self.block_record = m.block, {"source": "given", "block": m.block}
-        if block == "auto":  # angular distance + Kneedle + window ablation (`workbench.block_selection`)
-            block, self.block_record = resolve_block(base, self.tok, block)
+        if block == "auto":  # angular distance + Kneedle + window ablation (`workbench.selection.stage1.resolve_block`)
+            if self.choose_block is None:
+                raise WorkbenchError("block = 'auto' needs block selection: use `workbench train`, "
+                                     "workbench.train_recipe, or a block A:B")
+            block, self.block_record = self.choose_block(base, self.tok, block)
         self.base_hash = rundir.base_sha256(base)
         self.looped = retrofit(base, retrofit_config(r, block))  # LoRA's A matrices are drawn last
         self.looped.to(self.device).train()
@@ -574,7 +577,7 @@ class Trainer:
 # and reaching it is an error, so a compiled run is compiled throughout or stops saying why.
 def train(recipe_path: str | Path, out: str | Path | None = None,
           overrides: list[str] | dict | None = None, resume: bool = False, stop_after: int | None = None,
-          progress: bool = True, device: str | None = None) -> dict:
+          progress: bool = True, device: str | None = None, choose_block=None) -> dict:
     """Trains a recipe into a run directory; returns a summary dict.
 
     Args:
@@ -585,6 +588,7 @@ def train(recipe_path: str | Path, out: str | Path | None = None,
         stop_after: stop after this global step, as if the process were stopped there (tests,
             time-boxed runs); the run directory is then resumable but not finished.
         device: "auto" (None), "cpu", "cuda" or "cuda:N" (`workbench.devices`), recorded in provenance.
+        choose_block: resolves block = "auto" (`workbench.selection.stage1.resolve_block`); None refuses "auto".
     Returns:
         {"run_dir", "steps", "finished", "before", "after", "wall_s"}: before / after are
         {depth: {loop: accuracy}} on the held-out rows (before is None when step 0 was not evaluated).
@@ -593,4 +597,4 @@ def train(recipe_path: str | Path, out: str | Path | None = None,
     recipe = Recipe.from_toml(recipe_path, overrides)
     run_dir = Path(out) if out is not None else safe_child("runs", recipe.name, "recipe name")
     return Trainer(recipe, run_dir, resume=resume, progress=progress, recipe_dir=Path(recipe_path).resolve().parent,
-                   inputs=[recipe_path], device=device).run(stop_after=stop_after)
+                   inputs=[recipe_path], device=device, choose_block=choose_block).run(stop_after=stop_after)

@@ -2,7 +2,7 @@
 
 `load_looped(spec)` returns `(looped, tokenizer)` for a local Hugging Face directory of a supported family
 or a tiny random test model. Each family is one file written to the adapter contract
-(`workbench.native.contract`, docs/adding-a-looped-architecture.md):
+(`workbench.models.native.contract`, docs/adding-a-looped-architecture.md):
 
 - `inkling`: transformers' Inkling2Loop (`inkling2_loop_text`, or the composite `inkling2_loop`, text only)
 - `hrm`: transformers' HRM-Text (`hrm_text`)
@@ -22,9 +22,10 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageText
 from transformers.utils import logging as hf_logging
 
 from workbench.errors import WorkbenchError, user_files
-from workbench.native.contract import NativeLoopedLM
-from workbench.native.hrm import HrmLooped
-from workbench.native.inkling import InklingLooped
+from workbench.models.bases import load_tokenizer
+from workbench.models.native.contract import NativeLoopedLM
+from workbench.models.native.hrm import HrmLooped
+from workbench.models.native.inkling import InklingLooped
 
 # model_type in config.json -> adapter class
 FAMILIES: dict[str, type[NativeLoopedLM]] = {
@@ -70,25 +71,22 @@ def native_family(spec: str | os.PathLike) -> str | None:
 
 
 def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
-                tokenizer=None) -> tuple[NativeLoopedLM, object]:
+                tokenizer: object | None = None) -> tuple[NativeLoopedLM, object]:
     """Returns `(looped, tokenizer)` for a native looped model, in eval mode, every parameter frozen.
-
-    Call it as `workbench.models.load_looped(spec)`, which hands the tiny models the embedded default's tokenizer.
 
     Args:
         spec: a local Hugging Face directory of a supported family, or `tiny-inkling2-loop` / `tiny-hrm-text`.
         dtype: parameter dtype (fp32 by default; bf16 keeps the modules transformers keeps in fp32).
-        tokenizer: the tokenizer of a tiny model (its vocabulary sizes the model); a directory has its own.
+        tokenizer: the tokenizer of a tiny model (its vocabulary sizes the model; the embedded default's when
+            None); a directory has its own.
     Raises:
         WorkbenchError: an unsupported family, a directory whose weights do not match its config, a broken file.
     """
     hf_logging.disable_progress_bar()
     spec_str = str(spec)
     if spec_str in TINY_NATIVE:
-        if tokenizer is None:
-            raise WorkbenchError(f"'{spec_str}' takes the embedded default's tokenizer: load it with "
-                                 "workbench.models.load_looped")
-        model, tok = _tiny(spec_str, dtype, tokenizer), tokenizer
+        tok = tokenizer if tokenizer is not None else load_tokenizer()
+        model = _tiny(spec_str, dtype, tok)
     else:
         path = Path(spec_str).expanduser()
         if not (path / "config.json").is_file():

@@ -17,9 +17,11 @@ the base answers well above chance). The least damaged window is recommended.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.resources
 import json
 import math
+import time
 import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +37,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.config import parse_block
 from workbench.loop.positions import last_real_token, position_ids
 from workbench.loop.surgery import check_block, retrofit
-from workbench.models import decoder_layers
+from workbench.models.bases import decoder_layers, weights_sha256
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.guardrail import guardrail_rows
 from workbench.tasks.reader import read_rows
@@ -355,6 +357,37 @@ def select_block(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, tex
         data=dict(n_texts=len(texts), n_angular_texts=len(curve_texts), n_heldout_texts=len(heldout),
                   max_tokens=max_tokens, task=task, task_rows=len(rows)),
     )
+
+
+def selection_record(model, tokenizer, spec: str, texts: list[str], corpus: str, window: int | None = None,
+                     progress: bool = True) -> dict:
+    """block_selection.json's record: `select_block` on a loaded base, with what identifies its inputs (the spec,
+    the weights' sha256, the corpus and its sha256) and the seconds it took (`device` is the caller's to add)."""
+    start = time.perf_counter()
+    selection = select_block(model, tokenizer, texts=texts, window=window, progress=progress)
+    return {**selection.to_dict(), "model": spec, "weights_sha256": weights_sha256(model), "corpus": corpus,
+            "corpus_sha256": corpus_sha256(texts), "seconds": round(time.perf_counter() - start, 1)}
+
+
+def corpus_sha256(texts: list[str]) -> str:
+    """The identity of a corpus as Stage 1 read it (its texts, one per line)."""
+    return hashlib.sha256("\n".join(texts).encode()).hexdigest()
+
+
+def check_reuse(record: dict, source, model, texts: list[str], window: int | None) -> None:
+    """Refuses to reuse a Stage 1 `record` (read from `source`) for another model's weights, another corpus or
+    another window size: a reused selection must be the one this call would compute."""
+    if "angular_distance" not in record or "windows" not in record:
+        raise WorkbenchError(f"{source}: not a block selection written by `workbench select-block`")
+    digest = weights_sha256(model)
+    if record.get("weights_sha256") != digest:
+        raise WorkbenchError(f"{source} was computed on weights {str(record.get('weights_sha256'))[:12]}..., "
+                             f"'{getattr(model, 'workbench_spec', 'the model')}' has {digest[:12]}...; compute "
+                             "Stage 1 again (drop --stage1)")
+    if record.get("corpus_sha256") != corpus_sha256(texts):
+        raise WorkbenchError(f"{source} was computed on another corpus; give the same --corpus or drop --stage1")
+    if window is not None and record.get("window") != window:
+        raise WorkbenchError(f"{source} ranked windows of {record.get('window')} layers, not --window {window}")
 
 
 def resolve_block(model, tokenizer, block) -> tuple[tuple[int, int], dict]:

@@ -40,7 +40,7 @@ from transformers.models.inkling2_loop import modeling_inkling2_loop as ink
 
 from workbench.loop.components import component_hooks
 from workbench.loop.hooks import GATES
-from workbench.native.contract import Carry, NativeLoopedLM, Site, hooked, instance_forward
+from workbench.models.native.contract import Carry, NativeLoopedLM, Site, hooked, instance_forward
 
 HOOKED_INKLING = "workbench_hooked_inkling_eager"
 _pattern: ContextVar = ContextVar("workbench_inkling_pattern", default=None)  # (module, hook point)
@@ -111,6 +111,8 @@ class InklingLooped(NativeLoopedLM):
     """Inkling2LoopForCausalLM with a hook point per site and per pass (passes 1..2 x loop_num_passes)."""
 
     family = "inkling2_loop"
+    sites = ("prelude_resid", "prelude", "input", "pattern", "attn_out", "mlp_out", "block_resid", "state",
+             "coda_resid", "readout", "message", "message_pattern", "forget_gate", "message_gate")
     output_class = MoeModelOutputWithPast
 
     def __init__(self, base: nn.Module):

@@ -1,6 +1,6 @@
 """Block selection's second stage by training (RecurTrace App. B): candidate windows, one short run each.
 
-Stage 1 (`workbench.block_selection`) finds the loopable span from the angular-distance curve and
+Stage 1 (`workbench.selection.stage1`) finds the loopable span from the angular-distance curve and
 ranks windows in it by the damage an *untrained* loop 2 does. That ranking says which window is
 least disturbed by looping, not which window learns to loop. RecurTrace's second stage "compares
 compact three-layer windows inside or near the span by downstream behavior": every candidate is
@@ -41,10 +41,10 @@ from scipy.stats import spearmanr
 from tqdm.auto import tqdm
 
 from workbench.analysis.stats import bootstrap_mean, paired_bootstrap, wilson
-from workbench.block_selection import split_texts, task_rows, window_ablation
 from workbench.errors import WorkbenchError
 from workbench.io import read_json, read_toml, sha256_bytes, write_json_atomic
-from workbench.models import load_base
+from workbench.models.bases import load_base
+from workbench.selection.stage1 import split_texts, task_rows, window_ablation
 from workbench.tasks import build_rows
 from workbench.train import rundir
 from workbench.train.losses import make_batch
@@ -373,13 +373,14 @@ def _run_record(run_dir: Path, status: str) -> dict:
 
 def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int = DEFAULT_STEPS,
           n_candidates: int = DEFAULT_CANDIDATES, include=(), seeds: int = SEEDS, progress: bool = True,
-          device=None, say=None, texts: list[str] | None = None, cells: str = "all") -> dict:
+          device=None, say=None, texts: list[str] | None = None, cells: str = "all", base=None) -> dict:
     """Trains every candidate for `steps` steps, the top two with `seeds` seeds; returns stage2.json's record.
 
     `out` is the sweep directory (its block_selection.json is `selection`); each (window, seed) is a
     run directory under out/runs, resumed where a previous sweep stopped, and read once into
     out/readings. `say` (default: nowhere) receives one line per candidate as it starts (which window is training). With `texts`
-    (Stage 1's corpus) the candidates' untrained damage is measured once into out/damage.json.
+    (Stage 1's corpus) the candidates' untrained damage is measured once into out/damage.json, on `base` (the
+    caller's loaded `(model, tokenizer)`, on `device`) or on `model` loaded for it.
     """
     if not isinstance(seeds, int) or seeds < 1:
         raise WorkbenchError(f"--seeds {seeds!r} is not accepted; give an integer >= 1")
@@ -420,18 +421,17 @@ def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int 
             extra[c].append(train_read(c, s, f"{position}/{total}"))
     if not (out / DAMAGE).is_file() and texts is not None:
         say(f"stage 2: the untrained loop-2 damage of the {len(cands)} candidates (Stage 1's measure, for the agreement)")
-        write_json_atomic(out / DAMAGE, {"windows": untrained_damage(model, [(c.a, c.b) for c in cands], texts, device,
+        if base is None:
+            base = load_base(model)
+            base[0].to(device or "cpu")
+        write_json_atomic(out / DAMAGE, {"windows": untrained_damage(*base, [(c.a, c.b) for c in cands], texts,
                                                                       progress)})
     return rebuild(out)
 
 
-def untrained_damage(model: str, windows: list[tuple[int, int]], texts: list[str], device=None,
-                     progress: bool = True) -> list[dict]:
+def untrained_damage(base, tok, windows: list[tuple[int, int]], texts: list[str], progress: bool = True) -> list[dict]:
     """Stage 1's window ablation (`block_selection.window_ablation`: the same held-out texts and task rows) over
     the given windows, whatever their size: what the untrained ranking says about exactly the trained windows."""
-    base, tok = load_base(model)
-    if device is not None:
-        base.to(device)
     _, heldout = split_texts(texts)
     return window_ablation(base, tok, windows, heldout, task_rows(tok), progress=progress)
 

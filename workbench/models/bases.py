@@ -27,10 +27,8 @@ from transformers.utils import logging as hf_logging
 
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.errors import WorkbenchError, user_files
-from workbench.gguf_header import read_header
-from workbench.native import TINY_NATIVE, native_family
-from workbench.native import load_looped as native_load_looped
-from workbench.weights_check import check_hf_weights
+from workbench.models.gguf_header import read_header
+from workbench.models.weights_check import check_hf_weights
 
 log = logging.getLogger(__name__)
 
@@ -107,13 +105,6 @@ def load_base(
     return model, tok
 
 
-def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32) -> tuple:
-    """Returns `(looped, tokenizer)` for a native looped model (transformers' Inkling2Loop or HRM-Text directory,
-    or `tiny-inkling2-loop` / `tiny-hrm-text`): the workbench's looped interface, every pass hooked
-    (`workbench.native.load_looped`)."""
-    return native_load_looped(spec, dtype, tokenizer=load_tokenizer() if str(spec) in TINY_NATIVE else None)
-
-
 def _check_architecture(model_type: str, spec: str) -> None:
     if model_type.startswith(("inkling2_loop", "hrm_text")):
         raise WorkbenchError(f"model '{spec}' is a native looped model ({model_type}), looped already: read it with "
@@ -188,7 +179,8 @@ def _save_atomically(model: PreTrainedModel, tok, target: Path) -> None:
 
 
 def load_tokenizer(spec: str = EMBEDDED_DEFAULT):
-    """Returns the tokenizer for a spec without keeping its model (tiny configs share the default's)."""
+    """Returns a base spec's tokenizer without keeping its model (tiny configs share the default's); a native looped
+    model's is `workbench.models.native.load_looped(spec)[1]`."""
     if spec in TINY_CONFIGS:
         spec = EMBEDDED_DEFAULT
     cached = cache_dir() / EMBEDDED_DEFAULT
@@ -196,8 +188,6 @@ def load_tokenizer(spec: str = EMBEDDED_DEFAULT):
         tok = AutoTokenizer.from_pretrained(cached)
         tok.padding_side = "left"
         return tok
-    if native_family(spec) is not None:  # a native looped model's directory (or tiny name): its own tokenizer
-        return load_looped(spec)[1]
     return load_base(spec)[1]
 
 

@@ -36,7 +36,7 @@ from transformers.masking_utils import create_causal_mask
 from workbench.errors import WorkbenchError
 from workbench.loop.attention import pattern_hook
 from workbench.loop.components import component_hooks
-from workbench.native.contract import Carry, NativeLoopedLM, Site, hooked
+from workbench.models.native.contract import Carry, NativeLoopedLM, Site, hooked
 
 
 @dataclass
@@ -53,6 +53,8 @@ class HrmLooped(NativeLoopedLM):
     """HrmTextForCausalLM with a hook point per site and per H cycle (1..2 x H_cycles)."""
 
     family = "hrm_text"
+    sites = ("prelude", "input", "pattern", "attn_out", "mlp_out", "block_resid", "state", "readout",
+             "low_input", "low_resid", "low_attn_out", "low_mlp_out", "low_state")
     # False: transformers' own gradient routing (early L cycles under no_grad); True: every L cycle with grad
     all_cycles_grad: bool = False
 

@@ -31,7 +31,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast
 
 from workbench.errors import WorkbenchError
 from workbench.loop.components import hooked as hooked  # re-exported: the adapters' "is this hook point hooked?"
-from workbench.loop.hooks import FAMILY_SITES, StrictHookNames
+from workbench.loop.hooks import StrictHookNames
 from workbench.loop.looped import LoopedLM, LoopedOutput, LoopReadout, _Site
 from workbench.loop.positions import position_ids
 
@@ -50,17 +50,21 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
     """Base of the native adapters. `base` is transformers' *ForCausalLM, held by reference (never copied)."""
 
     family: str = ""
-    halting = None          # the probes ask: no halting head
+    halting = None          # no halting head
     memory = None
-    retrofit_config = None  # not a retrofit: the identity and gradient-audit probes do not apply
-    # probe -> why it does not apply to a native model (the battery records the reason, runs the rest)
-    not_applicable = {
-        "identity": "a native model has no base to reproduce at loop 1; its exactness against transformers' own "
-                    "forward is tests/test_native.py (max |Δlogit| = 0.0)",
-        "gradient_audit": "it audits the gradients of a retrofit's trainable re-entry and adapter; a native model "
-                          "has neither (the workbench trains nothing in it)",
-        "latency": "its cost model counts one dense block per loop; Inkling's MoE layers (top-k of n experts) and "
-                   "HRM's L cycles inside every pass do not fit it",
+    retrofit_config = None  # not a retrofit
+    # what a native model offers beyond reading every pass (`workbench.models.looped.CAPABILITIES`), and why not
+    supports: frozenset[str] = frozenset()
+    unsupported = {
+        "base_identity": "a native model has no base to reproduce at loop 1; its exactness against transformers' own "
+                         "forward is tests/test_native.py (max |Δlogit| = 0.0)",
+        "trained_adapters": "it audits the gradients of a retrofit's trainable re-entry and adapter; a native model "
+                            "has neither (the workbench trains nothing in it)",
+        "dense_loop_cost": "its cost model counts one dense block per loop; Inkling's MoE layers (top-k of n experts) "
+                           "and HRM's L cycles inside every pass do not fit it",
+        "adaptive_read": "a native model has no halting head to stop a row early",
+        "loop_kv_cache": "a native model recomputes the whole prompt: its cache is transformers' own, not one slot per "
+                         "loop and layer",
     }
 
     def __init__(self, base: nn.Module):
@@ -74,6 +78,7 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
     n_layers: int
     native_loops: int
     max_loops: int
+    sites: tuple[str, ...]   # the hook sites the family has (names of workbench.loop.hooks.SITES)
 
     @property
     def config(self):
@@ -104,13 +109,19 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
         """The family's transform of the head's output (Inkling's softcap; identity for HRM), for lenses."""
         return self._cap(logits)
 
+    @property
+    def final_norm(self) -> nn.Module:
+        """The norm the LM head reads after (the family's own)."""
+        raise NotImplementedError
+
+    def all_cycles_with_grad(self):
+        """A context in which every pass is differentiable; a family that runs some passes without grad (HRM's
+        L cycles) overrides it. Here: nothing to change."""
+        return contextlib.nullcontext(self)
+
     output_class = BaseModelOutputWithPast  # what the family's text model returns (generate reads it)
 
     # ----------------------------------------------------------------- checks
-    @property
-    def sites(self) -> tuple[str, ...]:
-        return FAMILY_SITES[self.family]
-
     def _check_hook_names(self, names) -> None:
         unknown = [n for n in names if isinstance(n, str) and n not in self.hook_dict]
         if unknown:

@@ -3,31 +3,23 @@
 The reference is an independent copy of transformers' model (loaded again from the directory, or the tiny
 model rebuilt from its seed), run with transformers' own forward and the same position ids; the adapter
 runs its hooked passes with no hook attached. Both read the identity prompts as one left-padded batch.
-
-The loader is handed in: `workbench.models.load_looped`, which gives the tiny models the embedded default's
-tokenizer, sits above the adapters (it imports this package), so nothing here imports it.
 """
 
 from __future__ import annotations
-
-from collections.abc import Callable
 
 import torch
 
 from workbench.loop.identity import IDENTITY_PROMPTS
 from workbench.loop.positions import position_ids
-from workbench.native import load_looped
+from workbench.models.native import load_looped
 
 
-def exactness(spec: str, load: Callable[[str], tuple] = load_looped) -> dict:
+def exactness(spec: str) -> dict:
     """Returns {"model", "family", "native_passes", "prompts", "per_pass", "max_abs_diff"}: max |Δlogit| of the
     adapter against transformers' forward run with its pass count set to t, for t = 1..max_loops (`per_pass`),
-    and the worst of them.
-
-    `load(spec)` returns `(looped, tokenizer)`: this package's `load_looped` reads a directory; a tiny model needs
-    `workbench.models.load_looped` (what `workbench identity` hands in)."""
-    looped, tok = load(spec)
-    reference, _ = load(spec)                 # a second, independent load: its base is transformers' model alone
+    and the worst of them."""
+    looped, tok = load_looped(spec)
+    reference, _ = load_looped(spec)              # a second, independent load: its base is transformers' model alone
     ref = reference.base
     enc = tok(list(IDENTITY_PROMPTS), return_tensors="pt", padding=True)
     ids, mask = enc["input_ids"], enc["attention_mask"]
