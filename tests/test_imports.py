@@ -4,12 +4,20 @@ subpackage or top-level module) imports one that imports it.
 Every `import` / `from ... import` of a workbench module counts, at module top or inside a
 function (a deferred import is still a dependency). `from workbench.x import y` is an edge to
 `workbench.x.y` when that is a module, else to `workbench.x`.
+
+A module that loads modules by name (`importlib.import_module`) has an edge, in the graph the layering checks read
+(`dynamic=True`), to every module a name it spells can load: a string that names a module ("workbench.plots.lens",
+"workbench.models:load_base") and an f-string that starts with a package's path (f"workbench.probes.{name}": every
+module under `workbench.probes`). `get_probe` loads a probe that way, so whatever reaches it reaches torch. The
+check for import cycles between modules reads the `import` statements only: such an edge names every module the
+pattern could load, not one that is imported while the module itself is.
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -28,15 +36,40 @@ def module_files(package: Path) -> dict[str, Path]:
     return out
 
 
-def import_graph(package: Path) -> dict[str, set[str]]:
-    """{module: modules of the same package it imports}."""
+MODULE_NAME = re.compile(r"[A-Za-z_]\w*(\.\w+)*(:\w+)?")
+
+
+def loaded_by_name(tree: ast.Module, root: str, files: dict[str, Path]) -> set[str]:
+    """The modules of the package a module may load by name: none unless it calls `import_module`; else each module a
+    string of it names ("workbench.plots.lens", "workbench.models:load_base") and every module under the package an
+    f-string of it starts with (f"workbench.probes.{name}")."""
+    if not any(isinstance(n, ast.Attribute) and n.attr == "import_module" or isinstance(n, ast.Name)
+               and n.id == "import_module" for n in ast.walk(tree)):
+        return set()
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and MODULE_NAME.fullmatch(node.value):
+            out.update({node.value.partition(":")[0]} & set(files))
+        elif isinstance(node, ast.JoinedStr) and node.values and isinstance(node.values[0], ast.Constant):
+            head = str(node.values[0].value)
+            if head.startswith(root + ".") and head.endswith(".") and MODULE_NAME.fullmatch(head[:-1]):
+                out.update(m for m in files if m.startswith(head))
+    return out
+
+
+def import_graph(package: Path, dynamic: bool = False) -> dict[str, set[str]]:
+    """{module: modules of the same package it imports}; with `dynamic`, also those it may load by name
+    (`loaded_by_name`)."""
     files = module_files(package)
     root = package.name
     graph = {}
     for name, f in files.items():
         deps = set()
         here = name.split(".") if f.name == "__init__.py" else name.split(".")[:-1]
-        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+        tree = ast.parse(f.read_text(), str(f))
+        if dynamic:
+            deps |= loaded_by_name(tree, root, files)
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 deps.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -117,7 +150,7 @@ def test_no_import_runs_back_up_between_the_packages_parts():
     """The parts stack in floors: no two import each other, through any modules. A module-level check misses
     `native.check -> models -> native/__init__` (no module imports itself) and `analysis.claims -> train.recipe ->
     tasks -> ... -> analysis`: each an arrow from a lower part up to one that imports it."""
-    found = cycles(parts(import_graph(PACKAGE)))
+    found = cycles(parts(import_graph(PACKAGE, dynamic=True)))
     assert found == [], found
 
 
@@ -145,26 +178,49 @@ def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.selection.stage1", "workbench.precision")
+MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.selection", "workbench.precision")
 PRESENTATION = ("workbench.plots",)  # plots, the report (plots.report) and the paper figures (plots.export)
-COMPUTE = ("workbench.loop", "workbench.selection.stage1", "workbench.probes", "workbench.train", "workbench.tasks",
+COMPUTE = ("workbench.loop", "workbench.selection", "workbench.probes", "workbench.train", "workbench.tasks",
            "workbench.analysis")
+NOT_READ = ("workbench.probes", "workbench.runs", "workbench.models")  # what drawing a results directory never needs
 
 
 def test_presentation_is_a_leaf():
-    """Plots, the report and the paper figures reach no model code; no computation reaches them."""
-    graph = import_graph(PACKAGE)
+    """Plots, the report and the paper figures reach no model code and no probe, through imports or modules loaded by
+    name (the report found its sections through `get_probe`, which loads the probe and torch); no computation reaches
+    them. tests/plots/test_no_model_code.py renders a results directory in a fresh interpreter and looks."""
+    graph = import_graph(PACKAGE, dynamic=True)
     for name in graph:
         if name.startswith(PRESENTATION):
-            assert not sorted(d for d in reachable(graph, name) if d.startswith(MODEL)), name
+            assert not sorted(d for d in reachable(graph, name) if d.startswith((*MODEL, *NOT_READ))), name
         if name.startswith(COMPUTE):
             assert not sorted(d for d in reachable(graph, name) if d.startswith(PRESENTATION)), name
 
 
+def test_a_module_loaded_by_name_is_an_edge_of_the_layering(tmp_path):
+    """`import_module(f"pkg.probes.{name}")` reaches every module under `pkg.probes`, and a named "pkg.heavy:attr"
+    reaches `pkg.heavy`; without `dynamic`, or in a module that loads nothing by name, a string is no edge."""
+    pkg = tmp_path / "pkg"
+    (pkg / "probes").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "probes" / "__init__.py").write_text(
+        'import importlib\n\ndef get(name):\n    return importlib.import_module(f"pkg.probes.{name}")\n')
+    (pkg / "probes" / "lens.py").write_text("import pkg.heavy\n")
+    (pkg / "heavy.py").write_text("")
+    (pkg / "lazy.py").write_text('from importlib import import_module\n\nWHERE = "pkg.heavy:attr"\n\n\n'
+                                 'def load():\n    return import_module(WHERE.partition(":")[0])\n')
+    (pkg / "report.py").write_text('"""Reads pkg.heavy"""\nfrom pkg.probes import get\nNAME = "pkg.heavy"\n')
+    graph = import_graph(pkg, dynamic=True)
+    assert graph["pkg.probes"] == {"pkg.probes.lens"} and graph["pkg.lazy"] == {"pkg.heavy"}
+    assert "pkg.heavy" in reachable(graph, "pkg.report") and graph["pkg.report"] == {"pkg.probes"}
+    assert "pkg.heavy" not in reachable(import_graph(pkg), "pkg.report")
+
+
 def test_analysis_reads_what_the_probes_wrote_and_imports_no_probe_presentation_or_cli():
-    """Analysis sits under the probes' results: a probe's headline function is handed in, never looked up. It reads
-    without a model: no model or training code either (a run's recipe.toml is read as data, not as a typed Recipe)."""
-    graph = import_graph(PACKAGE)
+    """Analysis sits under the probes' results: a probe's headline is a module of `workbench.analysis.headlines`, found
+    by name, that reads the probe's tables. It reads without a model: no model or training code either (a run's
+    recipe.toml is read as data, not as a typed Recipe)."""
+    graph = import_graph(PACKAGE, dynamic=True)
     outside = ("workbench.probes", *PRESENTATION, "workbench.commands", "workbench.cli", *MODEL, "workbench.models.native")
     analysis = [name for name in graph if name.startswith("workbench.analysis")]
     assert {"workbench.analysis.stats", "workbench.analysis.headlines", "workbench.analysis.claims"} <= set(analysis)
@@ -173,8 +229,8 @@ def test_analysis_reads_what_the_probes_wrote_and_imports_no_probe_presentation_
 
 
 def test_the_looped_model_imports_no_probes_training_presentation_or_cli():
-    graph = import_graph(PACKAGE)
-    outside = ("workbench.probes", "workbench.train", "workbench.selection.stage1", *PRESENTATION, "workbench.commands",
+    graph = import_graph(PACKAGE, dynamic=True)
+    outside = ("workbench.probes", "workbench.train", "workbench.selection", *PRESENTATION, "workbench.commands",
                "workbench.cli")
     for name in graph:
         if name.startswith("workbench.loop"):
@@ -185,8 +241,8 @@ def test_the_native_adapters_stand_on_the_bases_and_the_loop_only():
     """The native adapters sit on `workbench.models.bases` (the embedded tokenizer for the tiny ones) and the looped
     interface (`workbench.loop`); nothing under `workbench.models.native` imports the room's face (which imports
     them), training, block selection, probes, presentation or the CLI."""
-    graph = import_graph(PACKAGE)
-    outside = ("workbench.train", "workbench.selection.stage1", "workbench.selection", "workbench.probes",
+    graph = import_graph(PACKAGE, dynamic=True)
+    outside = ("workbench.train", "workbench.selection", "workbench.probes",
                *PRESENTATION, "workbench.commands", "workbench.cli", "workbench.runs")
     native = [name for name in graph if name.startswith("workbench.models.native")]
     assert {"workbench.models.native", "workbench.models.native.check"} <= set(native)

@@ -21,7 +21,6 @@ from workbench.errors import WorkbenchError
 from workbench.plots import build_all, captions, figures
 from workbench.plots.registry import figure_key
 from workbench.plots.report import BLOCK_SELECTION_CAPTION, write_report
-from workbench.probes import PROBES, get_probe
 
 
 def _synthetic():
@@ -35,7 +34,6 @@ def _synthetic():
 
 synthetic = _synthetic()
 all_tables, summary, write_results = synthetic.all_tables, synthetic.summary, synthetic.write_results
-HEADLINES = {name: get_probe(name).headline for name in PROBES}  # what the report hands the headlines
 PLOTLY_SIGNATURE = "* plotly.js v"  # the bundle's licence header, once per copy of plotly.js
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                   "--disable-component-update", "--disable-sync", "--no-first-run", "--hide-scrollbars",
@@ -118,7 +116,7 @@ def test_report_embeds_plotly_once_and_one_div_per_figure(results, page):
     assert len(ours) < len(text) - 4_000_000
     assert "<script src" not in ours and "http" not in ours  # nothing to fetch: works offline
     s = summary(all_tables())
-    frontier = headlines_from_tables(all_tables(), HEADLINES)["depth_matrix"]["frontier_0.71"]
+    frontier = headlines_from_tables(all_tables())["depth_matrix"]["frontier_0.71"]
     assert frontier.value == round(s["probes"]["depth_matrix"]["frontier"], 2)
     assert f"<td>{html.escape(frontier.label)}</td><td class='num'>{frontier.text()}</td>" in text
     assert s["checkpoint"]["provenance_sha256"] in text and "training/keepers/smollm2-chase" in text
@@ -165,7 +163,7 @@ def test_headline_section_in_headless_chromium_holds_the_declared_headlines(page
     run = browse(page, tmp_path, "--dump-dom")
     assert run.returncode == 0, run.stderr[-2000:]
     text = element_text(run.stdout, "headline")
-    declared = headlines_from_tables(all_tables(), HEADLINES)
+    declared = headlines_from_tables(all_tables())
     assert len(declared) == 18 and len(text) > 2000
     for name, head in declared.items():
         assert f"\t{name}\n" in text and head.sentence in text
@@ -228,8 +226,8 @@ def test_control_side_by_side_with_paired_tests(tmp_path):
     text = out.read_text()
     table = element_text(text, "headline")
     assert "this − control [95% CI]" in table and "\tcontrol: " in table
-    mine, theirs = headlines_from_tables(tables, HEADLINES)["depth_matrix"], headlines_from_tables(
-        {"depth_matrix": dm, "depth_matrix__frontier": tables["depth_matrix__frontier"]}, HEADLINES)["depth_matrix"]
+    mine, theirs = headlines_from_tables(tables)["depth_matrix"], headlines_from_tables(
+        {"depth_matrix": dm, "depth_matrix__frontier": tables["depth_matrix__frontier"]})["depth_matrix"]
     d1 = mine["final_d1"]
     assert theirs["final_d1"].value == 0.0
     line = next(x for x in table.split("\n") if x.startswith(f"\t{d1.label}\t"))
@@ -276,9 +274,9 @@ def test_report_tolerates_missing_results(tmp_path):
     text = write_report(partial, out=tmp_path / "elsewhere" / "r.html").read_text()
     assert text.count('class="plotly-graph-div"') == 2  # the matrix and the frontier
     assert "No provenance recorded" in text  # no summary.json: the headline is read from the tables themselves
-    assert headlines_from_tables({"depth_matrix": all_tables()["depth_matrix"]}, HEADLINES)["depth_matrix"].sentence in \
+    assert headlines_from_tables({"depth_matrix": all_tables()["depth_matrix"]})["depth_matrix"].sentence in \
         html.unescape(text)
-    assert "Not in this directory: Block selection, Loop-1 identity, Per-loop logit lens" in text
+    assert "Not in this directory: Block selection, Loop-1 identity, Accuracy by loop count, Overshoot, Per" in text
     empty = tmp_path / "empty"
     empty.mkdir()
     text = write_report(empty).read_text()

@@ -47,6 +47,20 @@ ORACLE_DEPTH_COST = 0.0
 REHEARSAL_SOURCES = ("corpus", "patterns", "numbers")   # the rehearsal texts' sources (`workbench.tasks.rehearsal`)
 INSTALL_BAR = 0.71      # a depth counts as installed at this final-loop accuracy (the frontier's registered bar)
 
+# The one order of the probes: `workbench.probes.PROBES` lists them in it, the headlines are printed in it and the
+# report's sections and `workbench figures` follow it. Each side finds its modules by name (the probe's compute in
+# `workbench.probes`, its headline in `workbench.analysis.headlines`, its section and figures in `workbench.plots`);
+# a probe not named here follows these, by name (`probe_order`).
+PROBE_ORDER = ("identity", "depth_matrix", "loop_accuracy", "overshoot", "logit_lens", "splice", "patching",
+               "attribution", "paths", "heads", "linear_probe", "drift", "halting", "lens_agreement", "dynamics",
+               "exit_rules", "gradient_audit", "latency")
+
+
+def probe_order(names) -> list[str]:
+    """`names` (probe names) in `PROBE_ORDER`, then those it does not name, sorted."""
+    names = set(names)
+    return [n for n in PROBE_ORDER if n in names] + sorted(names - set(PROBE_ORDER))
+
 
 def shipped(kind: str) -> list[str]:
     """The names of the shipped files of `kind` (a key of KINDS), sorted; one folder deep (`support/...`)."""

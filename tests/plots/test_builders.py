@@ -76,6 +76,18 @@ def test_frontier_figure_draws_the_bar_and_the_frontier(tables):
     assert all(a >= 0 for a in curve.error_y.array) and all(a >= 0 for a in curve.error_y.arrayminus)
 
 
+def test_a_figures_error_bars_are_the_headlines_intervals(tables):
+    """One Wilson interval: the frontier figure's bar at each depth is the depth-matrix headline's interval of the
+    same final-answer proportion (`workbench.analysis.stats.wilson`), to the last digit."""
+    from workbench.analysis.headlines.depth_matrix import headline
+
+    curve = named(frontier_figure(tables["depth_matrix"]), "final-answer accuracy")
+    head = headline({k: tables[k] for k in ("depth_matrix", "depth_matrix__frontier")})
+    for depth, y, up, down in zip(curve.x, curve.y, curve.error_y.array, curve.error_y.arrayminus):
+        number = head[f"final_d{int(depth)}"]
+        assert (y - down, y + up) == (pytest.approx(number.low, abs=1e-12), pytest.approx(number.high, abs=1e-12))
+
+
 def test_frontier_figure_says_when_there_is_no_frontier(tables):
     dm = tables["depth_matrix"].copy()
     dm.loc[dm["depth"] == 1, "correct"] = False  # the first depth below the bar: NaN frontier

@@ -1,18 +1,22 @@
 """The figure registry: which figures a set of tables gets, and how parts reach builders."""
 
+from pathlib import Path
+
 import pytest
 
+from workbench.analysis.headlines import HEADLINE_MODULES
+from workbench.defaults import PROBE_ORDER
 from workbench.errors import WorkbenchError
 from workbench.plots import build_all, captions, figure_key, figures, find_builder
 from workbench.plots.heads import RETRIEVAL_MARK
-from workbench.plots.registry import ORDER, builder_parts, part_names, resolve
+from workbench.plots.lens import logit_lens_figure
+from workbench.plots.registry import SECTION_MODULES, Figure, builder_parts, discover, part_names, section
 from workbench.plots.report import section_heads
 from workbench.probes import PROBES
-from workbench.probes.spec import Figure
 
 
 def test_every_probe_result_has_figures_with_unique_names():
-    """Read from the probes' declarations: a probe without figures (or a table caption), a figure without a
+    """Read from the plots' declarations: a probe without figures (or a table caption), a figure without a
     caption, a probe without a report section, or two builders with one name fail here."""
     registry = figures()
     assert set(registry) == set(PROBES) - {"identity"}  # identity is shown as a table in the report
@@ -25,20 +29,39 @@ def test_every_probe_result_has_figures_with_unique_names():
             assert find_builder(figure_key(b)) == (result, b)
 
 
-def test_the_presentation_order_names_only_probes():
-    """A name left in ORDER after its probe is gone (or misspelt) would be skipped without a word."""
-    assert len(ORDER) == len(set(ORDER)) and [n for n in ORDER if n not in PROBES] == []
+def test_one_order_lists_the_probes_their_headlines_and_their_sections():
+    """The probe order is stated once (`workbench.defaults.PROBE_ORDER`): the probes, their headline modules and
+    their sections are each found by name and listed in it. A name left in it after its probe is gone (or misspelt)
+    would be skipped without a word."""
+    assert len(PROBE_ORDER) == len(set(PROBE_ORDER)) and [n for n in PROBE_ORDER if n not in PROBES] == []
+    assert list(PROBES) == list(HEADLINE_MODULES) == list(SECTION_MODULES) == list(PROBE_ORDER)
     # after the block selection and its Stage 2 (the report's own sections); every probe is named today
-    assert list(section_heads())[:2] == ["block_selection", "stage2"] and list(section_heads())[2:] == list(ORDER)
+    assert list(section_heads())[:2] == ["block_selection", "stage2"] and list(section_heads())[2:] == list(PROBE_ORDER)
+    assert list(figures()) == [n for n in PROBE_ORDER if n != "identity"]
 
 
-def test_a_figure_naming_a_missing_builder_is_one_line():
-    with pytest.raises(WorkbenchError, match="'workbench.plots.lens' has no function 'lens_figure'"):
-        resolve(Figure("workbench.plots.lens:lens_figure", "caption"))
-    with pytest.raises(WorkbenchError, match="no module 'workbench.plots.lense'"):
-        resolve(Figure("workbench.plots.lense:logit_lens_figure", "caption"))
-    with pytest.raises(WorkbenchError, match="is not 'module:name_figure'"):
-        Figure("workbench.plots.lens.logit_lens_figure", "caption")
+def test_a_plots_module_declares_sections_by_probe_name(tmp_path):
+    """`discover` finds the modules whose top level assigns `SECTIONS = {"<probe>": ...}` (parsed, not imported);
+    one mentioned only in a docstring does not count, and two modules declaring one probe is an error."""
+    shipped = Path(__file__).resolve().parents[2] / "workbench" / "plots"
+    assert discover(shipped) == SECTION_MODULES and SECTION_MODULES["overshoot"] == "workbench.plots.classes"
+    (tmp_path / "mine.py").write_text('"""SECTIONS = {"x": ...} in a docstring"""\nSECTIONS = {"first_loop": None}\n')
+    (tmp_path / "helper.py").write_text('"""declares\nSECTIONS = {"y": ...} at its top level"""\n')
+    assert discover(tmp_path) == {"first_loop": "workbench.plots.mine"}
+    (tmp_path / "again.py").write_text('SECTIONS = {"first_loop": None}\n')
+    with pytest.raises(WorkbenchError, match="section of probe 'first_loop' is declared twice"):
+        discover(tmp_path)
+
+
+def test_a_figure_or_section_that_is_not_declared_is_one_line():
+    with pytest.raises(WorkbenchError, match="is not a function named '<name>_figure'"):
+        Figure(section, "caption")
+    with pytest.raises(WorkbenchError, match="is not a function named '<name>_figure'"):
+        Figure("workbench.plots.lens:logit_lens_figure", "caption")
+    assert Figure(logit_lens_figure, "caption").builder is logit_lens_figure
+    with pytest.raises(WorkbenchError, match="no plots module declares a section for probe 'first_loop'; declared: "
+                                             "identity, depth_matrix"):
+        section("first_loop")
 
 
 def test_parts_are_the_dataframe_parameters():
@@ -65,5 +88,5 @@ def test_build_all_renders_what_is_present(tables):
 
 
 def test_unknown_figure_is_an_error():
-    with pytest.raises(WorkbenchError, match="figure 'fronteir' is unknown; accepted: logit_lens, lens_agreement, "):
+    with pytest.raises(WorkbenchError, match="figure 'fronteir' is unknown; accepted: depth_matrix, frontier, "):
         find_builder("fronteir")

@@ -1,9 +1,11 @@
-"""Adding a probe touches its module, its test and its battery entry, nothing else.
+"""Adding a probe touches its compute module, its headline, its section, its test and its battery entry, nothing else.
 
-This file is a whole probe, declared the way docs/adding-a-probe.md says (a compute, a headline, a
-section, a figure with its caption), and a test that hands it to `PROBES` (as `discover` does for a
-module of the package) and finds it in the battery, the report and `workbench figures` without any
-registry being edited; a second test shows a module dropped into a probes folder is found by its SPEC.
+This file is a whole probe, declared the way docs/adding-a-probe.md says: a compute (`run`, `summarize`, `SPEC`), a
+headline (`headline`) and a section with a figure and its caption (`SECTIONS`), which in the package live in three
+modules named after the probe, each found by name. A test hands the three to `PROBES`, `HEADLINE_MODULES` and
+`SECTION_MODULES` (as each side's `discover` does for a module of the package) and finds the probe in the battery, the
+report and `workbench figures` without any registry being edited; a second test shows a module dropped into a probes
+folder is found by its SPEC.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from workbench.analysis.headlines import Headline, proportion
+from workbench.analysis.headlines import HEADLINE_MODULES, Headline, proportion
 from workbench.commands.figures import figures as figures_command
+from workbench.plots.registry import SECTION_MODULES, Figure, Section
 from workbench.plots.report import write_report
 from workbench.probes import PROBES
 from workbench.probes.battery import run_battery
 from workbench.probes.common import read_final
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.tasks import build_rows
 from workbench.tasks.manifest import write_manifest
 
@@ -52,16 +55,16 @@ def first_loop_figure(first_loop: pd.DataFrame) -> go.Figure:
     return go.Figure(go.Bar(x=accuracy.index.tolist(), y=accuracy.tolist(), name="loop 1"))
 
 
-SPEC = ProbeSpec(
-    name="first_loop", run=run, summarize=summarize, headline=headline,
-    title=TITLE,
-    about="The final answer read after a single loop, per depth.",
-    figures=(Figure(f"{__name__}:first_loop_figure", CAPTION),),
-)
+SPEC = ProbeSpec(name="first_loop", run=run, summarize=summarize)
+
+SECTIONS = {"first_loop": Section(title=TITLE, about="The final answer read after a single loop, per depth.",
+                                  figures=(Figure(first_loop_figure, CAPTION),))}
 
 
 def test_a_probe_declared_in_its_module_reaches_the_battery_the_report_and_the_figures(monkeypatch, tmp_path, tok):
     monkeypatch.setitem(PROBES, "first_loop", __name__)  # what discover() does for a module inside the package
+    monkeypatch.setitem(HEADLINE_MODULES, "first_loop", __name__)  # and the headlines' discover()
+    monkeypatch.setitem(SECTION_MODULES, "first_loop", __name__)  # and the plots' discover()
     manifest = tmp_path / "rows.jsonl"
     write_manifest(build_rows("chase", [1, 2, 3], 4, 5, alphabet=4, tokenizer=tok), manifest)
     out = tmp_path / "results"
@@ -90,21 +93,27 @@ def test_a_probe_declared_in_its_module_reaches_the_battery_the_report_and_the_f
 
 
 
-def test_the_guide_quotes_a_real_declaration():
-    """docs/adding-a-probe.md shows the loop-accuracy probe's SPEC; it must be the one the module holds."""
+def test_the_guide_quotes_real_declarations():
+    """docs/adding-a-probe.md shows the loop-accuracy probe's SPEC, its headline and its section; each must be what
+    its module holds."""
     root = Path(__file__).resolve().parents[2]
     guide = (root / "docs" / "adding-a-probe.md").read_text()
-    quoted = guide[guide.index("SPEC = ProbeSpec("):].split("\n```", 1)[0]
-    assert quoted.count("\n") > 5 and quoted in (root / "workbench" / "probes" / "loop_accuracy.py").read_text()
+    for start, module, lines in (("SPEC = ProbeSpec(", "probes/loop_accuracy.py", 2),
+                                 ("def headline(", "analysis/headlines/loop_accuracy.py", 10),
+                                 ("SECTIONS = {", "plots/loop_accuracy.py", 10)):
+        quoted = guide[guide.index("```python\n" + start) + len("```python\n"):].split("\n```", 1)[0]
+        assert quoted.count("\n") > lines and quoted in (root / "workbench" / module).read_text(), module
 
 
 def test_a_module_that_declares_a_spec_is_found_without_an_entry(tmp_path):
-    """`discover` lists a probes folder's modules by their top-level `SPEC = ProbeSpec(`: the shipped ones in ORDER,
-    a new one after them, and a helper module (no SPEC, or a SPEC only mentioned in a docstring) not at all."""
-    from workbench.probes import ORDER, discover
+    """`discover` lists a probes folder's modules by their top-level `SPEC = ProbeSpec(`: the shipped ones in the
+    probe order (`workbench.defaults.PROBE_ORDER`), a new one after them, and a helper module (no SPEC, or a SPEC
+    only mentioned in a docstring) not at all."""
+    from workbench.defaults import PROBE_ORDER
+    from workbench.probes import discover
 
     shipped = Path(__file__).resolve().parents[2] / "workbench" / "probes"
-    assert list(discover(shipped)) == list(ORDER) == list(PROBES)
+    assert list(discover(shipped)) == list(PROBE_ORDER) == list(PROBES)
     for name in ("depth_matrix", "overshoot"):
         (tmp_path / f"{name}.py").write_text((shipped / f"{name}.py").read_text())
     (tmp_path / "first_loop.py").write_text(Path(__file__).read_text())

@@ -22,13 +22,12 @@ from workbench.analysis.headlines import (
     headlines_from_tables,
     judge_above,
     pair,
-    print_comparison,
-    print_headlines,
     proportion,
 )
 from workbench.analysis.stats import bootstrap_mean, wilson
 from workbench.errors import WorkbenchError
-from workbench.plots.report import failed_note, headline_table
+from workbench.plots.report import failed_note, headline_html
+from workbench.plots.terminal import print_comparison, print_headlines
 from workbench.probes import depth_matrix, logit_lens, overshoot, splice
 
 
@@ -172,7 +171,7 @@ def test_headlines_round_trip_and_print_within_100_columns(tok, rows):
     assert list(only) == ["overshoot"] and only["overshoot"].to_dict() == heads["overshoot"].to_dict()
     summary = json.loads(json.dumps({"probes": {n: {"headline": h.to_dict()} for n, h in heads.items()}}))
     back = headlines_from_summary(summary)
-    assert list(back) == ["depth_matrix", "overshoot"]  # no order given: sorted
+    assert list(back) == ["depth_matrix", "overshoot"]  # no order given: the probe order
     assert list(headlines_from_summary(summary, ["overshoot", "depth_matrix"])) == ["overshoot", "depth_matrix"]
     assert {n: h.to_dict() for n, h in back.items()} == {n: h.to_dict() for n, h in heads.items()}
     buf = io.StringIO()
@@ -204,5 +203,5 @@ def test_a_prediction_judged_against_its_rule_is_flagged_when_it_fails():
     print_headlines(heads, out=Console(file=out, width=200, color_system=None))
     text = out.getvalue()
     assert "FAILED" in text and "predictions judged: 2; failed: 1" in text
-    html = headline_table(heads) + failed_note(heads)
+    html = headline_html(heads) + failed_note(heads)
     assert html.count(">FAILED<") == 1 and "failed: 1" in html and ">holds<" in html

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from tests.probes.planted import ContractionMachine, LensMachine, ScriptedMachine
+from workbench.analysis.headlines.dynamics import state_rows
 from workbench.errors import WorkbenchError
 from workbench.probes import dynamics, exit_rules, lens_agreement
 from workbench.probes.common import split_rows
@@ -49,7 +50,7 @@ def test_the_heads_divergence_is_zero_for_a_fixed_pattern_and_ln2_for_a_flip(tok
 @pytest.mark.parametrize("mode, cls, rate", [("rotate", "marginal", 1.0), ("expand", "drifting", 1.5)])
 def test_an_orbit_is_marginal_and_an_expansion_drifts(tok, rows, mode, cls, rate):
     tables = dynamics.run(ContractionMachine(mode), tok, rows[:8], loops=8, heads=False)
-    state = dynamics.state_rows(tables)
+    state = state_rows(tables)
     assert np.allclose(state["rate"], rate, rtol=1e-9) and (state["cls"] == cls).all()
     assert tables["dynamics__heads"].empty
     if mode == "rotate":   # consecutive steps of a rotation turn by its angle

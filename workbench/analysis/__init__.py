@@ -2,7 +2,8 @@
 
 - `stats`: exact paired tests (one paired-counts function), Fisher gates, Wilson, Newcombe and bootstrap
   intervals, the validity frontier.
-- `headlines`: each probe's few named numbers with n and a 95% interval, and comparing two specimens'.
+- `headlines`: each probe's few named numbers with n and a 95% interval (one module per probe, found by its name,
+  reading its tables), the headline table, and comparing two specimens'.
 - `results`: reading a results directory (its tables, its summary, the depth matrices of two, paired).
 - `readings`: how to read a battery's numbers (chance, whether it is a demo).
 - `arms`: paired comparisons between trained arms on the same frozen rows.

@@ -22,10 +22,10 @@ def compare(
     with B − A and its paired 95% interval over the rows both read."""
     import pandas as pd
 
-    from workbench.analysis.headlines import compare_headlines, console, headlines_from_tables, print_comparison
+    from workbench.analysis.headlines import compare_headlines, headlines_from_tables
     from workbench.analysis.results import compare_results, load_results
     from workbench.io import atomic_path, dir_inputs, gate_output, write_json_atomic
-    from workbench.probes import PROBES, get_probe
+    from workbench.plots.terminal import console, print_comparison
 
     ui = Output(quiet, as_json)
     target = Path(out) if out is not None else Path(results_b)
@@ -35,7 +35,7 @@ def compare(
     table = compare_results(results_a, results_b)
     records = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in table.to_dict("records")]
     tables = [load_results(r) for r in (results_a, results_b)]  # headlines recomputed, with per-row values
-    head_a, head_b = (headlines_from_tables(t, {n: get_probe(n).headline for n in PROBES if n in t}) for t in tables)
+    head_a, head_b = (headlines_from_tables(t) for t in tables)
     headlines = [{**r, "label_a": _label(head_a, r), "label_b": _label(head_b, r)}
                  for r in compare_headlines(head_a, head_b)]
     rows = table.attrs.get("rows", {})

@@ -76,7 +76,7 @@ def print_generations(frame, model: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from workbench.analysis.headlines import console
+    from workbench.plots.terminal import console
 
     con = console()
     native = frame.attrs.get("native_loops")

@@ -27,11 +27,11 @@ def identity(
     from rich import box
     from rich.table import Table
 
-    from workbench.analysis.headlines import console
     from workbench.devices import device_record, resolve_device
     from workbench.loop.identity import IDENTITY_PROMPTS, identity_report
     from workbench.models.bases import load_base
     from workbench.models.native import native_family
+    from workbench.plots.terminal import console
 
     ui = Output(quiet, as_json)
     if attn not in ATTENTION:

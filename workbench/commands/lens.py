@@ -109,8 +109,8 @@ def print_lens(frame, top: int = 3) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from workbench.analysis.headlines import console
     from workbench.lenses import loop_table
+    from workbench.plots.terminal import console
 
     con = console()
     prompts = frame.attrs.get("prompts", [])

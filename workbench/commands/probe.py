@@ -54,11 +54,11 @@ def print_summary(summary: dict) -> None:
     """Prints a battery summary: each probe's headline as one table within 100 columns."""
     import textwrap
 
-    from workbench.analysis.headlines import headlines_from_summary, print_headlines
-    from workbench.probes import PROBES
+    from workbench.analysis.headlines import headlines_from_summary
+    from workbench.plots.terminal import print_headlines
 
     skipped = {n: p["reason"] for n, p in summary["probes"].items() if p.get("status") == "not_applicable"}
-    print_headlines(headlines_from_summary(summary, PROBES), skipped)
+    print_headlines(headlines_from_summary(summary), skipped)
     from workbench.analysis.readings import battery_notes
 
     for note in battery_notes(summary):

@@ -7,6 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench.plots.base import nested, require
+from workbench.plots.registry import Figure, Section
 from workbench.plots.theme import COLORWAY, apply_theme
 
 LATENCY = {"loops": "cost of T loops vs 1 loop", "forced_read": "one-pass forced read",
@@ -86,3 +87,25 @@ def latency_figure(df: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(title="time ratio", rangemode="tozero")
     fig.update_layout(title="Latency: measured ratios against what the layer count predicts", height=420)
     return apply_theme(fig)
+
+
+SECTIONS = {
+    "gradient_audit": Section(
+        title="Gradient audit",
+        about="Gradient reaching each parameter group per loop, checked against finite differences.",
+        figures=(
+            Figure(gradient_audit_figure,
+                   "Gradient RMS reaching each parameter group from each loop's loss. Predicted: the re-entry reached "
+                   "only from loop 2 on; block and Coda from every loop."),
+        ),
+    ),
+    "latency": Section(
+        title="Latency",
+        about="Measured cost ratios against the ratios the layer count predicts.",
+        figures=(
+            Figure(latency_figure,
+                   "Measured cost ratios against the layer-count prediction. Predicted: measured ≈ predicted, one "
+                   "forced read several times cheaper than reruns."),
+        ),
+    ),
+}

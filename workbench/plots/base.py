@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 
+from workbench.analysis import stats
 from workbench.errors import WorkbenchError
 from workbench.plots.theme import INK
 
@@ -77,14 +78,16 @@ def hline(x0: float, x1: float, y: float, name: str, dash: str = "dash", color: 
                       **kwargs)
 
 
-def wilson(k: np.ndarray, n: np.ndarray, z: float = 1.96) -> tuple[np.ndarray, np.ndarray]:
-    """Returns the Wilson score interval (low, high) for k successes out of n trials."""
-    k, n = np.asarray(k, dtype=float), np.asarray(n, dtype=float)
-    p = np.divide(k, n, out=np.zeros_like(k), where=n > 0)
-    denom = 1 + z**2 / n
-    centre = (p + z**2 / (2 * n)) / denom
-    half = z * np.sqrt(p * (1 - p) / n + z**2 / (4 * n**2)) / denom
-    return centre - half, centre + half
+def wilson(k, n) -> tuple[np.ndarray, np.ndarray]:
+    """Returns the 95% Wilson interval (low, high) of each k successes out of n trials, elementwise, NaN where n is 0.
+
+    Each interval is `workbench.analysis.stats.wilson`'s, the one the headlines give, so a figure's error bar and the
+    headline's interval of the same proportion are the same numbers.
+    """
+    k, n = np.broadcast_arrays(np.asarray(k, dtype=float), np.asarray(n, dtype=float))
+    bounds = [stats.wilson(int(round(a)), int(b)) if b >= 1 else (np.nan, np.nan) for a, b in zip(k.ravel(), n.ravel())]
+    low, high = (np.array([b[i] for b in bounds], dtype=float).reshape(k.shape) for i in (0, 1))
+    return low, high
 
 
 def class_fractions(df: pd.DataFrame, by: list[str], classes: list[str], col: str = "cls") -> pd.DataFrame:

@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.plots.base import CLASS_COLORS, class_fractions, nested, require
+from workbench.plots.registry import Figure, Section
 from workbench.plots.theme import COLORWAY, apply_theme
 
 OVERSHOOT_CLASSES = ["iterate", "park", "other"]
@@ -136,3 +137,28 @@ def splice_figure(df: pd.DataFrame, verdict: pd.DataFrame | None = None) -> go.F
                       title="Counterfactual splice: what A reads j loops after receiving B's state" + _left_out(dropped),
                       legend=dict(orientation="h", y=-0.2 if nrows == 1 else -0.1))
     return apply_theme(fig)
+
+
+SECTIONS = {
+    "overshoot": Section(
+        title="Overshoot",
+        about="Rows forced past their depth: iterate the rule, park on the answer, or neither.",
+        figures=(
+            Figure(overshoot_figure,
+                   "Class of the read symbol at each loop past the depth. Predicted: mostly iterate (the rule keeps "
+                   "being applied; the paper: 93%), little park."),
+            Figure(overshoot_cost_figure,
+                   "Accuracy on the answer x_d at loop d + k. Predicted: it falls once the loop runs past d, since the "
+                   "loop iterates instead of holding the answer."),
+        ),
+    ),
+    "splice": Section(
+        title="Counterfactual splice",
+        about="Row B's state spliced into row A at loop k0, classified j loops later.",
+        figures=(
+            Figure(splice_figure,
+                   "Class fractions j loops after splicing row B's state into row A at loop k0. Predicted: lawful (A's "
+                   "table applied to B's symbol) at the read position; B's orbit when every position is spliced."),
+        ),
+    ),
+}

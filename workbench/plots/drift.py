@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.plots.base import SEQUENTIAL, nested, require
+from workbench.plots.registry import Figure, Section
 from workbench.plots.theme import COLORWAY, INK, apply_theme
 
 COMPARISONS = {"consecutive": "loop t vs t−1", "vs_loop1": "loop t vs loop 1"}
@@ -96,3 +97,19 @@ def drift_heads_figure(df: pd.DataFrame, heads: pd.DataFrame) -> go.Figure:
     fig.update_layout(title="Where the drift outside loop 1's subspace lands: share per head output subspace",
                       height=380)
     return apply_theme(fig)
+
+
+SECTIONS = {
+    "drift": Section(
+        title="Subspace drift",
+        about="How far each loop's state subspace moves, and where the drift concentrates.",
+        figures=(
+            Figure(drift_figure,
+                   "Principal angles between the loop states' subspaces, loop to loop and against loop 1. Predicted: "
+                   "large early steps that settle as the loop converges."),
+            Figure(drift_heads_figure,
+                   "Each head's share of the drift outside loop 1's subspace. Predicted: concentrated in a few heads "
+                   "if specific heads carry the update."),
+        ),
+    ),
+}

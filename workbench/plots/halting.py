@@ -7,6 +7,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.plots.base import nested, require
+from workbench.plots.registry import Figure, Section
 from workbench.plots.theme import COLORWAY, apply_theme
 
 METHODS = {"head": "distilled head (tau sweep)", "halting": "halting head (threshold sweep)", "oracle": "oracle",
@@ -76,3 +77,20 @@ def halting_figure(df: pd.DataFrame, difficulty: pd.DataFrame | None = None) -> 
         fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.3, x=0, xanchor="left"),
                           margin=dict(b=150))
     return fig
+
+
+SECTIONS = {
+    "halting": Section(
+        title="Halting",
+        about="The compute-accuracy curve: accuracy against mean loops for every fixed depth, the oracle, the halting "
+              "heads over their thresholds and a confidence exit, chosen on calibration rows and read on the others; "
+              "hard and easy rows' mean depth.",
+        figures=(
+            Figure(halting_figure,
+                   "Accuracy against mean loops per method, the calibration picks ringed, the best fixed depth marked; "
+                   "right: mean loops of rows wrong (hard) and right (easy) at loop 1. Predicted: the distilled head "
+                   "above the best fixed depth at about its compute, spending more loops on hard rows; ACT and "
+                   "PonderNet collapsing to one loop (RecurTrace Fig. 1)."),
+        ),
+    ),
+}

@@ -7,6 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench.plots.base import SEQUENTIAL, add_slider, require
+from workbench.plots.registry import Figure, Section
 from workbench.plots.theme import COLORWAY, INK, apply_theme
 
 HEAD_COLUMNS = ["row_id", "loop", "layer", "head", "target_mass", "table_mass"]
@@ -98,3 +99,22 @@ def head_concentration_figure(df: pd.DataFrame, summary: pd.DataFrame) -> go.Fig
     fig.update_yaxes(title="concentration", rangemode="tozero")
     fig.update_layout(title="Is retrieval concentrated in a few heads? (above the null = yes)", height=400)
     return apply_theme(fig)
+
+
+SECTIONS = {
+    "heads": Section(
+        title="Head specialisation",
+        about="Attention mass from the read position onto the table line of the current symbol, per loop, layer and "
+              "head.",
+        figures=(
+            Figure(heads_figure,
+                   "Attention mass from the read position onto the table line of x_{t−1}, per layer and head, per "
+                   "loop. Open circles mark retrieval heads: heads whose mass on that line is at least 3 times the "
+                   "median head's of their layer on at least half the rows. Predicted: a few bright heads per loop, "
+                   "the ones doing the lookup."),
+            Figure(head_concentration_figure,
+                   "Concentration of that mass across heads against a circular-shift null. Predicted: above the null "
+                   "at every loop."),
+        ),
+    ),
+}

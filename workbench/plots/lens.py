@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 
 from workbench.errors import WorkbenchError
 from workbench.plots.base import SEQUENTIAL, add_slider, nested, require
+from workbench.plots.registry import Figure, Section
 from workbench.plots.theme import COLORWAY, apply_theme
 
 LENS_COLUMNS = ["row_id", "depth", "loop", "lens", "chain_index", "symbol", "rank", "prob"]
@@ -137,3 +138,19 @@ def lens_agreement_figure(df: pd.DataFrame) -> go.Figure:
     fig.update_layout(title="What each lens reads at loop t: the current symbol x_t and the next x_{t+1}",
                       height=420)
     return apply_theme(fig)
+
+
+SECTIONS = {
+    "logit_lens": Section(
+        title="Per-loop logit lens",
+        about="Which chain symbol each loop's readout holds, through the Coda and the raw and tuned lenses.",
+        figures=(
+            Figure(logit_lens_figure,
+                   "Probability of each chain symbol x_k at every loop, averaged per depth. Predicted: a bright "
+                   "diagonal k = t, one lookup per loop."),
+            Figure(lens_agreement_figure,
+                   "Per lens, the probability of x_t and of x_{t+1} at loop t. Predicted: the Coda reads x_t; a lens "
+                   "that already reads x_{t+1} would show the next step forming early."),
+        ),
+    ),
+}

@@ -10,6 +10,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.plots.base import nested, require
+from workbench.plots.registry import Figure, Section
 from workbench.plots.theme import COLORWAY, apply_theme
 
 TARGETS = {"x_prev": "x_{t−1}", "x_t": "x_t", "x_next": "x_{t+1}"}
@@ -70,3 +71,16 @@ def linear_probe_figure(df: pd.DataFrame) -> go.Figure:
     fig.update_layout(title="Where the chain symbols become linearly decodable (dashed: permutation null, 95th pct)",
                       height=380 * nrows + 80, legend=dict(orientation="h", y=-0.12 if nrows > 1 else -0.22))
     return apply_theme(fig)
+
+
+SECTIONS = {
+    "linear_probe": Section(
+        title="Linear probes",
+        about="Decodability of x_{t−1}, x_t, x_{t+1} from the loop state against a label-permutation null.",
+        figures=(
+            Figure(linear_probe_figure,
+                   "Held-out accuracy of linear probes for x_{t−1}, x_t, x_{t+1} from loop t's state, dashed: the "
+                   "permutation null. Predicted: x_t decodable above the null at every loop."),
+        ),
+    ),
+}

@@ -7,6 +7,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from workbench.plots.base import nested, require, wilson
+from workbench.plots.registry import Figure, Section
 from workbench.plots.theme import COLORWAY, apply_theme
 
 
@@ -37,3 +38,17 @@ def loop_accuracy_figure(df: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(title="final-answer accuracy", range=[0, 1.05])
     fig.update_layout(title="Accuracy by loop count", height=420, legend=dict(orientation="h", y=-0.2))
     return apply_theme(fig)
+
+
+SECTIONS = {
+    "loop_accuracy": Section(
+        title="Accuracy by loop count",
+        about="The final answer read after every loop count, for any task: the fixed depths of the compute-accuracy "
+              "curve.",
+        figures=(
+            Figure(loop_accuracy_figure,
+                   "Final-answer accuracy after t loops, per depth and over all rows. Predicted: rising with loops "
+                   "until each depth's answer is reached, then flat if the state persists (RecurTrace Table 5)."),
+        ),
+    ),
+}

@@ -9,6 +9,7 @@ from plotly.subplots import make_subplots
 
 from workbench.plots.base import nested, require, wilson
 from workbench.plots.halting import halting_figure
+from workbench.plots.registry import Figure, Section
 from workbench.plots.theme import COLORWAY, apply_theme
 
 LENSES = ("logit", "coda", "tuned")
@@ -183,3 +184,49 @@ def exit_rules_figure(df: pd.DataFrame, matched: pd.DataFrame | None = None) -> 
     fig.update_layout(legend=dict(orientation="h", yanchor="top", y=-0.2, x=0, xanchor="left", font=dict(size=10)),
                       margin=dict(b=150))
     return fig
+
+
+SECTIONS = {
+    "lens_agreement": Section(
+        title="Lens agreement per pass",
+        about="Logit, coda and tuned lens at every pass against the row's x_t, the final output and each other; where "
+              "they disagree, which lens's reading a splice into another row carries.",
+        figures=(
+            Figure(lens_passes_figure,
+                   "Per lens and pass: top-1 = x_t, top-1 = the final output (95% Wilson bands) and KL from the final "
+                   "distribution; dotted: pairwise agreement. Predicted: the coda lens reads x_t at every pass and "
+                   "equals the output at t = T; a lens that skips the Coda agrees less where the Coda does work."),
+            Figure(lens_causal_figure,
+                   "Where the lenses disagree, the share of cells whose reading (under B's rule) B's read follows "
+                   "after A's state is spliced in. Predicted: the coda lens's reading, if the Coda reads what the next "
+                   "pass uses; a coordinate artefact of the logit lens carries nothing."),
+        ),
+    ),
+    "dynamics": Section(
+        title="Loop dynamics",
+        about="Step size, step angle and distance to the last state per pass and block layer, each head's attention "
+              "divergence between passes, and each row classed settling, marginal or drifting past its depth.",
+        figures=(
+            Figure(dynamics_figure,
+                   "Mean relative step, step angle and distance to the last state per pass and block layer (state in "
+                   "black; shaded: beyond the trained support). Predicted: a settling loop's steps shrink "
+                   "geometrically past the depth; the chase keeper, which keeps iterating, keeps steps of about "
+                   "constant size (marginal)."),
+            Figure(dynamics_heads_figure,
+                   "Each head's Jensen-Shannon divergence between consecutive passes' read-position attention. "
+                   "Predicted: falling towards 0 where the heads stabilise (arXiv 2604.11791); staying up where each "
+                   "pass looks up a new table line."),
+        ),
+    ),
+    "exit_rules": Section(
+        title="Post-hoc exit rules",
+        about="Exit rules read off the passes (argmax stability, KL, entropy, step size and its second difference, max "
+              "probability) swept on calibration rows, against fixed depths, the oracle and the learned halting heads.",
+        figures=(
+            Figure(exit_rules_figure,
+                   "Accuracy against mean loops for every post-hoc rule swept over its threshold, beside fixed depths, "
+                   "the oracle and the learned heads; diamonds: each rule at the reference's mean loops. Predicted: a "
+                   "confidence readout at least as good as the learned gate at matched compute (arXiv 2607.20519)."),
+        ),
+    ),
+}

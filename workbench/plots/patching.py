@@ -9,6 +9,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from workbench.plots.base import add_slider, nested, require
+from workbench.plots.registry import Figure, Section
 from workbench.plots.theme import COLORWAY, apply_theme
 
 DIVERGING = "RdBu"
@@ -180,3 +181,44 @@ def paths_figure(df: pd.DataFrame, routes: pd.DataFrame) -> go.Figure:
     fig.update_yaxes(title_text="recovered share of the margin", row=1, col=1)
     fig.update_layout(title="The state leaving loop t: carried by the loops, or read as it is")
     return apply_theme(fig)
+
+
+SECTIONS = {
+    "patching": Section(
+        title="Activation patching: loop x layer x position x component",
+        about="The clean run's activation at one loop, block layer, class of positions and component written into a "
+              "corrupted twin (one table entry or the start changed): the share of the answer's margin it restores.",
+        figures=(
+            Figure(patching_figure,
+                   "Recovered share of the clean answer's logit margin when one cell (loop x block layer, per position "
+                   "class and component) of the clean run is written into the corrupted twin; 1 restores the answer, 0 "
+                   "carries nothing. Predicted: for a model that looks up once per loop, an edited entry reaches the "
+                   "read position at the loop that reads it, through attention there."),
+            Figure(patching_steps_figure,
+                   "The read-position state after loop t patched in, for an edit to the entry loop k reads (one line "
+                   "per k). Predicted: 0 before loop k, then near 1: the edit enters the state at its own loop."),
+        ),
+    ),
+    "attribution": Section(
+        title="Attribution patching: the gradient map and where it can be trusted",
+        about="The first-order (gradient) estimate of every patching cell from one forward and one backward, checked "
+              "against the exact grid on a few pairs.",
+        figures=(
+            Figure(attribution_figure,
+                   "The exact grid (left) and the gradient estimate (right) of the same cells on the check pairs, per "
+                   "component, at the position class where the exact grid recovers most. Predicted: close where the "
+                   "path from the cell to the answer is near linear; apart where a softmax or norm saturates."),
+        ),
+    ),
+    "paths": Section(
+        title="Paths: through the later loops, or straight to the readout",
+        about="The clean state leaving loop t put into the corrupted twin at every position, at the read position "
+              "only, or straight into the readout of a later loop: how much of the answer travels through the loops.",
+        figures=(
+            Figure(paths_figure,
+                   "Recovered share at loop u of the clean state leaving loop t, by route (one panel per route, one "
+                   "line per t). Predicted: for a loop that iterates, near 1 through the later loops, near 0 straight "
+                   "into the readout (h_t holds x_t, not the answer the later loop reads)."),
+        ),
+    ),
+}

@@ -1,71 +1,138 @@
-"""Which figures each probe result gets, read from the probes' declarations (`ProbeSpec.figures`).
+"""Which report section and figures each probe's results get, declared by the plots modules and found by probe name.
+
+A plots module that draws a probe's results declares them at its foot, keyed by the probe's name:
+
+    SECTIONS = {"loop_accuracy": Section(title=..., about=..., figures=(Figure(loop_accuracy_figure, "caption"),))}
+
+`SECTION_MODULES` finds every module of this package whose top level assigns such a dict (the files are parsed, not
+imported, the way `workbench.probes.discover` finds the probes) and lists the probes in
+`workbench.defaults.PROBE_ORDER`. Nothing here imports the probes: the report and `workbench figures` draw a results
+directory from its tables alone.
 
 A builder takes the result's table as its first argument. Its other DataFrame parameters
 name parts of the result and receive those tables: `top` of "logit_lens" receives the
 `logit_lens__top` table. A part parameter without a default is required: the builder is
 skipped when that part is absent; one with a default is passed only when present.
-
-A probe names its builders ("workbench.plots.lens:logit_lens_figure"); they are imported here, when
-a figure is wanted, so the probes never import plotting code.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Mapping
 
 import pandas as pd
 import plotly.graph_objects as go
 
+from workbench.defaults import probe_order
 from workbench.errors import WorkbenchError
-from workbench.probes import PROBES, get_probe
-from workbench.probes.spec import Figure, ProbeSpec
 
 Builder = Callable[..., go.Figure]
 
-# The order the report shows the probes' sections in and `workbench figures` exports their figures: the
-# report reads like a results section. A probe not named here follows them, in `PROBES` order.
-ORDER = ("identity", "logit_lens", "depth_matrix", "overshoot", "splice", "patching", "attribution", "paths", "heads",
-         "linear_probe", "drift", "halting", "lens_agreement", "dynamics", "exit_rules", "gradient_audit", "latency",
-         "loop_accuracy")
+
+@dataclass(frozen=True)
+class Figure:
+    """One figure of a probe's results.
+
+    Attributes:
+        builder: the plot function; it takes the probe's main table (further DataFrame parameters receive its part
+            tables) and returns a plotly Figure. Its name without `_figure` names the figure ("frontier").
+        caption: what the figure shows, then what the looped mechanism predicts ("Predicted: ...").
+    """
+
+    builder: Builder
+    caption: str
+
+    def __post_init__(self):
+        name = getattr(self.builder, "__name__", "")
+        if not callable(self.builder) or not name.endswith("_figure"):
+            raise WorkbenchError(f"figure builder {self.builder!r} is not a function named '<name>_figure'")
 
 
-def probe_specs() -> list[ProbeSpec]:
-    """Returns every probe's declaration, in `ORDER` (then the probes it does not name, in `PROBES` order)."""
-    names = [n for n in ORDER if n in PROBES] + [n for n in PROBES if n not in ORDER]
-    return [get_probe(n) for n in names]
+@dataclass(frozen=True)
+class Section:
+    """A probe's section of the report.
+
+    Attributes:
+        title: the section's heading.
+        about: the sentence under the heading: what the probe measures.
+        figures: the figures the report draws in the section and `workbench figures` exports, in order.
+        table_caption: for a probe shown as its main table instead of figures (identity), the caption under it.
+    """
+
+    title: str
+    about: str
+    figures: tuple[Figure, ...] = ()
+    table_caption: str | None = None
 
 
-def resolve(figure: Figure) -> Builder:
-    """Returns the builder function a probe's `Figure` names.
+def declared_sections(source: str) -> list[str]:
+    """The probe names a module's top-level `SECTIONS = {"<probe>": ..., ...}` declares (parsed, so a docstring that
+    shows one does not count); [] for a module without one."""
+    return [key.value for node in ast.parse(source).body
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+            and any(isinstance(t, ast.Name) and t.id == "SECTIONS" for t in node.targets)
+            for key in node.value.keys if isinstance(key, ast.Constant) and isinstance(key.value, str)]
+
+
+def discover(folder: Path) -> dict[str, str]:
+    """{probe name: module path} for every module in `folder` that declares `SECTIONS`, in probe order
+    (`workbench.defaults.probe_order`).
 
     Raises:
-        WorkbenchError: the module or the function does not exist.
+        WorkbenchError: two modules declare one probe's section.
     """
-    module, _, name = figure.builder.partition(":")
-    try:
-        builder = getattr(importlib.import_module(module), name, None)
-    except ModuleNotFoundError as err:
-        raise WorkbenchError(f"figure builder '{figure.builder}': no module '{err.name}'") from None
-    if not callable(builder):
-        raise WorkbenchError(f"figure builder '{figure.builder}': '{module}' has no function '{name}'")
-    return builder
+    found: dict[str, str] = {}
+    for path in sorted(folder.glob("*.py")):
+        if path.stem.startswith("_"):
+            continue
+        for name in declared_sections(path.read_text(encoding="utf-8")):
+            if name in found:
+                raise WorkbenchError(f"the section of probe '{name}' is declared twice: {found[name]} and "
+                                     f"workbench.plots.{path.stem}")
+            found[name] = f"workbench.plots.{path.stem}"
+    return {name: found[name] for name in probe_order(found)}
+
+
+SECTION_MODULES: dict[str, str] = discover(Path(__file__).parent)   # probe name -> the module declaring its section
+
+
+def section(name: str) -> Section:
+    """Returns probe `name`'s section, from the `SECTIONS` of the module that declares it.
+
+    Raises:
+        WorkbenchError: no module declares it, or the module's `SECTIONS` lacks it.
+    """
+    if name not in SECTION_MODULES:
+        raise WorkbenchError(f"no plots module declares a section for probe '{name}'; declared: "
+                             f"{', '.join(SECTION_MODULES)}")
+    found = getattr(importlib.import_module(SECTION_MODULES[name]), "SECTIONS", {}).get(name)
+    if not isinstance(found, Section):
+        raise WorkbenchError(f"{SECTION_MODULES[name]} declares no SECTIONS[\"{name}\"] = Section(...)")
+    return found
+
+
+def sections() -> dict[str, Section]:
+    """Returns {probe name: Section} of every declared section, in probe order."""
+    return {name: section(name) for name in SECTION_MODULES}
 
 
 def figures() -> dict[str, list[Builder]]:
-    """Returns {result name: [builder, ...]}: the figures of every probe that declares some, in `ORDER`."""
-    return {spec.name: [resolve(f) for f in spec.figures] for spec in probe_specs() if spec.figures}
+    """Returns {result name: [builder, ...]}: the figures of every probe that declares some, in probe order."""
+    return {name: [f.builder for f in s.figures] for name, s in sections().items() if s.figures}
 
 
 def captions() -> dict[str, str]:
     """Returns {figure name: its caption} over every probe's figures, and {probe: caption} for a probe shown
-    as its main table (`ProbeSpec.table_caption`)."""
+    as its main table (`Section.table_caption`)."""
     out = {}
-    for spec in probe_specs():
-        out.update({figure_key(resolve(f)): f.caption for f in spec.figures})
-        if spec.table_caption is not None:
-            out[spec.name] = spec.table_caption
+    for name, s in sections().items():
+        out.update({figure_key(f.builder): f.caption for f in s.figures})
+        if s.table_caption is not None:
+            out[name] = s.table_caption
     return out
 
 

@@ -27,6 +27,7 @@ from workbench.analysis.headlines import (
     failed_predictions,
     fmt,
     fmt_number,
+    headline_table,
     headlines_from_summary,
     headlines_from_tables,
     judged_predictions,
@@ -35,15 +36,15 @@ from workbench.analysis.readings import battery_notes
 from workbench.analysis.results import compare_results, load_results, read_summary
 from workbench.errors import WorkbenchError
 from workbench.io import json_value, write_bytes_atomic
-from workbench.plots.registry import build_all, captions, part_names, probe_specs
+from workbench.plots.registry import build_all, captions, part_names, sections
 from workbench.plots.selection import angular_distance_figure, stage2_figure, stage2_frame
-from workbench.probes import PROBES, get_probe
 
 REPORT = "report.html"
 BLOCK_SELECTION = "block_selection.json"
 
 # The report's own section: block_selection.json, written by `workbench select-block`, is no probe's. Every
-# other section, and every figure's caption, is a probe's declaration (`ProbeSpec`, `workbench.plots.registry`).
+# other section, and every figure's caption, is a probe's, declared by the plots (`SECTIONS`,
+# `workbench.plots.registry`).
 BLOCK_SELECTION_SECTION = ("Block selection", "Angular distance between adjacent layers, the Kneedle knees and the "
                                               "damage of each ablated window: where the loop was cut.")
 BLOCK_SELECTION_CAPTION = ("Angular distance between consecutive layers, the knees and each window's damage. "
@@ -144,21 +145,23 @@ def report_headlines(results_dir: str | os.PathLike, tables: dict[str, pd.DataFr
     tables = load_results(results_dir) if tables is None else tables
     summary = read_summary(results_dir) if summary is None else summary
     try:
-        stored = headlines_from_summary(summary, PROBES)
+        stored = headlines_from_summary(summary)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise WorkbenchError(f"{Path(results_dir) / 'summary.json'}: its stored headlines are malformed "
                              f"({type(err).__name__}: {str(err)[:80]})") from None
-    return {**stored, **headlines_from_tables(tables, {n: get_probe(n).headline for n in PROBES if n in tables})}
+    return {**stored, **headlines_from_tables(tables)}
 
 
-def headline_table(headlines: dict, control: dict | None = None, skipped: dict | None = None) -> str:
-    """Returns the HTML headline table: per probe its sentence, then each number with n and its 95% interval.
+def headline_html(headlines: dict, control: dict | None = None, skipped: dict | None = None) -> str:
+    """Returns the headline table (`workbench.analysis.headlines.headline_table`) as HTML: per probe its sentence,
+    then each number with n and its 95% interval; a probe that did not apply says why.
 
     With `control` ({probe: Headline} of a control results directory), each number gets the
     control's value beside it and the paired difference (this − control, bootstrap over shared
     rows) with McNemar's p where the rows are 0/1 and one per row.
     """
-    if not headlines and not skipped:
+    rows = headline_table(headlines, skipped)
+    if not rows:
         return "<p class='caption'>No headline numbers (summary.json absent or empty).</p>"
     e = _escape  # every field: a results directory is untrusted, and its numbers may be strings
     if control is None:
@@ -170,8 +173,11 @@ def headline_table(headlines: dict, control: dict | None = None, skipped: dict |
         cols = 8
         paired = {(r["probe"], r["key"]): r for r in compare_headlines(control, headlines)}
     body = [head]
-    for probe, h in headlines.items():
+    for probe, h, reason in rows:
         body.append(f"<tr class='group'><th colspan='{cols}'>{e(probe)}</th></tr>")
+        if h is None:
+            body.append(f"<tr class='sentence'><td colspan='{cols}'>Not applicable: {e(reason)}</td></tr>")
+            continue
         body.append(f"<tr class='sentence'><td colspan='{cols}'>{e(h.sentence)}</td></tr>")
         if control is not None and probe in control:
             body.append(f"<tr class='sentence'><td colspan='{cols}'><i>control:</i> {e(control[probe].sentence)}</td></tr>")
@@ -190,9 +196,8 @@ def headline_table(headlines: dict, control: dict | None = None, skipped: dict |
                             f"<td class='num'>{e('' if r.get('n_a') is None else r['n_a'])}</td>"
                             f"<td class='num'>{e(r.get('diff', '–'))}</td><td class='num'>{e(p)}</td>"
                             f"{_expect_cell(n)}</tr>")
-    for probe, reason in (skipped or {}).items():
-        body.append(f"<tr class='group'><th colspan='{cols}'>{e(probe)}</th></tr>"
-                    f"<tr class='sentence'><td colspan='{cols}'>Not applicable: {e(reason)}</td></tr>")
+        if reason is not None:
+            body.append(f"<tr class='sentence'><td colspan='{cols}'>Not applicable: {e(reason)}</td></tr>")
     return f"<table id='headline'>{''.join(body)}</table>"
 
 
@@ -352,10 +357,10 @@ def _stage2_parts(results_dir: Path) -> list[str] | None:
 
 def section_heads() -> dict[str, tuple[str, str]]:
     """Returns {name: (heading, the sentence under it)} of every section the report can show, in its order: the
-    block selection and its Stage 2, then each probe's (`ProbeSpec.title`, `.about`) in
-    `workbench.plots.registry.ORDER`."""
+    block selection and its Stage 2, then each probe's (`Section.title`, `.about`) in probe order
+    (`workbench.defaults.PROBE_ORDER`)."""
     return {"block_selection": BLOCK_SELECTION_SECTION, "stage2": STAGE2_SECTION,
-            **{s.name: (s.title, s.about) for s in probe_specs()}}
+            **{name: (s.title, s.about) for name, s in sections().items()}}
 
 
 def _beside(mine: str, theirs: str, control: str) -> str:
@@ -368,8 +373,8 @@ def _sections(results_dir: Path, tables: dict[str, pd.DataFrame], control: Path 
               control_tables: dict[str, pd.DataFrame] | None = None,
               progress: bool = False) -> list[tuple[str, list[str]]]:
     """Returns (result name, [html fragments]) for every result present, in `section_heads()` order; each
-    figure is followed by its caption (`Figure.caption`), a probe shown as its table by `table_caption`. With a
-    control, every figure the control's tables also draw is shown beside the specimen's, on the same builder."""
+    figure is followed by its caption (`Figure.caption`), a probe shown as its table by `Section.table_caption`.
+    With a control, every figure the control's tables also draw is shown beside the specimen's, on the same builder."""
     figures: dict[str, list[str]] = {}
     caption = captions()
     theirs = {key: fig for _, key, fig in build_all(control_tables)} if control_tables else {}
@@ -385,10 +390,9 @@ def _sections(results_dir: Path, tables: dict[str, pd.DataFrame], control: Path 
     stage2 = _stage2_parts(results_dir)
     if stage2 is not None:
         figures["stage2"] = stage2
-    for spec in probe_specs():
-        if spec.table_caption is not None and spec.name in tables:
-            figures[spec.name] = [frame_table(tables[spec.name], f"{spec.name}-table")
-                                  + _caption(spec.name, spec.table_caption)]
+    for name, s in sections().items():
+        if s.table_caption is not None and name in tables:
+            figures[name] = [frame_table(tables[name], f"{name}-table") + _caption(name, s.table_caption)]
     return [(name, figures[name]) for name in section_heads() if name in figures]
 
 
@@ -432,7 +436,7 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
     body = [f"<h1>{html.escape(title)}</h1>",
             f"<p class='lead'>{lead}<span id='render-status'>figures not drawn yet</span></p>",
             "<pre id='js-errors'></pre>", f"<nav>{nav}</nav>",
-            "<h2 id='headline-numbers'>Headline numbers</h2>", headline_table(headlines, control_headlines, skipped),
+            "<h2 id='headline-numbers'>Headline numbers</h2>", headline_html(headlines, control_headlines, skipped),
             failed_note(headlines)]
     if control is not None:
         body += ["<h2 id='paired-tests'>Paired tests against the control</h2>",

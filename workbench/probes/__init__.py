@@ -4,17 +4,18 @@ Every probe module has
 
     run(model, tokenizer, rows, **options) -> DataFrame | {"<name>": df, "<name>__<part>": df2, ...}
     summarize(tables: dict[str, DataFrame]) -> dict      # numbers for summary.json, with "headline"
-    headline(tables: dict[str, DataFrame]) -> Headline   # a few named numbers with n, 95% intervals
-                                                         # and one sentence (`workbench.analysis.headlines`)
-    SPEC = ProbeSpec(name, run, summarize, headline, title, about, figures)   # `workbench.probes.spec`:
-                                                         # its report section and figures, declared here
+    SPEC = ProbeSpec(name, run, summarize, needs)        # `workbench.probes.spec`: what it computes
+
+Its headline (`workbench.analysis.headlines.<name>`) and its report section and figures (`SECTIONS` in a module of
+`workbench.plots`) are declared on the reading side under the probe's name: rendering a results directory imports no
+probe.
 
 `model` is a `LoopedLM` (or a stand-in with its `read` signature and hook names), `rows` are
 manifest rows (`workbench.tasks`); nothing is read from globals. A probe that does not apply
 to a model (the halting probe on a model without a halting head) raises `NotApplicable`.
 Result schemas: the module docstrings; the CLI (`workbench probe`) writes each table as
 `DIR/<table>.parquet` through `workbench.probes.battery`. Adding a probe: its module (found by its
-`SPEC`, `discover`), its test and its battery entry (docs/adding-a-probe.md).
+`SPEC`, `discover`), its headline, its section, its test and its battery entry (docs/adding-a-probe.md).
 """
 
 from __future__ import annotations
@@ -23,13 +24,9 @@ import ast
 import importlib
 from pathlib import Path
 
+from workbench.defaults import probe_order
 from workbench.errors import WorkbenchError
 from workbench.probes.spec import ProbeSpec
-
-# Where each shipped probe's headline (and battery run) sits; a probe not named here follows them, by name.
-ORDER = ("identity", "depth_matrix", "loop_accuracy", "overshoot", "logit_lens", "splice", "patching", "attribution",
-         "paths", "heads", "linear_probe", "drift", "halting", "lens_agreement", "dynamics", "exit_rules",
-         "gradient_audit", "latency")
 
 
 def declares_spec(source: str) -> bool:
@@ -42,15 +39,14 @@ def declares_spec(source: str) -> bool:
 
 def discover(folder: Path) -> dict[str, str]:
     """{probe name: module path} for every module in `folder` that declares `SPEC = ProbeSpec(...)` at its top
-    level, in `ORDER` then by name: a new probe's module is found without an entry anywhere else. The files are
-    parsed, not imported, so listing the probes loads none of them."""
-    found = sorted(p.stem for p in folder.glob("*.py")
-                   if not p.stem.startswith("_") and declares_spec(p.read_text(encoding="utf-8")))
-    return {name: f"workbench.probes.{name}" for name in [n for n in ORDER if n in found] +
-            [n for n in found if n not in ORDER]}
+    level, in probe order (`workbench.defaults.PROBE_ORDER`, then by name): a new probe's module is found without an
+    entry anywhere else. The files are parsed, not imported, so listing the probes loads none of them."""
+    found = [p.stem for p in folder.glob("*.py")
+             if not p.stem.startswith("_") and declares_spec(p.read_text(encoding="utf-8"))]
+    return {name: f"workbench.probes.{name}" for name in probe_order(found)}
 
 
-PROBES: dict[str, str] = discover(Path(__file__).parent)   # name -> module path; the headlines come in this order
+PROBES: dict[str, str] = discover(Path(__file__).parent)   # name -> module path, in probe order
 
 
 class NotApplicable(Exception):
@@ -58,7 +54,7 @@ class NotApplicable(Exception):
 
 
 def get_probe(name: str) -> ProbeSpec:
-    """Returns probe `name`'s declaration: its module's `SPEC` (run, summarize, headline, section, figures).
+    """Returns probe `name`'s declaration: its module's `SPEC` (run, summarize, needs).
 
     Raises:
         WorkbenchError: an unknown probe name, listing the known ones, or a module without its `SPEC`.

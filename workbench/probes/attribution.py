@@ -36,7 +36,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.analysis.headlines import Headline, Number, measured
+from workbench.analysis.headlines.attribution import SPEARMAN_BAR, TOP, TOP_BAR, headline
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.probes.common import default_loops
@@ -58,9 +58,7 @@ from workbench.probes.patching import (
     require_pairs,
     site,
 )
-from workbench.probes.spec import Figure, ProbeSpec
-
-SPEARMAN_BAR, TOP, TOP_BAR = 0.8, 10, 7
+from workbench.probes.spec import ProbeSpec
 
 
 def all_grad(model):
@@ -219,42 +217,7 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "headline": headline(tables).to_dict()}
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> Headline:
-    """Per corruption: Spearman and top-10 overlap of the gradient map against the exact grid, and the cost ratio."""
-    a, cost = tables["attribution__agreement"], tables["attribution__cost"].iloc[0]
-    numbers, parts = [], []
-    for r in a[a["component"] == "all"].itertuples():
-        numbers.append(Number(f"spearman_{r.corruption}", f"{r.corruption} edit: Spearman of the gradient map against "
-                              f"the exact grid over {r.cells} cells", None if not np.isfinite(r.spearman) else
-                              float(r.spearman), int(r.cells), kind="value", expect=f">= {SPEARMAN_BAR} to trust"))
-        numbers.append(measured(f"top10_{r.corruption}", f"{r.corruption} edit: exact grid's top {r.top_k} cells "
-                                "among the gradient map's", int(r.top10), kind="count", n=int(r.top_k),
-                                expect=f">= {TOP_BAR} of {TOP} to trust"))
-        comps = a[(a["corruption"] == r.corruption) & (a["component"] != "all")]
-        trusted = [x.component for x in comps.itertuples() if x.trusted]
-        parts.append(f"for the {r.corruption} edit the gradient map {'can' if r.trusted else 'cannot'} be trusted "
-                     f"(Spearman {r.spearman:.2f}, {r.top10} of the top {r.top_k} cells shared"
-                     + (f"; trusted for {', '.join(trusted)}" if trusted and not r.trusted else "") + ")")
-    if np.isfinite(cost["ratio"]):
-        numbers.append(measured("exact_over_gradient", "exact grid's time over the gradient map's, same pairs",
-                                float(cost["ratio"]), kind="ratio", n=int(cost["pairs"])))
-        parts.append(f"the exact grid took {cost['ratio']:.0f}x the gradient map's time on {int(cost['pairs'])} pairs "
-                     f"({cost['exact_s']:.0f} s against {cost['gradient_s']:.1f} s)")
-    sentence = "; ".join(parts) if parts else "No pair was checked against the exact grid (check_pairs = 0)"
-    n = len(tables["attribution__pairs"])
-    return Headline("attribution", numbers, sentence[0].upper() + sentence[1:] + f"; {n} pairs mapped.")
-
-
 SPEC = ProbeSpec(
-    name="attribution", run=run, summarize=summarize, headline=headline,
+    name="attribution", run=run, summarize=summarize,
     needs=("prompt", "symbols"),
-    title="Attribution patching: the gradient map and where it can be trusted",
-    about="The first-order (gradient) estimate of every patching cell from one forward and one backward, checked "
-          "against the exact grid on a few pairs.",
-    figures=(
-        Figure("workbench.plots.patching:attribution_figure",
-               "The exact grid (left) and the gradient estimate (right) of the same cells on the check pairs, per "
-               "component, at the position class where the exact grid recovers most. Predicted: close where the "
-               "path from the cell to the answer is near linear; apart where a softmax or norm saturates."),
-    ),
 )

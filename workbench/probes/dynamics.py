@@ -38,14 +38,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from workbench.analysis.headlines import Headline, counted, measured
+from workbench.analysis.headlines.dynamics import CLASSES, headline
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.probes.common import check_loops, require_symbols
 from workbench.probes.passes import read_passes
-from workbench.probes.spec import Figure, ProbeSpec
-
-CLASSES = ("settling", "marginal", "drifting")
+from workbench.probes.spec import ProbeSpec
 
 
 def run(model, tokenizer, rows: list[dict], loops: int | None = None, layers=None, heads: bool = True,
@@ -142,12 +140,6 @@ def heads_table(js: dict[int, np.ndarray]) -> pd.DataFrame:
     return pd.DataFrame.from_records(records, columns=["loop", "layer", "head", "js_mean", "js_max", "n"])
 
 
-def state_rows(tables: dict[str, pd.DataFrame]) -> pd.DataFrame:
-    """The per-row classes of the state (the last block layer read)."""
-    r = tables["dynamics__rows"]
-    return r[r["layer"] == r["layer"].max()]
-
-
 def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     """Numbers for summary.json: class counts and median rate per layer, mean step per pass, head divergence."""
     r = tables["dynamics__rows"]
@@ -164,62 +156,7 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "headline": headline(tables).to_dict()}
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> Headline:
-    """The state's class shares over rows (Wilson), its median contraction rate past the depth, the mean relative
-    step at the first and last pass, and the heads' divergence at the first and last pass pair."""
-    rows = state_rows(tables)
-    n = len(rows)
-    layer = int(rows["layer"].iloc[0]) if n else None
-    numbers = [counted(f"{c}_share", f"rows whose state is {c} past their depth", int((rows["cls"] == c).sum()), n,
-                       expect="settling if the loop has a fixed point" if c == "settling" else "")
-               for c in CLASSES]
-    rate = float(rows["rate"].median()) if n else None
-    numbers.append(measured("median_rate", "median contraction rate of the state past the depth", rate,
-                            expect="< 0.9 settling, ≈ 1 an orbit, > 1.11 drifting", n=n))
-    f = tables["dynamics"]
-    state = f[f["layer"] == f["layer"].max()].groupby("loop")["rel_step"].mean().dropna()
-    words = []
-    if len(state):
-        first, last = int(state.index.min()), int(state.index.max())
-        for t in dict.fromkeys((first, last)):
-            numbers.append(measured(f"rel_step_{t}", f"mean relative step of the state, pass {t} → {t + 1}",
-                                    round(float(state[t]), 4), expect="shrinks if the state settles"))
-        words.append(f"its relative step is {state[first]:.3g} from pass {first} to {first + 1} and {state[last]:.3g} "
-                     f"from {last} to {last + 1}")
-    h = tables.get("dynamics__heads")
-    if h is not None and len(h):
-        js = h.groupby("loop")["js_mean"].mean()
-        a, b = int(js.index.min()), int(js.index.max())
-        for t in dict.fromkeys((a, b)):
-            numbers.append(measured(f"head_js_{t}", f"mean head attention divergence, passes {t} and {t + 1} (nats)",
-                                    round(float(js[t]), 5), expect="shrinks if the heads stabilise"))
-        words.append(f"the heads' read-position attention moves by {js[a]:.3g} nats (mean JS) between passes {a} and "
-                     f"{a + 1} and {js[b]:.3g} between {b} and {b + 1}")
-    shares = ", ".join(f"{nb.text()} {c}" for c, nb in zip(CLASSES, numbers))
-    unknown = int((rows["depth"] < 1).sum()) if n else 0   # a user's rows without a depth: classed from pass 1
-    where = ("From pass 1 (no row gives a depth)" if unknown == n else
-             "Past each row's depth (from pass 1 where a row gives none)" if unknown else "Past each row's depth")
-    sentence = (f"{where} the state (block layer {layer}) is {shares} of {n} rows (median contraction rate "
-                f"{rate:.3g})" if n else "No rows")
-    sentence += ("; " + "; ".join(words)) if words else ""
-    return Headline("dynamics", numbers, sentence + ".")
-
-
 SPEC = ProbeSpec(
-    name="dynamics", run=run, summarize=summarize, headline=headline,
+    name="dynamics", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
-    title="Loop dynamics",
-    about="Step size, step angle and distance to the last state per pass and block layer, each head's attention "
-          "divergence between passes, and each row classed settling, marginal or drifting past its depth.",
-    figures=(
-        Figure("workbench.plots.loop_dynamics:dynamics_figure",
-               "Mean relative step, step angle and distance to the last state per pass and block layer (state in "
-               "black; shaded: beyond the trained support). Predicted: a settling loop's steps shrink geometrically "
-               "past the depth; the chase keeper, which keeps iterating, keeps steps of about constant size "
-               "(marginal)."),
-        Figure("workbench.plots.loop_dynamics:dynamics_heads_figure",
-               "Each head's Jensen-Shannon divergence between consecutive passes' read-position attention. Predicted: "
-               "falling towards 0 where the heads stabilise (arXiv 2604.11791); staying up where each pass looks up a "
-               "new table line."),
-    ),
 )

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.analysis.headlines import Headline, judge_above, measured
+from workbench.analysis.headlines.gradient_audit import headline
 from workbench.errors import WorkbenchError
 from workbench.probes.common import require_chase
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.train.audit import gradient_audit
 
 
@@ -69,35 +69,8 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "fd_finite_difference": float(fd["finite_difference"]), "headline": headline(tables).to_dict()}
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> Headline:
-    """Gradient RMS reaching the re-entry, block and Coda at loop 2, and the finite-difference agreement."""
-    g = tables["gradient_audit"]
-    fd = tables["gradient_audit__fd"].iloc[0]
-    t = 2 if (g["loop"] == 2).any() else int(g["loop"].max())
-    at = g[g["loop"] == t]
-    reentry = at[at["group"].str.startswith("reentry")]["grad_rms"]
-    pick = {"re-entry": float(reentry.max()) if len(reentry) else float("nan"),
-            **{k: float(at.loc[at["group"] == k, "grad_rms"].max()) for k in ("block", "coda") if (at["group"] == k).any()}}
-    numbers = [judge_above(measured(f"rms_{k}", f"loop-{t} loss: gradient RMS reaching the {k}", v, expect="> 0"), 0.0)
-               for k, v in pick.items()]
-    numbers.append(measured("fd_rel_error", "autograd vs finite differences, relative error", float(fd["rel_error"]),
-                            expect="≪ 1 (about 1e-2 floor on tiny models)"))
-    zero = [k for k, v in pick.items() if not v > 0]
-    sentence = (f"Loop {t}'s loss reaches " + ", ".join(f"the {k} (RMS {v:.2g})" for k, v in pick.items())
-                + (f"; nothing reaches the {', '.join(zero)}" if zero else "")
-                + f"; autograd agrees with finite differences to a relative error of {float(fd['rel_error']):.2g}.")
-    return Headline("gradient_audit", numbers, sentence)
-
-
 SPEC = ProbeSpec(
-    name="gradient_audit", run=run, summarize=summarize, headline=headline,
+    name="gradient_audit", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start"),
     requires=("trained_adapters",),
-    title="Gradient audit",
-    about="Gradient reaching each parameter group per loop, checked against finite differences.",
-    figures=(
-        Figure("workbench.plots.audit:gradient_audit_figure",
-               "Gradient RMS reaching each parameter group from each loop's loss. Predicted: the re-entry reached "
-               "only from loop 2 on; block and Coda from every loop."),
-    ),
 )

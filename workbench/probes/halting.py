@@ -55,7 +55,7 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file
 
-from workbench.analysis.headlines import Headline, measured, proportion
+from workbench.analysis.headlines.halting import headline
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.halting import HaltPolicy, halt_depth
@@ -69,7 +69,7 @@ from workbench.probes.common import (
     shared_candidates,
     split_rows,
 )
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.runs import RECIPE, TRAINABLE, read_retrofit, verify_files
 from workbench.tasks.reader import answer_batches, answer_logprobs, reads_symbol
 
@@ -304,48 +304,7 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {"chosen": out, "headline": headline(tables).to_dict()}
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> Headline:
-    """The head at its chosen tau against the best fixed depth and the oracle, on the reported rows."""
-    f = tables["halting"]
-    rows = tables.get("halting__rows")
-    reported = rows[(rows["split"] == "reported") & (rows["head"] == "head")] if rows is not None else None
-    numbers, words = [], []
-    floored = sorted({m for m in f["method"] if m.startswith("head+floor")})
-    for method, words_of in (("fixed_k", "the best fixed depth"), ("head", "the halting head"),
-                             *((m, f"the halting head with a {m.removeprefix('head+floor')}-loop floor")
-                               for m in floored), ("oracle", "the oracle")):
-        g = f[(f["method"] == method) & f["chosen"]] if "chosen" in f else f[f["method"] == method]
-        if g.empty:
-            continue
-        r = g.iloc[0]
-        n = int(r["n"]) if "n" in r else 0
-        acc = measured(f"{method}_accuracy", f"accuracy, {words_of}", round(float(r["accuracy"]), 4), "proportion",
-                       n=n or None)
-        if reported is not None and method == "fixed_k":  # per-row correctness at that depth: a Wilson interval
-            at = reported[reported["loop"] == int(r["mean_loops"])].set_index("row_id")["correct_answer"]
-            acc = proportion(f"{method}_accuracy", f"accuracy, {words_of} (k = {int(r['mean_loops'])})", at)
-        loops = measured(f"{method}_loops", f"mean loops, {words_of}", round(float(r["mean_loops"]), 2))
-        numbers += [acc, loops]
-        tau = "" if pd.isna(r["threshold"]) else f" at tau = {r['threshold']:g}"
-        words.append(f"{words_of}{tau} reads {acc.text()} after {loops.value} loops on average")
-    how = f" by {f['select'].iloc[-1]}" if "select" in f else ""
-    sentence = ("; ".join(words) + f" (thresholds chosen{how} on calibration rows, read on the others).") if words \
-        else "No halting result."
-    return Headline("halting", numbers, sentence[0].upper() + sentence[1:])
-
-
 SPEC = ProbeSpec(
-    name="halting", run=run, summarize=summarize, headline=headline,
+    name="halting", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
-    title="Halting",
-    about="The compute-accuracy curve: accuracy against mean loops for every fixed depth, the oracle, the halting "
-          "heads over their thresholds and a confidence exit, chosen on calibration rows and read on the others; hard "
-          "and easy rows' mean depth.",
-    figures=(
-        Figure("workbench.plots.halting:halting_figure",
-               "Accuracy against mean loops per method, the calibration picks ringed, the best fixed depth marked; "
-               "right: mean loops of rows wrong (hard) and right (easy) at loop 1. Predicted: the distilled head "
-               "above the best fixed depth at about its compute, spending more loops on hard rows; ACT and PonderNet "
-               "collapsing to one loop (RecurTrace Fig. 1)."),
-    ),
 )

@@ -26,13 +26,13 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.analysis.headlines import Headline, counted, judge_above, measured
+from workbench.analysis.headlines.heads import headline
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, iterate, line_spans, require_chase
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 
 def run(model, tokenizer, rows: list[dict], layers=None, ratio: float = 3.0, min_frac: float = 0.5,
@@ -162,48 +162,7 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {"per_loop": out, "rows": int(tables["heads"]["row_id"].nunique()), "headline": headline(tables).to_dict()}
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> Headline:
-    """Per loop: the top head by target-mass share and on how many rows it retrieves (Wilson), and the
-    concentration of target mass against its circular-shift null."""
-    s, frame = tables["heads__summary"], tables["heads"]
-    numbers, above, tops = [], [], []
-    for loop, g in s.groupby("loop"):
-        t = int(loop)
-        top = g.sort_values("share", ascending=False).iloc[0]
-        name = f"L{int(top['layer'])}H{int(top['head'])}"
-        n = int(frame.loc[frame["loop"] == t, "row_id"].nunique())
-        numbers.append(judge_above(counted(f"top_head_loop{t}", f"loop {t}: rows on which the top head ({name}) "
-                                           "retrieves", round(float(top["retrieval_frac"]) * n), n,
-                                           expect="most rows (95% interval above 0.5) if one head does the lookup"),
-                                   0.5))
-        conc, null = float(g["concentration"].iloc[0]), float(g["null_p95"].iloc[0])
-        numbers.append(judge_above(measured(f"concentration_loop{t}",
-                                            f"loop {t}: top-2 concentration (null p95 {null:.2g})", conc,
-                                            expect="above the null's p95"), null))
-        if conc > null:
-            above.append(t)
-        tops.append(f"{name} at loop {t} ({float(top['share']):.2f} of the mass, retrieving on {numbers[-2].text()} "
-                    f"of {n} rows)")
-    loops = sorted(int(t) for t in s["loop"].unique())
-    sentence = (f"The head carrying most of the target-line attention is {'; '.join(tops)}; the target mass "
-                f"concentrates above its circular-shift null at {len(above)} of {len(loops)} loops"
-                + (f" ({', '.join(map(str, above))})" if above else "") + ".")
-    return Headline("heads", numbers, sentence)
-
-
 SPEC = ProbeSpec(
-    name="heads", run=run, summarize=summarize, headline=headline,
+    name="heads", run=run, summarize=summarize,
     needs=("prompt", "depth", "table", "start"),
-    title="Head specialisation",
-    about="Attention mass from the read position onto the table line of the current symbol, per loop, layer and head.",
-    figures=(
-        Figure("workbench.plots.heads:heads_figure",
-               "Attention mass from the read position onto the table line of x_{t−1}, per layer and head, per loop. "
-               "Open circles mark retrieval heads: heads whose mass on that line is at least 3 times the median "
-               "head's of their layer on at least half the rows. Predicted: a few bright heads per loop, the ones "
-               "doing the lookup."),
-        Figure("workbench.plots.heads:head_concentration_figure",
-               "Concentration of that mass across heads against a circular-shift null. Predicted: above the null at "
-               "every loop."),
-    ),
 )

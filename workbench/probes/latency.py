@@ -26,10 +26,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from workbench.analysis.headlines import Headline, measured
+from workbench.analysis.headlines.latency import headline
 from workbench.devices import device_of
 from workbench.probes.common import check_loops, default_loops, row_candidates, shared_candidates, token_lengths
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import encode_prompts
 
 
@@ -114,34 +114,8 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "headline": headline(tables).to_dict()}
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> Headline:
-    """Seconds per extra loop, and what one forced read saves against reruns, measured and predicted."""
-    f = tables["latency"]
-    loops = f[f["what"] == "loops"]
-    slope = float(np.polyfit(loops["loops"], loops["seconds"], 1)[0]) if len(loops) > 1 else float("nan")
-    reruns = f[f["what"] == "reruns"].iloc[0]
-    shape = (f"batch {int(f['batch_size'].iloc[0])} × {int(f['seq_len'].iloc[0])} tokens"
-             if {"batch_size", "seq_len"} <= set(f.columns) else "one fixed batch")
-    numbers = [measured("seconds_per_loop", f"seconds per extra loop ({shape})", round(slope, 4)),
-               measured("reruns_over_forced_read", "reruns ÷ one forced read, measured", float(reruns["ratio"]),
-                        kind="ratio", expect="≈ the layer-count prediction"),
-               measured("reruns_over_forced_read_predicted", "reruns ÷ one forced read, predicted by layer count",
-                        float(reruns["predicted_ratio"]), kind="ratio")]
-    sentence = (f"Each extra loop costs {slope * 1000:.1f} ms ({shape}); reading every loop in one "
-                f"pass is {float(reruns['ratio']):.2f}× cheaper than rerunning to each depth (the layer count predicts "
-                f"{float(reruns['predicted_ratio']):.2f}×); wall-clock ratios on a shared machine are noisy.")
-    return Headline("latency", numbers, sentence)
-
-
 SPEC = ProbeSpec(
-    name="latency", run=run, summarize=summarize, headline=headline,
+    name="latency", run=run, summarize=summarize,
     needs=("prompt", "symbols"),
     requires=("dense_loop_cost",),
-    title="Latency",
-    about="Measured cost ratios against the ratios the layer count predicts.",
-    figures=(
-        Figure("workbench.plots.audit:latency_figure",
-               "Measured cost ratios against the layer-count prediction. Predicted: measured ≈ predicted, one forced "
-               "read several times cheaper than reruns."),
-    ),
 )

@@ -27,13 +27,13 @@ from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 from tqdm.auto import tqdm
 
-from workbench.analysis.headlines import Headline, counted, judge_above, ranges
+from workbench.analysis.headlines.linear_probe import headline
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, iterate, require_chase, split_rows
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 TARGETS = {"x_prev": -1, "x_t": 0, "x_next": 1}
 
@@ -141,42 +141,7 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {"probes": out, "headline": headline(tables).to_dict()}
 
 
-TARGET_WORDS = {"x_t": "x_t", "x_prev": "x_{t−1}", "x_next": "x_{t+1}"}
-
-
-def headline(tables: dict[str, pd.DataFrame]) -> Headline:
-    """Per target, at the loop state: the worst loop's held-out accuracy (Wilson over its test rows) and the
-    largest null p95 (block-layer sites are in the figure)."""
-    f = tables["linear_probe"].dropna(subset=["accuracy"])
-    f = f[f["site"] == "state"]
-    numbers, words = [], []
-    for target in [t for t in TARGET_WORDS if t in set(f["target"])]:
-        g = f[f["target"] == target]
-        worst = g.loc[g["accuracy"].idxmin()]
-        t, n = int(worst["loop"]), int(worst["n_test"])
-        null = float(g["null_p95"].max())
-        num = counted(f"state/{target}", f"{TARGET_WORDS[target]} from loop t's state, worst t = {t} "
-                                         f"(null p95 ≤ {null:.2f})",
-                      round(float(worst["accuracy"]) * n), n,
-                      expect="95% interval above the null's p95" + (" (≈ 1 if the state holds x_t)"
-                                                                     if target == "x_t" else ""))
-        judge_above(num, null)
-        numbers.append(num)
-        words.append(f"{TARGET_WORDS[target]} at {num.text()} or better (worst t = {t}, n = {n} test rows; "
-                     f"null p95 ≤ {null:.2f})")
-    sentence = (f"A logistic probe on loop t's state at the read position (t = {ranges(f['loop'])}, held-out rows) "
-                f"decodes " + "; ".join(words) + ".") if words else "No linear probe was fitted on the loop state."
-    return Headline("linear_probe", numbers, sentence)
-
-
 SPEC = ProbeSpec(
-    name="linear_probe", run=run, summarize=summarize, headline=headline,
+    name="linear_probe", run=run, summarize=summarize,
     needs=("prompt", "depth", "table", "start"),
-    title="Linear probes",
-    about="Decodability of x_{t−1}, x_t, x_{t+1} from the loop state against a label-permutation null.",
-    figures=(
-        Figure("workbench.plots.linear_probe:linear_probe_figure",
-               "Held-out accuracy of linear probes for x_{t−1}, x_t, x_{t+1} from loop t's state, dashed: the "
-               "permutation null. Predicted: x_t decodable above the null at every loop."),
-    ),
 )

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from workbench.analysis.headlines import Headline, depth_ranges, proportion
+from workbench.analysis.headlines.loop_accuracy import headline
 from workbench.probes.common import check_loops, read_final
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 DEFAULT_LOOPS = 8
 
@@ -54,32 +54,7 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "by_depth": matrix, "best_loop": int(acc.idxmax()), "headline": headline(tables).to_dict()}
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> Headline:
-    """Accuracy at every loop count (Wilson over rows, paired by row id across runs) and the best loop."""
-    frame = tables["loop_accuracy"]
-    numbers = [proportion(f"loop_{int(t)}", f"final answer at {int(t)} loop{'s' if t > 1 else ''}",
-                          g.set_index("row_id")["correct"]) for t, g in frame.groupby("loop")]
-    best = max(numbers, key=lambda n: (n.value, -int(n.key.removeprefix("loop_"))))
-    first = numbers[0]
-    n_rows = int(frame["row_id"].nunique())
-    where = f"d = {depth_ranges(frame['depth'].unique())}, n = {n_rows} rows"
-    if best is first:
-        sentence = f"The final answer reads best at 1 loop ({first.text()}; {where}); more loops do not help."
-    else:
-        sentence = (f"The final answer reads {first.text()} at 1 loop and {best.text()} at "
-                    f"{best.key.removeprefix('loop_')} loops, the best of 1..{len(numbers)} ({where}).")
-    return Headline("loop_accuracy", numbers, sentence)
-
-
 SPEC = ProbeSpec(
-    name="loop_accuracy", run=run, summarize=summarize, headline=headline,
+    name="loop_accuracy", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
-    title="Accuracy by loop count",
-    about="The final answer read after every loop count, for any task: the fixed depths of the compute-accuracy "
-          "curve.",
-    figures=(
-        Figure("workbench.plots.loop_accuracy:loop_accuracy_figure",
-               "Final-answer accuracy after t loops, per depth and over all rows. Predicted: rising with loops until "
-               "each depth's answer is reached, then flat if the state persists (RecurTrace Table 5)."),
-    ),
 )

@@ -61,13 +61,13 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.analysis.headlines import Headline, Number, measured
+from workbench.analysis.headlines.patching import first_recovering, headline
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.probes import NotApplicable
 from workbench.probes.common import check_loops, default_loops, iterate, line_spans
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.tasks.chase import TEMPLATES
 from workbench.tasks.reader import ANSWER_PREFIX, candidate_ids
 
@@ -76,7 +76,6 @@ POSITIONS = ("edited", "entries", "start", "question", "other", "read")
 COMPONENTS = ("resid", "attn", "mlp")
 SITE_OF = {"resid": "block_resid", "attn": "attn_out", "mlp": "mlp_out"}
 N_BOOT = 2000
-RECOVERS = 0.5   # the registered bar: a cell "recovers" the answer when its share's estimate reaches it
 
 
 @dataclass
@@ -460,15 +459,6 @@ def steps_table(frame: pd.DataFrame, last_layer: int, seed: int = 0, value: str 
     return ratio_of_means(part, ["step", "loop"], value, seed)
 
 
-def first_recovering(steps: pd.DataFrame) -> dict[int, int | None]:
-    """{step k: the first loop whose read-position state recovers >= RECOVERS of the margin (None: none does)}."""
-    out = {}
-    for k, g in steps.groupby("step"):
-        hit = g[g["recovered"] >= RECOVERS].sort_values("loop")
-        out[int(k)] = int(hit["loop"].iloc[0]) if len(hit) else None
-    return out
-
-
 def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     g, pairs = tables["patching__grid"], tables["patching__pairs"]
     top = {}
@@ -481,63 +471,7 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "top_components": top, "headline": headline(tables).to_dict()}
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> Headline:
-    """The operation reading (does the read-position state first carry an edited entry at the loop that reads
-    it?), and for each corruption the attention or MLP cell that recovers most."""
-    steps, g, pairs = tables["patching__steps"], tables["patching__grid"], tables["patching__pairs"]
-    numbers: list[Number] = []
-    first = first_recovering(steps)
-    if first:
-        matched = sum(1 for k, t in first.items() if t == k)
-        numbers.append(measured("steps_at_their_loop", "steps whose read-position state first carries the edit at "
-                                "the loop that reads it", matched, kind="count", n=len(first),
-                                expect=f"= {len(first)} (one lookup per loop)"))
-        for k in sorted(first):
-            row = steps[(steps["step"] == k) & (steps["loop"] == k)]
-            if len(row):
-                r = row.iloc[0]
-                numbers.append(Number(f"state_recovered_step{k}_loop{k}", f"read-position state at loop {k}, entry "
-                                      f"read by loop {k}", float(r.recovered), int(r.n), float(r.low), float(r.high),
-                                      "row bootstrap", "proportion", f">= {RECOVERS}"))
-            before = steps[(steps["step"] == k) & (steps["loop"] == k - 1)]
-            if len(before):
-                r = before.iloc[0]
-                numbers.append(Number(f"state_recovered_step{k}_loop{k - 1}", f"read-position state at loop {k - 1}, "
-                                      f"entry read by loop {k}", float(r.recovered), int(r.n), float(r.low),
-                                      float(r.high), "row bootstrap", "proportion", f"< {RECOVERS}"))
-    parts = []
-    for corruption, part in g[g["component"] != "resid"].groupby("corruption", sort=False):
-        best = part.sort_values("recovered", ascending=False).iloc[0]
-        numbers.append(Number(f"top_{corruption}", f"{corruption} edit: the most recovering attention / MLP cell "
-                              f"({best.component}, loop {best.loop}, layer {best.layer}, {best.position})",
-                              float(best.recovered), int(best.n), float(best.low), float(best.high),
-                              "row bootstrap", "proportion"))
-        parts.append(f"for the {corruption} edit the {best.component} output of layer {best.layer} at loop "
-                     f"{best.loop} ({best.position} positions) recovers most, {best.recovered:.2f}")
-    if first:
-        said = ", ".join(f"step {k}: loop {t if t is not None else 'none'}" for k, t in sorted(first.items()))
-        lead = (f"The read-position state first carries an edited entry (>= {RECOVERS} of the margin) at {said}"
-                f" ({matched} of {len(first)} steps at their own loop)")
-    else:
-        lead = "No entry edit was read"
-    sentence = "; ".join([lead, *parts, f"{len(pairs)} pairs."])
-    return Headline("patching", numbers, sentence)
-
-
 SPEC = ProbeSpec(
-    name="patching", run=run, summarize=summarize, headline=headline,
+    name="patching", run=run, summarize=summarize,
     needs=("prompt", "symbols"),
-    title="Activation patching: loop x layer x position x component",
-    about="The clean run's activation at one loop, block layer, class of positions and component written into a "
-          "corrupted twin (one table entry or the start changed): the share of the answer's margin it restores.",
-    figures=(
-        Figure("workbench.plots.patching:patching_figure",
-               "Recovered share of the clean answer's logit margin when one cell (loop x block layer, per position "
-               "class and component) of the clean run is written into the corrupted twin; 1 restores the answer, 0 "
-               "carries nothing. Predicted: for a model that looks up once per loop, an edited entry reaches the read "
-               "position at the loop that reads it, through attention there."),
-        Figure("workbench.plots.patching:patching_steps_figure",
-               "The read-position state after loop t patched in, for an edit to the entry loop k reads (one line "
-               "per k). Predicted: 0 before loop k, then near 1: the edit enters the state at its own loop."),
-    ),
 )

@@ -30,12 +30,11 @@ Tables:
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.analysis.headlines import Headline, Number
+from workbench.analysis.headlines.paths import headline, reading
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
@@ -49,10 +48,9 @@ from workbench.probes.patching import (
     ratio_of_means,
     require_pairs,
 )
-from workbench.probes.spec import Figure, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 
 ROUTES = ("loops", "loops_read", "readout")
-BAR = 0.5
 
 
 def _symbols(pair, T: int) -> list[tuple[int, int] | None]:
@@ -151,59 +149,13 @@ def run(model, tokenizer, rows: list[dict], corruptions=("entry", "start"), rout
     return {"paths": frame, "paths__routes": table, "paths__pairs": pd.DataFrame(pair_rows)}
 
 
-def reading(routes: pd.DataFrame) -> dict[tuple[str, int], str]:
-    """{(corruption, source t): "iterated" | "read at the end" | "neither"} at the last loop each t is read at."""
-    out = {}
-    for (corruption, t), g in routes.groupby(["corruption", "source"]):
-        last = g[g["read"] == g["read"].max()].set_index("route")["recovered"]
-        via, direct = last.get("loops", np.nan), last.get("readout", np.nan)
-        if np.isfinite(direct) and direct >= BAR:
-            out[(corruption, int(t))] = "read at the end"
-        elif np.isfinite(via) and via >= BAR:
-            out[(corruption, int(t))] = "iterated"
-        else:
-            out[(corruption, int(t))] = "neither"
-    return out
-
-
 def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {"pairs": int(len(tables["paths__pairs"])),
             "reading": {f"{c}/t={t}": v for (c, t), v in reading(tables["paths__routes"]).items()},
             "headline": headline(tables).to_dict()}
 
 
-def headline(tables: dict[str, pd.DataFrame]) -> Headline:
-    """Per corruption and source loop t: the loops and readout routes' recovered share at the last loop read."""
-    routes = tables["paths__routes"]
-    numbers, parts = [], []
-    verdicts = reading(routes)
-    for (corruption, t), verdict in sorted(verdicts.items()):
-        g = routes[(routes["corruption"] == corruption) & (routes["source"] == t)]
-        u = int(g["read"].max())
-        for route in ("loops", "readout"):
-            r = g[(g["route"] == route) & (g["read"] == u)]
-            if len(r):
-                r = r.iloc[0]
-                numbers.append(Number(f"{route}_{corruption}_t{t}_u{u}", f"{corruption} edit: clean h_{t} via "
-                                      f"{'the later loops' if route == 'loops' else 'the readout only'}, read at loop {u}",
-                                      float(r.recovered), int(r.n), float(r.low), float(r.high), "row bootstrap",
-                                      "proportion"))
-        parts.append(f"{corruption} edit, h_{t}: {verdict}")
-    sentence = ("The state leaving loop t, read at the last loop: " + "; ".join(parts)) if parts else \
-        "No pair had a later loop whose two chains differ"
-    return Headline("paths", numbers, sentence + f" ({len(tables['paths__pairs'])} pairs).")
-
-
 SPEC = ProbeSpec(
-    name="paths", run=run, summarize=summarize, headline=headline,
+    name="paths", run=run, summarize=summarize,
     needs=("prompt", "symbols"),
-    title="Paths: through the later loops, or straight to the readout",
-    about="The clean state leaving loop t put into the corrupted twin at every position, at the read position only, "
-          "or straight into the readout of a later loop: how much of the answer travels through the loops.",
-    figures=(
-        Figure("workbench.plots.patching:paths_figure",
-               "Recovered share at loop u of the clean state leaving loop t, by route (one panel per route, one line "
-               "per t). Predicted: for a loop that iterates, near 1 through the later loops, near 0 straight into the "
-               "readout (h_t holds x_t, not the answer the later loop reads)."),
-    ),
 )

@@ -1,11 +1,10 @@
-"""A probe's declaration: `SPEC = ProbeSpec(...)` at the foot of its module, the one place that names it.
+"""A probe's declaration of what it computes: `SPEC = ProbeSpec(...)` at the foot of its module.
 
-The battery runs `run` and stores `summarize`; the headlines read `headline`; the report gives the
-probe a section (`title`, `about`) and draws each of its `figures` with the figure's caption;
-`workbench figures` exports the same figures. A figure's builder is named, not imported
-("workbench.plots.lens:logit_lens_figure"): computation never imports presentation
-(tests/test_imports.py), and the presentation resolves the name when it draws (`workbench.plots.registry`).
-docs/adding-a-probe.md walks through a real one.
+The battery checks a probe's `needs` against the chosen rows, runs `run` and stores `summarize` in summary.json. What
+is read from the tables and how they are shown is declared on the reading side, under the probe's name: its headline
+in `workbench.analysis.headlines.<name>`, its report section and figures in a module of `workbench.plots` (`SECTIONS`,
+`workbench.plots.registry`). Computation never imports presentation (tests/test_imports.py), and rendering a results
+directory never imports a probe. docs/adding-a-probe.md walks through a real one.
 """
 
 from __future__ import annotations
@@ -13,42 +12,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from workbench.errors import WorkbenchError
-
-
-@dataclass(frozen=True)
-class Figure:
-    """One figure of a probe's results.
-
-    Attributes:
-        builder: "module:function" of the plot; the function takes the probe's main table (further
-            DataFrame parameters receive its part tables, `workbench.plots.registry`) and returns a
-            plotly Figure. Its name without `_figure` names the figure ("frontier").
-        caption: what the figure shows, then what the looped mechanism predicts ("Predicted: ...").
-    """
-
-    builder: str
-    caption: str
-
-    def __post_init__(self):
-        module, _, function = self.builder.partition(":")
-        if not module or not function.endswith("_figure"):
-            raise WorkbenchError(f"figure builder '{self.builder}' is not 'module:name_figure'")
-
 
 @dataclass(frozen=True)
 class ProbeSpec:
-    """Everything the rest of the workbench knows about one probe.
+    """What one probe computes.
 
     Attributes:
         name: the probe's name, its main table's name and its key in summary.json.
         run: `run(model, tokenizer, rows, **options)` -> DataFrame or {table name: DataFrame}.
-        summarize: tables -> the numbers for summary.json, with "headline".
-        headline: tables -> `workbench.analysis.headlines.Headline`.
-        title: the report section's heading.
-        about: the sentence under the heading: what the probe measures.
-        figures: the figures the report draws in the section and `workbench figures` exports, in order.
-        table_caption: for a probe shown as its main table instead of figures (identity), the caption under it.
+        summarize: tables -> the numbers for summary.json, with "headline" (the probe's headline, computed by its
+            module of `workbench.analysis.headlines`).
         needs: the row fields `run` reads (`prompt`, `answer`, `symbols`, `chain`, `depth`, `table`, `start`, ...).
             The battery (through `workbench.probes.battery.run_probe`) records the probe "not applicable: needs
             <field>" when a chosen row lacks one, instead of running it (`lacking`); the probe's own checks
@@ -60,11 +33,6 @@ class ProbeSpec:
     name: str
     run: Callable
     summarize: Callable
-    headline: Callable
-    title: str
-    about: str
-    figures: tuple[Figure, ...] = ()
-    table_caption: str | None = None
     needs: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
 

@@ -1,9 +1,12 @@
-"""Headlines: the few named numbers each probe declares, with n, a 95% interval and one sentence.
+"""Headlines: the few named numbers each probe's results give, with n, a 95% interval and one sentence.
 
-Every probe module has `headline(tables) -> Headline`, computed from its own tables only, so a
-results directory can be read again without the model. The battery stores `Headline.to_dict()`
-in summary.json (`probes.<name>.headline`); the CLI (`print_headlines`), the report and the
-claims ledger all read the same objects. Intervals, where a number has one:
+Each probe's headline is a module of this package named after the probe (`workbench.analysis.headlines.depth_matrix`)
+whose `headline(tables) -> Headline` reads the probe's tables only, so a results directory is read again without the
+model. `HEADLINE_MODULES` finds them the way `workbench.probes.PROBES` finds the probes (by name, the files parsed,
+not imported) and lists them in `workbench.defaults.PROBE_ORDER`. The battery stores `Headline.to_dict()` in
+summary.json (`probes.<name>.headline`, through the probe's `summarize`); the terminal, the report and the claims
+ledger read the same objects, and the terminal and the report lay out the same table (`headline_table`).
+Intervals, where a number has one:
 
     Wilson           a proportion over independent rows (`proportion`, `counted`);
     row bootstrap    a mean over entries that come in groups (every loop of one prompt), whole
@@ -15,26 +18,24 @@ claims ledger all read the same objects. Intervals, where a number has one:
 A `Number` keeps its per-row values (`units`, never written to JSON), so two specimens probed on
 the same rows can be compared number by number (`compare_headlines`).
 
-This module reads what the probes wrote and never imports them: `headlines_from_tables` is handed
-each probe's `headline` function by its caller (the report, `workbench compare`), which takes them
-from the probe registry.
+This package reads what the probes wrote and imports neither the probes nor any model code (`tests/test_imports.py`).
 """
-
 from __future__ import annotations
 
+import ast
 import html
+import importlib
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Iterable, Mapping
 
 import numpy as np
 import pandas as pd
-from rich import box
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from workbench.analysis.stats import bootstrap_mean, paired_bootstrap, paired_counts, wilson
+from workbench.defaults import probe_order
+from workbench.errors import WorkbenchError
 
 LEVEL = 0.95
 N_BOOT = 4_000
@@ -335,66 +336,76 @@ def compare_headlines(a: Mapping[str, Headline], b: Mapping[str, Headline]) -> l
     return out
 
 
-# ----------------------------------------------------------------------------- reading results
+# ----------------------------------------------------------------------------- each probe's headline, by name
 HeadlineOf = Callable[[Mapping[str, pd.DataFrame]], Headline]  # a probe's `headline(tables)`
 
 
-def headlines_from_tables(tables: Mapping[str, pd.DataFrame], probes: Mapping[str, HeadlineOf]) -> dict[str, Headline]:
-    """Returns {probe: Headline} recomputed from the tables (with per-row values) for every probe of `probes` whose
-    main table is present, in the order of `probes`.
+def defines_headline(source: str) -> bool:
+    """Whether a module's top level defines `headline` (parsed, so a docstring that shows one does not count): what
+    makes a module of this package a probe's headline."""
+    return any(isinstance(node, ast.FunctionDef) and node.name == "headline" for node in ast.parse(source).body)
+
+
+def discover(folder: Path) -> dict[str, str]:
+    """{probe name: module path} for every module in `folder` that defines `headline` at its top level, named after its
+    probe, in probe order (`workbench.defaults.probe_order`). The files are parsed, not imported."""
+    found = [p.stem for p in folder.glob("*.py")
+             if not p.stem.startswith("_") and defines_headline(p.read_text(encoding="utf-8"))]
+    return {name: f"workbench.analysis.headlines.{name}" for name in probe_order(found)}
+
+
+HEADLINE_MODULES: dict[str, str] = discover(Path(__file__).parent)   # probe name -> the module of its headline
+
+
+def headline_of(name: str) -> HeadlineOf:
+    """Returns probe `name`'s `headline` function, from its module of this package.
+
+    Raises:
+        WorkbenchError: no module of this package is the probe's headline.
+    """
+    if name not in HEADLINE_MODULES:
+        raise WorkbenchError(f"probe '{name}' has no headline module; known: {', '.join(HEADLINE_MODULES)}")
+    return importlib.import_module(HEADLINE_MODULES[name]).headline
+
+
+# ----------------------------------------------------------------------------- reading results
+def headlines_from_tables(tables: Mapping[str, pd.DataFrame],
+                          probes: Mapping[str, HeadlineOf] | None = None) -> dict[str, Headline]:
+    """Returns {probe: Headline} recomputed from the tables (with per-row values) for every probe whose main table is
+    present, in probe order.
 
     Args:
         tables: {table name: DataFrame} of a results directory (`workbench.analysis.results.load_results`).
-        probes: {probe name: that probe's `headline` function}; the caller takes them from the probe registry
-            (`workbench.probes.get_probe(name).headline`), which analysis does not import.
+        probes: {probe name: headline function} to use instead of every probe's (`HEADLINE_MODULES`), in their order.
     """
+    if probes is None:
+        probes = {name: headline_of(name) for name in HEADLINE_MODULES if name in tables}
     return {name: headline({k: v for k, v in tables.items() if k == name or k.startswith(name + "__")})
             for name, headline in probes.items() if name in tables}
 
 
-def headlines_from_summary(summary: Mapping, order: Iterable[str] = ()) -> dict[str, Headline]:
+def headlines_from_summary(summary: Mapping, order: Iterable[str] | None = None) -> dict[str, Headline]:
     """Returns {probe: Headline} from a summary.json's stored headlines (no per-row values): the probes named in
-    `order` first, in that order (the battery order, `workbench.probes.PROBES`), then the others sorted."""
+    `order` first, in that order (default: probe order, `workbench.defaults.probe_order`), then the others sorted."""
     probes = summary.get("probes") or {}
-    order = list(order)
+    order = probe_order(probes) if order is None else list(order)
     names = [n for n in order if n in probes] + sorted(n for n in probes if n not in order)
     return {name: Headline.from_dict(probes[name]["headline"]) for name in names
             if isinstance(probes[name], Mapping) and "headline" in probes[name]}
 
 
-# ----------------------------------------------------------------------------- the terminal
-WIDTH = 100
+# ----------------------------------------------------------------------------- the headline table
+HeadlineRow = tuple[str, Headline | None, str | None]   # (probe, its headline, why it did not apply)
 
 
-def console(width: int = WIDTH):
-    """A rich Console that never wraps wider than `width` columns and writes plain text when piped."""
-    return Console(width=width, highlight=False, soft_wrap=False)
-
-
-def headline_table(headlines: Mapping[str, Headline], extra: Mapping[str, str] | None = None, title: str | None = None):
-    """Returns a rich Table: probe, quantity, value [95% interval], n; `extra` adds a line per probe."""
-    table = Table(title=title, box=box.SIMPLE_HEAD, pad_edge=False, expand=False, title_justify="left")
-    table.add_column("probe", style="bold", no_wrap=True)
-    table.add_column("quantity", overflow="fold", ratio=1)
-    table.add_column("value [95% CI]", no_wrap=True, justify="right")
-    table.add_column("n", justify="right", no_wrap=True)
-    for name in list(headlines) + [n for n in (extra or {}) if n not in headlines]:
-        rows = [(_escape(n.label) + _flag(n), n.text(), "" if n.n is None else str(n.n)) for n in headlines[name].numbers] \
-            if name in headlines else []
-        if extra and name in extra:
-            rows.append((_escape(extra[name]), "", ""))
-        for i, (label, value, n) in enumerate(rows):
-            table.add_row(_escape(name) if i == 0 else "", label, _escape(value), n)
-        table.add_section()
-    return table
-
-
-def _flag(n: Number) -> str:
-    """After a judged number's label: a red FAILED where its prediction missed, a quiet "(holds)" where it held
-    (the failed ones are listed with what was predicted under the table)."""
-    if n.holds is None:
-        return ""
-    return " [dim](holds)[/dim]" if n.holds else " [bold red]FAILED[/bold red]"
+def headline_table(headlines: Mapping[str, Headline], skipped: Mapping[str, str] | None = None) -> list[HeadlineRow]:
+    """The headline table the report draws as HTML (`workbench.plots.report`) and the terminal prints
+    (`workbench.plots.terminal`): one (probe, headline, why it did not apply) per probe, each headline's probe in its
+    order, then each probe of `skipped` ({probe: reason}) that has none. A row's headline holds its sentence and its
+    numbers, each with n and its 95% interval."""
+    skipped = skipped or {}
+    return ([(name, h, skipped.get(name)) for name, h in headlines.items()]
+            + [(name, None, reason) for name, reason in skipped.items() if name not in headlines])
 
 
 def judged_predictions(headlines: Mapping[str, Headline]) -> list[tuple[str, Number]]:
@@ -407,50 +418,6 @@ def failed_predictions(headlines: Mapping[str, Headline]) -> list[tuple[str, Num
     return [(name, n) for name, n in judged_predictions(headlines) if n.holds is False]
 
 
-def print_headlines(headlines: Mapping[str, Headline], skipped: Mapping[str, str] | None = None,
-                    width: int = WIDTH, title: str | None = None, out=None) -> None:
-    """Prints the headline table, then each probe's sentence, within `width` columns."""
-    con = console(width) if out is None else out
-    con.print(headline_table(headlines, extra={k: f"not applicable: {v}" for k, v in (skipped or {}).items()},
-                             title=title))
-    for name, h in headlines.items():
-        con.print(f"[bold]{_escape(name)}[/bold]: {_escape(h.sentence)}")
-    failed = failed_predictions(headlines)
-    judged = len(judged_predictions(headlines))
-    if judged:
-        con.print(f"predictions judged: {judged}; failed: {len(failed)}"
-                  + "".join(f"\n  [bold red]FAILED[/bold red] {_escape(p)}: {_escape(n.label)} = {_escape(n.text())}, "
-                            f"predicted {_escape(n.expect)}" for p, n in failed))
-
-
-def print_comparison(records: list[dict], name_a: str, name_b: str, width: int = WIDTH, out=None) -> None:
-    """Prints `compare_headlines` records as a table within `width` columns."""
-    con = console(width) if out is None else out
-    con.print(f"A = {_escape(name_a)}\nB = {_escape(name_b)}\nB − A: paired bootstrap over the rows both read "
-              f"(95% CI); McNemar p where the rows are 0/1, one per row. The report (`workbench report B --control A`) "
-              f"gives each side's own interval.")
-    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-    table.add_column("quantity", overflow="fold", ratio=1)
-    table.add_column("A", justify="right", no_wrap=True)
-    table.add_column("B", justify="right", no_wrap=True)
-    table.add_column("B − A [95% CI]", justify="right", no_wrap=True)
-    table.add_column("McNemar p", justify="right", no_wrap=True)
-    probe = None
-    for r in records:
-        if r["probe"] != probe:
-            if probe is not None:
-                table.add_section()
-            table.add_row(f"[bold]{_escape(r['probe'])}[/bold]", "", "", "", "")
-            probe = r["probe"]
-        p = "" if r["p_mcnemar"] is None else f"{r['p_mcnemar']:.2g}"
-        table.add_row(_escape(r["label"]), _escape(r["a_value"]), _escape(r["b_value"]), _escape(r["diff"]), p)
-    con.print(table)
-
-
-def _escape(text: str) -> str:
-    return escape(text)
-
-
-__all__ = ["Headline", "Number", "Pairing", "clustered_mean", "compare_headlines", "counted",
-           "failed_predictions", "headlines_from_summary", "headlines_from_tables", "judge", "judge_above",
-           "judged_predictions", "measured", "pair", "print_comparison", "print_headlines", "proportion", "span"]
+__all__ = ["HEADLINE_MODULES", "Headline", "Number", "Pairing", "clustered_mean", "compare_headlines", "counted",
+           "failed_predictions", "headline_of", "headline_table", "headlines_from_summary", "headlines_from_tables",
+           "judge", "judge_above", "judged_predictions", "measured", "pair", "proportion", "span"]
