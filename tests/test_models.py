@@ -96,3 +96,17 @@ def test_a_cold_and_a_warm_load_leave_the_seeded_rng_where_it_was(tmp_path, monk
     torch.manual_seed(20260702)
     assert torch.equal(draws[0], torch.rand(4)) and torch.equal(draws[1], draws[0])
     assert (tmp_path / "cache" / "smollm2-135m-instruct" / "model.safetensors").is_file()
+
+
+def test_a_loaded_base_keeps_transformers_torch_layers(tmp_path, tiny):
+    """transformers 5.x turns `use_kernels` on in from_pretrained when `kernels` (one of its own dependencies) is
+    installed, and kernelizes again at each .train(): on the first GPU run (docs/gpu.md), the trainer's .train()
+    fetched layer code from the Hugging Face hub and, with no network, stopped the run. A base loaded by the workbench
+    keeps transformers' PyTorch layers, also after .train() and .eval()."""
+    model, tok = tiny
+    model.save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    again, _ = load_base(tmp_path)
+    for mode in (True, False):
+        again.train(mode)
+        assert not again.use_kernels and again.kernels_mode is None

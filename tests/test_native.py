@@ -360,3 +360,11 @@ def test_the_composite_inkling_config_reads_its_text_model_exactly(tmp_path):
                      use_cache=False).logits
     assert looped.family == "inkling2_loop" and looped.native_loops == 3
     assert (ours - theirs).abs().max().item() == 0.0
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_a_loaded_native_model_keeps_transformers_torch_layers(tmp_path, name):
+    """As a base (tests/test_models.py): no hub kernels in a native model read from a directory, after .train()."""
+    looped, _ = load_looped(_save(tmp_path, name, 0))
+    looped.base.train()
+    assert not looped.base.use_kernels and looped.base.kernels_mode is None

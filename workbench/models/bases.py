@@ -89,7 +89,7 @@ def load_base(
                 _check_architecture(config.model_type, spec_str)
                 check_hf_weights(path, config)  # names, shapes, dtypes from the headers: before any allocation
                 model = AutoModelForCausalLM.from_pretrained(
-                    path, dtype=dtype, attn_implementation=attn_implementation
+                    path, dtype=dtype, attn_implementation=attn_implementation, use_kernels=False
                 )
                 tok = AutoTokenizer.from_pretrained(path)
         else:
@@ -97,12 +97,27 @@ def load_base(
                 f"model '{spec_str}' is neither a .gguf file nor a directory with config.json; "
                 f"--model takes {accepted_specs()}"
             )
+    torch_layers_only(model)
     model.eval()
     model.workbench_spec = spec_str  # recorded in retrofit.json; read by surgery
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     tok.padding_side = "left"
     return model, tok
+
+
+def torch_layers_only(model: torch.nn.Module) -> torch.nn.Module:
+    """Keeps transformers' own PyTorch layers in `model`: no kernels from the Hugging Face hub.
+
+    With the `kernels` package installed, transformers 5.x turns `use_kernels` on by default and kernelizes again at
+    every `.train()` / `.eval()` that changes the mode: on a GPU, the first training step's `.train()` fetches layer
+    code from the hub (without a network it stops the run; with one it replaces the eager layers that loop-1 identity
+    is measured against). Every loader passes `use_kernels=False`; this undoes it where a path did not (a version
+    that ignores the argument), and is a no-op on versions without hub kernels.
+    """
+    if getattr(model, "use_kernels", False):
+        model.use_kernels = False  # transformers' reset: the torch fallback in every kernelized layer
+    return model
 
 
 def _check_architecture(model_type: str, spec: str) -> None:
@@ -136,7 +151,7 @@ def _load_embedded(dtype: torch.dtype, attn: str):
     if not (cached / "model.safetensors").exists():
         model, tok = _load_gguf(embedded_gguf_path(), torch.float32, attn)
         _save_atomically(model, tok, cached)
-    model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype, attn_implementation=attn)
+    model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype, attn_implementation=attn, use_kernels=False)
     tok = AutoTokenizer.from_pretrained(cached)
     return model, tok
 
@@ -150,7 +165,7 @@ def _load_gguf(path: Path, dtype: torch.dtype, attn: str):
     _check_architecture(_gguf_architecture(path), str(path))
     log.info("dequantizing %s (once; later loads use the safetensors cache)", path.name)
     model = AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, dtype=dtype, attn_implementation=attn
+        path.parent, gguf_file=path.name, dtype=dtype, attn_implementation=attn, use_kernels=False
     )
     tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     # A GGUF-loaded model refuses save_pretrained; rebuild it from its config.

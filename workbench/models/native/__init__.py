@@ -22,7 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageText
 from transformers.utils import logging as hf_logging
 
 from workbench.errors import WorkbenchError, user_files
-from workbench.models.bases import load_tokenizer
+from workbench.models.bases import load_tokenizer, torch_layers_only
 from workbench.models.native.contract import NativeLoopedLM
 from workbench.models.native.hrm import HrmLooped
 from workbench.models.native.inkling import InklingLooped
@@ -100,13 +100,14 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
         with user_files(spec_str, "native looped models: a directory of " + ", ".join(FAMILIES)):
             auto = AutoModelForImageTextToText if family == "inkling2_loop" else AutoModelForCausalLM  # composite: text read
             model, info = auto.from_pretrained(path, dtype=dtype, attn_implementation="eager",
-                                               output_loading_info=True)
+                                               output_loading_info=True, use_kernels=False)
             bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
             if bad:
                 kind, names = next(iter(bad.items()))
                 raise WorkbenchError(f"model '{spec_str}': its weights do not match its config ({len(names)} "
                                      f"{kind.replace('_', ' ')}, e.g. {sorted(map(str, names))[0]})")
             tok = AutoTokenizer.from_pretrained(path)
+    torch_layers_only(model)
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
