@@ -1,4 +1,5 @@
-"""Adding a probe touches its compute module, its headline, its section, its test and its battery entry, nothing else.
+"""A probe with a headline and a section of its own: its compute module, its headline, its section, its test and its
+battery entry, nothing else (a probe with neither is one module: tests/probes/test_one_module_probe.py).
 
 This file is a whole probe, declared the way docs/adding-a-probe.md says: a compute (`run`, `summarize`, `SPEC`), a
 headline (`headline`) and a section with a figure and its caption (`SECTIONS`), which in the package live in three

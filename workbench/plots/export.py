@@ -13,6 +13,7 @@ import os
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from tqdm.auto import tqdm
 
-from workbench.analysis.results import load_results
+from workbench.analysis.results import load_results, read_summary
 from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
 from workbench.io import dir_inputs, gate_output, mark_output, read_toml, safe_child, write_bytes_atomic
@@ -51,9 +52,17 @@ class FigureSpec:
         return self.file or self.name
 
 
-def default_spec() -> list[FigureSpec]:
-    """Returns every registered figure at double-column width."""
-    return [FigureSpec(figure_key(b), WIDTHS_IN["double"], HEIGHTS_IN["double"]) for bs in figures().values() for b in bs]
+def default_spec(results: Iterable[str] = ()) -> list[FigureSpec]:
+    """Returns every registered figure at double-column width, with the table figure of each probe of `results` that
+    declares no section (`workbench.plots.registry.table_section`)."""
+    return [FigureSpec(figure_key(b), WIDTHS_IN["double"], HEIGHTS_IN["double"])
+            for bs in figures(results).values() for b in bs]
+
+
+def probes_in(results: Iterable[str | os.PathLike]) -> list[str]:
+    """The probes the results directories' summary.json files say ran, whose main table is there."""
+    return sorted({name for r in results for name in (read_summary(r).get("probes") or {})
+                   if (Path(r) / f"{name}.parquet").is_file()})
 
 
 def load_spec(path: str | os.PathLike) -> tuple[list[FigureSpec], int]:
@@ -172,7 +181,7 @@ def paper_figure(fig: go.Figure, spec: FigureSpec) -> go.Figure:
 
 def figure_data(fig: go.Figure) -> pd.DataFrame:
     """Returns the numbers a figure shows, one row per drawn point or cell: trace, x, y, z (heatmaps),
-    y_low, y_high (interval bars).
+    y_low, y_high (interval bars); a table figure gives its own columns.
 
     Only visible traces count; a heatmap contributes one row per cell.
     """
@@ -181,7 +190,9 @@ def figure_data(fig: go.Figure) -> pd.DataFrame:
         if trace.visible is False or trace.visible == "legendonly":
             continue
         name = trace.name or trace.type
-        if trace.type == "heatmap":
+        if trace.type == "table":  # a table figure (a probe's table section): its cells, one row per table row
+            frames.append(pd.DataFrame(dict(zip(trace.header.values, trace.cells.values))).assign(trace=name))
+        elif trace.type == "heatmap":
             z = pd.DataFrame(list(trace.z)).apply(pd.to_numeric, errors="coerce").to_numpy(dtype=float)
             x = list(trace.x) if trace.x is not None else list(range(z.shape[1]))
             y = list(trace.y) if trace.y is not None else list(range(z.shape[0]))
@@ -207,11 +218,12 @@ class Export:
     skipped: list[str] = field(default_factory=list)
 
 
-def _write_one(fig: go.Figure, spec: FigureSpec, fmt: str, folder: Path, dpi: int) -> list[Path]:
+def _write_one(fig: go.Figure, spec: FigureSpec, fmt: str, folder: Path, dpi: int,
+               results: Iterable[str] = ()) -> list[Path]:
     paper = paper_figure(fig, spec)
     if fmt in SHARED_ALONE:   # title, slice and caption travel with the image
         title = fig.layout.title.text if fig.layout.title else None
-        paper = labelled(paper, title, captions().get(spec.name), slice_label(fig, spec.step))
+        paper = labelled(paper, title, captions(results).get(spec.name), slice_label(fig, spec.step))
     image = folder / f"{spec.stem}.{fmt}"
     if fmt == "html":
         js = folder / "plotly.min.js"
@@ -244,7 +256,8 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
         raise WorkbenchError(f"format '{fmt}' is unknown; accepted: {', '.join(FORMATS)}")
     if not results:
         raise WorkbenchError("no results directory given; pass --results DIR")
-    spec = default_spec() if spec is None else spec
+    ran = probes_in(results)
+    spec = default_spec(ran) if spec is None else spec
     done = Export()
     folders = [Path(r).resolve().name for r in results]
     names = [str(safe_child(f, n, "figure file")) for f in folders for s in spec
@@ -259,7 +272,7 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
                 folder.mkdir(parents=True)
                 mark_output(folder, "figures")  # a later export may replace what this one writes here, nothing else
             for s in tqdm(spec, desc=f"figures {path.name}", unit="figure", disable=not progress):
-                result, builder = find_builder(s.name)
+                result, builder = find_builder(s.name, ran)
                 try:
                     fig = build(result, builder, tables, **s.options) if result in tables else None
                 except WorkbenchError as err:  # e.g. a lens these results lack: the other figures still go out
@@ -268,6 +281,6 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
                 if fig is None:
                     done.skipped.append(f"{path.name}/{s.stem}: {result} tables absent")
                     continue
-                done.written += _write_one(fig, s, fmt, folder, dpi)
+                done.written += _write_one(fig, s, fmt, folder, dpi, ran)
             gate.wrote()  # what this export wrote is its own: the next folder's re-check compares against it
     return done

@@ -22,13 +22,14 @@ import importlib
 import inspect
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import pandas as pd
 import plotly.graph_objects as go
 
 from workbench.defaults import probe_order
 from workbench.errors import WorkbenchError
+from workbench.plots.theme import apply_theme
 
 Builder = Callable[..., go.Figure]
 
@@ -115,21 +116,54 @@ def section(name: str) -> Section:
     return found
 
 
-def sections() -> dict[str, Section]:
-    """Returns {probe name: Section} of every declared section, in probe order."""
-    return {name: section(name) for name in SECTION_MODULES}
+TABLE_ROWS = 200  # rows of a probe's main table drawn by its table section
 
 
-def figures() -> dict[str, list[Builder]]:
-    """Returns {result name: [builder, ...]}: the figures of every probe that declares some, in probe order."""
-    return {name: [f.builder for f in s.figures] for name, s in sections().items() if s.figures}
+def table_section(name: str) -> Section:
+    """The section of probe `name` when no plots module declares one: its main table, drawn as a table figure that
+    the report shows and `workbench figures` exports as `<name>`. A probe module is then all a probe needs to reach the
+    battery, the report and the figures; a section of its own (`SECTIONS`) replaces this one."""
+    def draw(frame: pd.DataFrame) -> go.Figure:
+        shown = frame.head(TABLE_ROWS)
+        cells = [[_cell(v) for v in shown[c].tolist()] for c in shown.columns]
+        return apply_theme(go.Figure(go.Table(header=dict(values=[str(c) for c in shown.columns]),
+                                              cells=dict(values=cells))))
+
+    draw.__name__ = draw.__qualname__ = f"{name}_figure"
+    return Section(title=name, about=f"No plots module declares a section for probe '{name}': its main table as the "
+                                     f"probe wrote it (docs/adding-a-probe.md, section 3).",
+                   figures=(Figure(draw, f"The probe's main table, {name}.parquet (its first {TABLE_ROWS} rows)."),))
 
 
-def captions() -> dict[str, str]:
+def _cell(value) -> str | float | int | bool | None:
+    """A table cell as plotly draws it: numbers and flags as they are, anything else (a list, an array) as text."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value.tolist() if hasattr(value, "tolist") else value)
+
+
+def sections(results: Iterable[str] = ()) -> dict[str, Section]:
+    """Returns {probe name: Section} of every declared section, in probe order, then the table section
+    (`table_section`) of each probe of `results` that no module declares one for.
+
+    Args:
+        results: names of probes whose results are at hand (a results directory's `summary.json` lists them).
+    """
+    out = {name: section(name) for name in SECTION_MODULES}
+    return out | {name: table_section(name) for name in probe_order(set(results) - set(out))}
+
+
+def figures(results: Iterable[str] = ()) -> dict[str, list[Builder]]:
+    """Returns {result name: [builder, ...]}: the figures of every probe that declares some, in probe order, and
+    the table figure of each probe of `results` without a declared section."""
+    return {name: [f.builder for f in s.figures] for name, s in sections(results).items() if s.figures}
+
+
+def captions(results: Iterable[str] = ()) -> dict[str, str]:
     """Returns {figure name: its caption} over every probe's figures, and {probe: caption} for a probe shown
-    as its main table (`Section.table_caption`)."""
+    as its main table (`Section.table_caption`); `results` as for `sections`."""
     out = {}
-    for name, s in sections().items():
+    for name, s in sections(results).items():
         out.update({figure_key(f.builder): f.caption for f in s.figures})
         if s.table_caption is not None:
             out[name] = s.table_caption
@@ -167,15 +201,18 @@ def build(result: str, builder: Builder, tables: Mapping[str, pd.DataFrame], **o
     return builder(tables[result], **kwargs)
 
 
-def build_all(tables: Mapping[str, pd.DataFrame], only: list[str] | None = None) -> list[tuple[str, str, go.Figure]]:
+def build_all(tables: Mapping[str, pd.DataFrame], only: list[str] | None = None,
+              results: Iterable[str] = ()) -> list[tuple[str, str, go.Figure]]:
     """Returns (result, figure name, figure) for every registered figure whose tables are present.
 
     Args:
         tables: result name -> DataFrame, as loaded from a results directory.
         only: figure names to build (default: all), in registry order.
+        results: probes whose results these are (`summary.json`'s): one without a declared section gets its table
+            figure (`table_section`).
     """
     out = []
-    for result, builders in figures().items():
+    for result, builders in figures(results).items():
         if result not in tables:
             continue
         for builder in builders:
@@ -187,9 +224,10 @@ def build_all(tables: Mapping[str, pd.DataFrame], only: list[str] | None = None)
     return out
 
 
-def find_builder(name: str) -> tuple[str, Builder]:
-    """Returns (result, builder) for a figure name such as "frontier"; WorkbenchError if unknown."""
-    registry = figures()
+def find_builder(name: str, results: Iterable[str] = ()) -> tuple[str, Builder]:
+    """Returns (result, builder) for a figure name such as "frontier" (`results` as for `figures`); WorkbenchError if
+    unknown."""
+    registry = figures(results)
     for result, builders in registry.items():
         for builder in builders:
             if figure_key(builder) == name:

@@ -17,6 +17,7 @@ import html
 import json
 import os
 from pathlib import Path
+from typing import Iterable, Mapping
 
 import pandas as pd
 from plotly.offline import get_plotlyjs
@@ -355,12 +356,17 @@ def _stage2_parts(results_dir: Path) -> list[str] | None:
             frame_table(frame, "stage2-table") + _caption("stage2-table", verdict)]
 
 
-def section_heads() -> dict[str, tuple[str, str]]:
+def section_heads(results: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
     """Returns {name: (heading, the sentence under it)} of every section the report can show, in its order: the
     block selection and its Stage 2, then each probe's (`Section.title`, `.about`) in probe order
-    (`workbench.defaults.PROBE_ORDER`)."""
+    (`workbench.defaults.PROBE_ORDER`), then the table section of each probe of `results` that declares none."""
     return {"block_selection": BLOCK_SELECTION_SECTION, "stage2": STAGE2_SECTION,
-            **{name: (s.title, s.about) for name, s in sections().items()}}
+            **{name: (s.title, s.about) for name, s in sections(results).items()}}
+
+
+def probes_run(summary: Mapping, tables: Mapping[str, pd.DataFrame]) -> list[str]:
+    """The probes a results directory's summary.json says ran, whose main table is present."""
+    return [name for name in (summary.get("probes") or {}) if name in tables]
 
 
 def _beside(mine: str, theirs: str, control: str) -> str:
@@ -371,14 +377,15 @@ def _beside(mine: str, theirs: str, control: str) -> str:
 
 def _sections(results_dir: Path, tables: dict[str, pd.DataFrame], control: Path | None = None,
               control_tables: dict[str, pd.DataFrame] | None = None,
-              progress: bool = False) -> list[tuple[str, list[str]]]:
+              progress: bool = False, results: Iterable[str] = ()) -> list[tuple[str, list[str]]]:
     """Returns (result name, [html fragments]) for every result present, in `section_heads()` order; each
     figure is followed by its caption (`Figure.caption`), a probe shown as its table by `Section.table_caption`.
     With a control, every figure the control's tables also draw is shown beside the specimen's, on the same builder."""
     figures: dict[str, list[str]] = {}
-    caption = captions()
-    theirs = {key: fig for _, key, fig in build_all(control_tables)} if control_tables else {}
-    for result, key, fig in tqdm(build_all(tables), desc="report figures", unit="figure", disable=not progress):
+    caption = captions(results)
+    theirs = {key: fig for _, key, fig in build_all(control_tables, results=results)} if control_tables else {}
+    for result, key, fig in tqdm(build_all(tables, results=results), desc="report figures", unit="figure",
+                                 disable=not progress):
         mine = figure_html(fig, f"fig-{key}")
         if key in theirs:
             mine = _beside(mine, figure_html(theirs[key], f"fig-{key}-control"), str(control))
@@ -393,7 +400,7 @@ def _sections(results_dir: Path, tables: dict[str, pd.DataFrame], control: Path 
     for name, s in sections().items():
         if s.table_caption is not None and name in tables:
             figures[name] = [frame_table(tables[name], f"{name}-table") + _caption(name, s.table_caption)]
-    return [(name, figures[name]) for name in section_heads() if name in figures]
+    return [(name, figures[name]) for name in section_heads(results) if name in figures]
 
 
 def _caption(key: str, text: str) -> str:
@@ -419,8 +426,9 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
     control_headlines = report_headlines(control) if control is not None else None
     claims = read_claims(results_dir)
     control_tables = load_results(control) if control is not None else None
-    known, sections = section_heads(), _sections(results_dir, tables, control and Path(control), control_tables,
-                                                 progress)
+    ran = probes_run(summary, tables)
+    known, sections = section_heads(ran), _sections(results_dir, tables, control and Path(control), control_tables,
+                                                    progress, ran)
     shown = {n for n, _ in sections} | {part for n, _ in sections for part in part_names(n)}
     extra = [n for n in tables if n not in shown and n.split("__")[0] not in headlines]
     # Stage 2 is an optional part of a block selection (`select-block --stage2 train`): never listed as missing

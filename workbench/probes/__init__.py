@@ -15,7 +15,8 @@ manifest rows (`workbench.tasks`); nothing is read from globals. A probe that do
 to a model (the halting probe on a model without a halting head) raises `NotApplicable`.
 Result schemas: the module docstrings; the CLI (`workbench probe`) writes each table as
 `DIR/<table>.parquet` through `workbench.probes.battery`. Adding a probe: its module (found by its
-`SPEC`, `discover`), its headline, its section, its test and its battery entry (docs/adding-a-probe.md).
+`SPEC`, `discover`), its test and its battery entry; a headline and a section of its own are optional, each found by
+the probe's name (docs/adding-a-probe.md).
 """
 
 from __future__ import annotations
