@@ -101,3 +101,31 @@ def test_a_probe_dropped_into_the_package_reaches_the_battery_the_report_and_the
     drawn = pd.read_csv(work / "figs" / "results" / "first_loop.csv")  # the numbers the exported figure shows
     assert drawn["row_id"].tolist() == table["row_id"].tolist()
     assert drawn["correct"].tolist() == table["correct"].tolist()
+
+
+def test_the_battery_refuses_a_table_the_spec_does_not_declare(monkeypatch, tmp_path, tok):
+    """A probe's SPEC lists the tables it writes (its main one and its `parts`); a table it returns beyond them is
+    refused by name, before anything is written, so a results directory holds only declared tables."""
+    import dataclasses
+    import importlib
+
+    import pytest
+
+    from workbench.errors import WorkbenchError
+    from workbench.probes import PROBES, get_probe
+    from workbench.probes.battery import run_battery
+    from workbench.tasks import build_rows
+    from workbench.tasks.manifest import write_manifest
+
+    spec = get_probe("loop_accuracy")
+    assert spec.tables == ("loop_accuracy",) and get_probe("logit_lens").tables == ("logit_lens", "logit_lens__top")
+    def run(*args, **kwargs):
+        table = spec.run(*args, **kwargs)
+        return {"loop_accuracy": table, "loop_accuracy__extra": table}
+
+    monkeypatch.setattr(importlib.import_module(PROBES["loop_accuracy"]), "SPEC", dataclasses.replace(spec, run=run))
+    write_manifest(build_rows("chase", [1, 2], 2, 5, alphabet=4, tokenizer=tok), tmp_path / "rows.jsonl")
+    with pytest.raises(WorkbenchError, match="loop_accuracy__extra; declared: loop_accuracy "):
+        run_battery("untrained:tiny-llama:2:4", None, tmp_path / "out", rows=str(tmp_path / "rows.jsonl"),
+                    only=["loop_accuracy"], progress=False)
+    assert not (tmp_path / "out").exists()

@@ -218,6 +218,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="attribution", run=run, summarize=summarize,
+    name="attribution", parts=("agreement", "check", "cost", "grid", "pairs"), run=run, summarize=summarize,
     needs=("prompt", "symbols"),
 )

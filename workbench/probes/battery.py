@@ -141,7 +141,12 @@ def run_probe(name: str, model, tokenizer, rows: list[dict], options: dict, cont
     kwargs = {k: v for k, v in context.items() if k in params and v is not None}
     kwargs.update(options)
     result = module.run(model, tokenizer, rows, **kwargs)
-    return result if isinstance(result, dict) else {name: result}
+    tables = result if isinstance(result, dict) else {name: result}
+    undeclared = [t for t in tables if t not in module.tables]
+    if undeclared:
+        raise WorkbenchError(f"probe '{name}' returned table(s) its SPEC does not declare: {', '.join(undeclared)}; "
+                             f"declared: {', '.join(module.tables)} (ProbeSpec.parts)")
+    return tables
 
 
 EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is exactness

@@ -66,6 +66,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="depth_matrix", run=run, summarize=summarize,
+    name="depth_matrix", parts=("frontier",), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", "chain", "depth"),
 )

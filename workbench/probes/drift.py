@@ -189,6 +189,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="drift", run=run, summarize=summarize,
+    name="drift", parts=("concentration", "heads"), run=run, summarize=summarize,
     needs=("prompt",),
 )

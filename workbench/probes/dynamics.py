@@ -157,6 +157,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="dynamics", run=run, summarize=summarize,
+    name="dynamics", parts=("heads", "rows"), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
 )

@@ -238,6 +238,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="exit_rules", run=run, summarize=summarize,
+    name="exit_rules", parts=("matched", "rows", "test"), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
 )

@@ -70,7 +70,7 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="gradient_audit", run=run, summarize=summarize,
+    name="gradient_audit", parts=("fd",), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start"),
     requires=("trained_adapters",),
 )

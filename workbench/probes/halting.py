@@ -305,6 +305,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="halting", run=run, summarize=summarize,
+    name="halting", parts=("adaptive", "chosen", "difficulty", "rows"), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
 )

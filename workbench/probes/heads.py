@@ -163,6 +163,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="heads", run=run, summarize=summarize,
+    name="heads", parts=("summary",), run=run, summarize=summarize,
     needs=("prompt", "depth", "table", "start"),
 )

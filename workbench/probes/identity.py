@@ -113,7 +113,7 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="identity", run=run, summarize=summarize,
+    name="identity", parts=("guardrail",), run=run, summarize=summarize,
     needs=("prompt",),
     requires=("base_identity",),
 )

@@ -338,6 +338,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="lens_agreement", run=run, summarize=summarize,
+    name="lens_agreement", parts=("causal", "identity", "pairs", "summary"), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
 )

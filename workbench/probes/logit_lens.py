@@ -197,6 +197,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="logit_lens", run=run, summarize=summarize,
+    name="logit_lens", parts=("top",), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
 )

@@ -75,6 +75,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="overshoot", run=run, summarize=summarize,
+    name="overshoot", parts=("cost",), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start"),
 )

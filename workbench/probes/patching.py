@@ -472,6 +472,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="patching", run=run, summarize=summarize,
+    name="patching", parts=("grid", "pairs", "steps"), run=run, summarize=summarize,
     needs=("prompt", "symbols"),
 )

@@ -156,6 +156,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="paths", run=run, summarize=summarize,
+    name="paths", parts=("pairs", "routes"), run=run, summarize=summarize,
     needs=("prompt", "symbols"),
 )

@@ -20,6 +20,8 @@ class ProbeSpec:
     Attributes:
         name: the probe's name, its main table's name and its key in summary.json.
         run: `run(model, tokenizer, rows, **options)` -> DataFrame or {table name: DataFrame}.
+        parts: the part tables `run` may return beside its main one, each written as `<name>__<part>.parquet`; the
+            battery refuses a table the probe does not declare (`tables`).
         summarize: tables -> the numbers for summary.json, with "headline" (the probe's headline, computed by its
             module of `workbench.analysis.headlines`).
         needs: the row fields `run` reads (`prompt`, `answer`, `symbols`, `chain`, `depth`, `table`, `start`, ...).
@@ -33,8 +35,14 @@ class ProbeSpec:
     name: str
     run: Callable
     summarize: Callable
+    parts: tuple[str, ...] = ()
     needs: tuple[str, ...] = ()
     requires: tuple[str, ...] = ()
+
+    @property
+    def tables(self) -> tuple[str, ...]:
+        """The tables the probe writes: its main table, then `<name>__<part>` for each part."""
+        return (self.name, *(f"{self.name}__{part}" for part in self.parts))
 
     def lacking(self, rows: list[dict]) -> list[str]:
         """The fields of `needs` that some row lacks, in `needs` order: absent or None, or for `depth` below 1

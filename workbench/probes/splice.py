@@ -211,6 +211,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 SPEC = ProbeSpec(
-    name="splice", run=run, summarize=summarize,
+    name="splice", parts=("verdict",), run=run, summarize=summarize,
     needs=("prompt", "symbols", "depth", "table", "start"),
 )
