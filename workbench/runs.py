@@ -39,12 +39,13 @@ from safetensors.torch import load_file
 
 from workbench.defaults import EMBEDDED_DEFAULT, resolve_run, shipped_keepers
 from workbench.errors import WorkbenchError
-from workbench.io import gate_output, read_json, sha256_bytes, sha256_file
+from workbench.io import gate_output, sha256_bytes, sha256_file
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import TINY_CONFIGS, load_base, load_looped, weights_sha256
 from workbench.models.native import native_family
 from workbench.precision import apply_precision
+from workbench.readers import read_json
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

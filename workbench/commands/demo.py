@@ -166,7 +166,7 @@ def committed_sweep() -> tuple[Path, dict] | None:
     """(where, stage2.json) of the committed Stage 2 sweep on the embedded default (a checkout's, or
     WORKBENCH_DATA's, or the wheel's copy of its tables); None when none is here."""
     from workbench.defaults import data_dirs
-    from workbench.io import read_json
+    from workbench.readers import read_json
 
     for root in data_dirs():
         path = root / SWEEP / "stage2.json"
@@ -202,7 +202,7 @@ def validation_lines(winner: str | None, block: tuple[int, int]) -> list[str]:
     """The full training of the sweep's winner against the keeper (training/keepers/smollm2-chase-A-B/versus-keeper,
     `workbench compare`), final answers per depth: why the keeper keeps its block."""
     from workbench.defaults import data_dirs
-    from workbench.io import read_json
+    from workbench.readers import read_json
 
     if winner is None or winner == "{}:{}".format(*block):
         return []

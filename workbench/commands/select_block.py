@@ -118,7 +118,7 @@ def _recipe_path(recipe: str) -> Path:
 def _stage1(ui: Output, base, tok, model: str, corpus, texts, window, run_on, device, reuse: Path | None) -> dict:
     """Stage 1's record: computed on the loaded base, or read from `reuse` (checked against its weights and corpus)."""
     from workbench.devices import device_record
-    from workbench.io import read_json
+    from workbench.readers import read_json
     from workbench.selection.stage1 import check_reuse, selection_record
 
     if reuse is not None:

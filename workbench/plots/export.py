@@ -23,9 +23,10 @@ from tqdm.auto import tqdm
 from workbench.analysis.results import load_results
 from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
-from workbench.io import dir_inputs, gate_output, mark_output, read_toml, safe_child, write_bytes_atomic
+from workbench.io import dir_inputs, gate_output, mark_output, safe_child, write_bytes_atomic
 from workbench.plots.browser import Browser
 from workbench.plots.registry import build, captions, figure_key, figures, find_builder
+from workbench.readers import read_toml
 
 FORMATS = ("pdf", "svg", "png", "html")
 WIDTHS_IN = {"single": 3.5, "double": 7.0}

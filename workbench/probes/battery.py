@@ -41,18 +41,13 @@ from workbench.analysis.readings import chance
 from workbench.defaults import resolve, resolve_run
 from workbench.devices import device_record, resolve_device
 from workbench.errors import WorkbenchError
-from workbench.io import (
-    atomic_path,
-    gate_output,
-    mark_output,
-    read_toml,
-    write_json_atomic,
-)
+from workbench.io import atomic_path, gate_output, mark_output, write_json_atomic
 from workbench.models.looped import lacking
 from workbench.models.native import native_family
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
+from workbench.readers import read_toml
 from workbench.runs import UNTRAINED, load_checkpoint
 from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
 

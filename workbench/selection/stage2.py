@@ -43,8 +43,9 @@ from tqdm.auto import tqdm
 from workbench import runs
 from workbench.analysis.stats import bootstrap_mean, paired_bootstrap, wilson
 from workbench.errors import WorkbenchError
-from workbench.io import read_json, read_toml, sha256_bytes, write_json_atomic
+from workbench.io import sha256_bytes, write_json_atomic
 from workbench.models.bases import load_base
+from workbench.readers import read_json, read_toml
 from workbench.selection.stage1 import split_texts, task_rows, window_ablation
 from workbench.tasks import build_rows
 from workbench.train.losses import make_batch

@@ -16,7 +16,8 @@ from scipy import stats as sps
 from workbench.analysis.results import read_table
 from workbench.defaults import DATA, data_root
 from workbench.errors import WorkbenchError
-from workbench.io import read_json, read_toml, write_bytes_atomic
+from workbench.io import write_bytes_atomic
+from workbench.readers import read_json, read_toml
 
 CLAIMS_FILE = DATA / "claims.toml"
 ROOT = data_root()   # the checkout's root, or an installed package's data: training/keepers/<specimen>
