@@ -1,4 +1,4 @@
-"""One output gate (workbench.io.gate_output): every writer asks it before any work, and it never lets a
+"""One output gate (workbench.gate.gate_output): every writer asks it before any work, and it never lets a
 command replace what a user owns, what the command reads, a repository root, or a run being trained.
 
 The first test enumerates the commands from the Typer app itself: a new command with --out that does
@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args, tiny_manifest, tiny_run  # noqa: F401
-from workbench import cli, io
+from workbench import cli
+from workbench import gate as output_gate
 from workbench.errors import WorkbenchError
-from workbench.io import OUTPUT_MARKER, gate_output
+from workbench.gate import OUTPUT_MARKER, gate_output
 
 ROOT = Path(__file__).resolve().parents[1]
 KEEPER = ROOT / "training" / "keepers" / "smollm2-chase"
@@ -90,7 +91,7 @@ def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
                    "workbench.plots.report", "workbench.selection.stage1", "workbench.loop.identity", "workbench.tasks.manifest",
                    "workbench.runs"):
         importlib.import_module(module)  # imported before the patch: none binds the patched load_base for good
-    monkeypatch.setattr(io.Gate, "_decide", reached)
+    monkeypatch.setattr(output_gate.Gate, "_decide", reached)
     for module in ("workbench.models", "workbench.models.bases", "workbench.train.trainer", "workbench.runs"):
         monkeypatch.setattr(f"{module}.load_base", no_work)
     before = checksums(tmp_path)
@@ -198,9 +199,9 @@ def test_the_older_results_rule_takes_only_a_probes_own_files(tmp_path):
     old.mkdir()
     (old / "summary.json").write_text(json.dumps({"created_by": "workbench 0.1", "probes": {}}))
     (old / "depth_matrix.parquet").write_bytes(b"x")
-    assert io.is_workbench_output(old)
+    assert output_gate.is_workbench_output(old)
     (old / "thesis.tex").write_text("mine")
-    assert not io.is_workbench_output(old)
+    assert not output_gate.is_workbench_output(old)
     with pytest.raises(WorkbenchError, match="--overwrite replaces only"):
         gate_output(old, "probe", overwrite=True)
 
@@ -243,7 +244,8 @@ def test_figure_spec_file_names_stay_inside_out(capsys, monkeypatch, tmp_path, r
 # ----------------------------------------------------------------------------- races and locks
 HOLD = textwrap.dedent("""
     import sys, time
-    from workbench.io import gate_output, locked_dir
+    from workbench.io import locked_dir
+    from workbench.gate import gate_output
     if sys.argv[1] == "gate":
         g = gate_output(sys.argv[2], "probe")
         print("held", flush=True); time.sleep(60)
@@ -364,7 +366,7 @@ def test_export_run_goes_through_the_gate_and_never_into_its_own_run(monkeypatch
     def reached(self):
         raise Reached(self.command)
 
-    monkeypatch.setattr(io.Gate, "_decide", reached)
+    monkeypatch.setattr(output_gate.Gate, "_decide", reached)
     with pytest.raises(Reached, match="export"):
         export_run(KEEPER, tmp_path / "keeper")
     assert list(tmp_path.iterdir()) == []

@@ -39,7 +39,8 @@ from safetensors.torch import load_file
 
 from workbench.defaults import EMBEDDED_DEFAULT, resolve_run, shipped_keepers
 from workbench.errors import WorkbenchError
-from workbench.io import gate_output, sha256_bytes, sha256_file
+from workbench.gate import gate_output
+from workbench.io import sha256_bytes, sha256_file
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import TINY_CONFIGS, load_base, load_looped, weights_sha256

@@ -22,7 +22,7 @@ def claims(
 ) -> None:
     """Print the claims ledger: each paper claim, the paper's number, ours, the comparison and a verdict."""
     from workbench.analysis.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, build_ledger, write_ledger
-    from workbench.io import gate_output
+    from workbench.gate import gate_output
 
     gate = None if out is None else gate_output(out, "claims", kind="file", names=LEDGER_FILES, overwrite=True,
                                                 reading=[claims_file or CLAIMS_FILE])  # before any work

@@ -24,7 +24,8 @@ def compare(
 
     from workbench.analysis.headlines import compare_headlines, headlines_from_tables
     from workbench.analysis.results import compare_results, load_results
-    from workbench.io import atomic_path, dir_inputs, gate_output, write_json_atomic
+    from workbench.gate import dir_inputs, gate_output
+    from workbench.io import atomic_path, write_json_atomic
     from workbench.plots.terminal import console, print_comparison
 
     ui = Output(quiet, as_json)

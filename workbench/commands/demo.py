@@ -40,7 +40,8 @@ def demo(
 ) -> None:
     """The main job on the embedded default: select, retrofit, identity, probe, report."""
     from workbench.devices import resolve_device
-    from workbench.io import gate_output, mark_output, write_json_atomic
+    from workbench.gate import gate_output, mark_output
+    from workbench.io import write_json_atomic
 
     ui = Output(quiet, as_json)
     resolve_device(device)   # a device the machine lacks: one line, nothing written

@@ -97,7 +97,7 @@ def launch(
 
     --quiet and --json pass to the main rank's `workbench train`, which alone prints."""
     from workbench.defaults import resolve
-    from workbench.io import gate_output, safe_child
+    from workbench.gate import gate_output, safe_child
     from workbench.train.recipe import Recipe
 
     path = preset_path(preset)

@@ -69,7 +69,7 @@ def lens(
     run_on = resolve_device(device)
     gate = None
     if html_out is not None:
-        from workbench.io import gate_output
+        from workbench.gate import gate_output
 
         if Path(html_out).suffix != ".html":
             raise WorkbenchError(f"--html '{html_out}' must end in .html")

@@ -21,7 +21,7 @@ def report(
     """Write the HTML report of a results directory: headlines with intervals (beside a control), the claims
     ledger when present, captioned figures, provenance; works offline."""
     from workbench.analysis.results import load_results
-    from workbench.io import dir_inputs, gate_output
+    from workbench.gate import dir_inputs, gate_output
     from workbench.plots.report import REPORT, write_report
 
     gate = gate_output(out or results_dir / REPORT, "report", kind="file", overwrite=True,  # before any work

@@ -70,7 +70,7 @@ def rows(
 
     if Path(out).suffix != ".jsonl":
         raise WorkbenchError(f"--out '{out}' must end in .jsonl")
-    from workbench.io import gate_output
+    from workbench.gate import gate_output
 
     user = source is not None or (task is not None and ":" in task)
     if source is not None and task is not None:

@@ -20,7 +20,8 @@ import typer
 from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.devices import DEVICE_HELP
-from workbench.io import gate_output, mark_output, write_text_atomic
+from workbench.gate import gate_output, mark_output
+from workbench.io import write_text_atomic
 
 SELECTION_JSON = "block_selection.json"
 SELECTION_HTML = "block_selection.html"

@@ -23,7 +23,8 @@ from tqdm.auto import tqdm
 from workbench.analysis.results import load_results
 from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
-from workbench.io import dir_inputs, gate_output, mark_output, safe_child, write_bytes_atomic
+from workbench.gate import dir_inputs, gate_output, mark_output, safe_child
+from workbench.io import write_bytes_atomic
 from workbench.plots.browser import Browser
 from workbench.plots.registry import build, captions, figure_key, figures, find_builder
 from workbench.readers import read_toml

@@ -41,7 +41,8 @@ from workbench.analysis.readings import chance
 from workbench.defaults import resolve, resolve_run
 from workbench.devices import device_record, resolve_device
 from workbench.errors import WorkbenchError
-from workbench.io import atomic_path, gate_output, mark_output, write_json_atomic
+from workbench.gate import gate_output, mark_output
+from workbench.io import atomic_path, write_json_atomic
 from workbench.models.looped import lacking
 from workbench.models.native import native_family
 from workbench.precision import apply_precision, resolve_precision

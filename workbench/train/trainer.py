@@ -34,7 +34,8 @@ from workbench import runs
 from workbench.defaults import resolve
 from workbench.devices import device_record, training_accelerator
 from workbench.errors import WorkbenchError
-from workbench.io import gate_output, locked_dir, safe_child, write_bytes_atomic, write_json_atomic
+from workbench.gate import gate_output, safe_child
+from workbench.io import locked_dir, write_bytes_atomic, write_json_atomic
 from workbench.loop.config import LoraSettings, RetrofitConfig
 from workbench.loop.halting import oracle_labels
 from workbench.loop.surgery import retrofit
