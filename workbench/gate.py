@@ -2,16 +2,27 @@
 
 `gate_output(path, command, kind=...)` decides whether `--out` may be written or replaced, holds a lock on it for
 the command's life, and re-checks at the moment of the write or the move (`Gate.recheck`, `Gate.commit_dir`).
+tests/test_gate.py enumerates the CLI's commands and fails on a writer that does not reach it.
+
+The gate knows no writer's files and imports no writer (tests/test_imports.py). Each writer declares what it
+writes as an `OutputKind` beside the code that writes it (a run in `workbench.runs`, probe results in
+`workbench.probes.battery`, the figures in `workbench.plots.export`, ...) and hands it to the gate: how its output
+is laid out (a directory written whole, a directory written in place and continued, or files), how to tell an
+output of its own, and, for a directory written in place, which names inside it are its own and the words of its
+refusals. A writer whose output may meet a directory written in place by another (a training run, a Stage 2
+sweep) hands those kinds as well (`beside`): the gate asks each to recognise its own directory, which is then
+never replaced, nor written into under a name it keeps.
 """
 
 from __future__ import annotations
 
 import fcntl
 import hashlib
-import json
 import os
 import tempfile
 import weakref
+from collections.abc import Callable, Container
+from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
@@ -25,27 +36,116 @@ def mark_output(path: Path, command: str) -> None:
     write_json_atomic(Path(path) / OUTPUT_MARKER, {"written_by": f"workbench {command}"})
 
 
-def check_out_dir(path: Path, overwrite: bool = False, reading=()) -> Path:
-    """Checks an output directory as `gate_output` does (kind "dir") without keeping its lock; returns `path`.
+def marked_by(path: Path, command: str) -> bool:
+    """Whether directory `path` holds the output marker of `command` (`mark_output(path, command)`)."""
+    marker = Path(path) / OUTPUT_MARKER
+    try:
+        return marker.is_file() and f"workbench {command}".encode() in marker.read_bytes()[:200]
+    except OSError:
+        return False
 
-    Never replaces what a user owns: `overwrite` applies only to a directory holding the output
-    marker (`mark_output`), and a directory that is or holds a path in `reading` is refused whatever
-    the flags. Nothing is created in the user's tree here.
+
+# ----------------------------------------------------------------------------- what a writer declares
+WHOLE = "whole"          # a directory written whole in a staging sibling and moved in (`Gate.commit_dir`)
+IN_PLACE = "in place"    # a directory written where it stands and continued with --resume (a run, a sweep)
+FILES = "files"          # a file, or the files `names` inside the directory --out
+
+
+class _EveryName(Container):
+    """The `keeps` of a directory written in place that no other output may be written into."""
+
+    def __contains__(self, name) -> bool:
+        return True
+
+    def __repr__(self) -> str:
+        return "EVERY_NAME"
+
+
+EVERY_NAME = _EveryName()
+
+
+@dataclass(frozen=True)
+class Continued:
+    """A directory written in place: how it is recognised and continued, what it keeps from other writers, and the
+    refusals in its writer's words ('{p}' is --out).
+
+    Attributes:
+        entry: what a directory holds when it is one of these, to be continued (a run's recipe, a sweep's plan).
+        what: how another writer's refusals name it ("a training run").
+        keeps: the names inside it that no other output takes (EVERY_NAME: nothing else is written into it).
+        not_a_directory: --out exists and is not a directory.
+        holds_another: --out is not empty and lacks `entry`.
+        holds_one: --out holds one and --resume was not given.
+        nothing_to_resume: --resume on a new or empty directory; None when that starts a new one.
     """
-    gate_output(path, "write", overwrite=overwrite, reading=reading).release()
-    return Path(path)
+
+    entry: str
+    what: str
+    keeps: Container[str]
+    not_a_directory: str
+    holds_another: str
+    holds_one: str
+    nothing_to_resume: str | None = None
 
 
-# ----------------------------------------------------------------------------- the output gate
-# Every command that writes asks `gate_output` first, before any work: it decides whether --out may be
-# written or replaced, holds a lock on it for the command's life, and re-checks at the moment of the move
-# (`Gate.commit_dir`, `Gate.recheck`). tests/test_gate.py enumerates the CLI's commands and fails on a
-# writer that does not reach it.
+@dataclass(frozen=True)
+class OutputKind:
+    """What one writer writes, declared beside the code that writes it and handed to `gate_output`.
 
-RUN_ENTRIES = ("recipe.toml", "retrofit.json", "trainable.safetensors", "provenance.json", "checkpoints")
-SWEEP_PLAN = "sweep.json"   # a Stage 2 block-selection sweep (`select-block --stage2 train`): it holds training runs
-PROBE_FILES = ("summary.json", "report.html", OUTPUT_MARKER, LOCK)  # and *.parquet: a probe results directory
-FIGURE_SUFFIXES = (".pdf", ".svg", ".png", ".html", ".csv", ".js")  # what `workbench figures` writes in its folders
+    Attributes:
+        name: the kind (run, sweep, results, figures, report, ...), for reading.
+        layout: WHOLE, IN_PLACE or FILES.
+        owns: whether an existing path is this writer's own, told from its content (never from the marker alone):
+            for FILES, a file this writer wrote (only such a file is replaced); for WHOLE, a directory it wrote
+            before the output marker existed; for IN_PLACE, a directory of its own, continued or finished (what
+            other writers, handed this kind as `beside`, never replace). None: nothing.
+        continued: for IN_PLACE, how the directory is continued and what it keeps (`Continued`).
+    """
+
+    name: str
+    layout: str = WHOLE
+    owns: Callable[[Path], bool] | None = None
+    continued: Continued | None = None
+
+    def __post_init__(self):
+        if self.layout not in (WHOLE, IN_PLACE, FILES):
+            raise ValueError(f"output kind {self.name!r}: layout {self.layout!r}")
+        if (self.layout == IN_PLACE) != (self.continued is not None):
+            raise ValueError(f"output kind {self.name!r}: `continued` goes with layout IN_PLACE, and only with it")
+
+    def wrote(self, path: Path) -> bool:
+        """Whether this writer's `owns` recognises `path` as its own (never without an `owns`)."""
+        return self.owns is not None and bool(self.owns(Path(path)))
+
+
+def is_workbench_output(path: Path, kind: OutputKind) -> bool:
+    """Whether directory `path` holds the output marker, or is one `kind` wrote before the marker existed
+    (`kind.owns`): what --overwrite may replace, unless a kind handed as `beside` keeps it."""
+    return (Path(path) / OUTPUT_MARKER).is_file() or kind.wrote(path)
+
+
+def dir_inputs(*folders, exclude=()) -> list[Path]:
+    """The files of each results directory in `folders` (None skipped), except names in `exclude`: a command's inputs."""
+    return [p for f in folders if f is not None and Path(f).is_dir() for p in Path(f).iterdir()
+            if p.name not in exclude and p.name not in (OUTPUT_MARKER, LOCK)]
+
+
+def safe_child(root: str | os.PathLike, name: str, what: str) -> Path:
+    """`root / name` for a `name` taken from a file's content, refused when absolute, holding `..`, or empty.
+
+    Raises:
+        WorkbenchError: the name would place a file outside `root`.
+    """
+    text = str(name)
+    parts = Path(text).parts
+    if (not text.strip() or Path(text).is_absolute() or ".." in parts or "\x00" in text or text.startswith("~")
+            or os.path.normpath(text) == "."):  # "." or "a/.." would name `root` itself
+        raise WorkbenchError(f"{what} {text!r} must be a plain relative name (no '..', no absolute path): it names "
+                             "where a file is written")
+    return Path(root) / text
+
+
+# ----------------------------------------------------------------------------- locks
 _HELD: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # resolved target -> this process's _PathLock
 
 
@@ -105,82 +205,6 @@ def training_lock_holder(path: Path) -> tuple[Path, str] | None:
     return None
 
 
-def safe_child(root: str | os.PathLike, name: str, what: str) -> Path:
-    """`root / name` for a `name` taken from a file's content, refused when absolute, holding `..`, or empty.
-
-    Raises:
-        WorkbenchError: the name would place a file outside `root`.
-    """
-    text = str(name)
-    parts = Path(text).parts
-    if (not text.strip() or Path(text).is_absolute() or ".." in parts or "\x00" in text or text.startswith("~")
-            or os.path.normpath(text) == "."):  # "." or "a/.." would name `root` itself
-        raise WorkbenchError(f"{what} {text!r} must be a plain relative name (no '..', no absolute path): it names "
-                             "where a file is written")
-    return Path(root) / text
-
-
-def _ours_file(path: Path) -> bool:
-    """Whether the file at `path` is one the workbench wrote (recognized by its content)."""
-    try:
-        head = path.read_bytes()[:1 << 16] if path.suffix != ".html" else path.read_bytes()  # a report is a few MB
-    except OSError:
-        return False
-    name = path.name
-    marker = path.parent / OUTPUT_MARKER
-    if path.suffix in FIGURE_SUFFIXES and marker.is_file() and b"workbench figures" in marker.read_bytes()[:200]:
-        return True
-    if name.endswith(".html"):
-        return b"name='generator' content='workbench" in head or b"id='render-status'" in head or \
-            b"<title>Claims ledger</title>" in head
-    if name == "LEDGER.md":
-        return head.startswith(b"# Claims ledger") or b"workbench claims" in head
-    if name in ("ledger.json", "compare.json") or name.endswith(".manifest.json"):
-        try:
-            value = json.loads(path.read_bytes())
-        except (OSError, ValueError):
-            return False
-        if name == "ledger.json":
-            return isinstance(value, list) and all(isinstance(r, dict) and "verdict" in r for r in value)
-        if name == "compare.json":
-            return isinstance(value, dict) and {"a", "b", "depths"} <= set(value)
-        return isinstance(value, dict) and "rows_sha256" in value
-    if name == "compare.parquet":
-        return (path.parent / "compare.json").is_file() and _ours_file(path.parent / "compare.json")
-    if name.endswith(".jsonl"):  # a manifest: ours with its sidecar
-        return _ours_file(path.with_name(path.name[:-len(".jsonl")] + ".manifest.json"))
-    return False
-
-
-def dir_inputs(*folders, exclude=()) -> list[Path]:
-    """The files of each results directory in `folders` (None skipped), except names in `exclude`: a command's inputs."""
-    return [p for f in folders if f is not None and Path(f).is_dir() for p in Path(f).iterdir()
-            if p.name not in exclude and p.name not in (OUTPUT_MARKER, LOCK)]
-
-
-def _holds_run(path: Path) -> bool:
-    """Whether `path` is a training run, or a Stage 2 sweep (whose runs lie under it): never replaced."""
-    return any((path / name).exists() for name in (*RUN_ENTRIES, SWEEP_PLAN))
-
-
-def is_workbench_output(path: Path) -> bool:
-    """Whether `path` holds the output marker, or is a probe results directory written before the marker
-    existed (only a probe's own files: *.parquet, summary.json whose created_by names the workbench, report.html).
-    A directory holding a training run is never one, marker or not."""
-    path = Path(path)
-    if _holds_run(path):
-        return False
-    if (path / OUTPUT_MARKER).is_file():
-        return True
-    try:
-        created_by = json.loads((path / "summary.json").read_text()).get("created_by", "")
-    except (OSError, ValueError, AttributeError):
-        return False
-    return str(created_by).startswith("workbench") and all(
-        p.is_file() and not p.is_symlink() and (p.suffix == ".parquet" or p.name in PROBE_FILES)
-        for p in path.iterdir())
-
-
 def _resolve(path: Path, what: str) -> Path:
     try:
         return Path(os.path.abspath(path.expanduser())).resolve()
@@ -192,12 +216,20 @@ def _repository_root(target: Path) -> bool:
     return (target / ".git").exists() or target == Path(target.anchor) or target == _resolve(Path.home(), "home")
 
 
+def _empty(path: Path) -> bool:
+    return not any(e.name != LOCK for e in path.iterdir())
+
+
+# ----------------------------------------------------------------------------- the gate
 class Gate:
     """The decision `gate_output` made on one output, and the lock that keeps it true until the command ends."""
 
-    def __init__(self, path, command: str, kind: str, overwrite: bool, reading, names, resume: bool):
+    def __init__(self, path, command: str, kind: OutputKind, overwrite: bool, reading, names, resume: bool,
+                 beside=()):
         self.path, self.command, self.kind = Path(path), command, kind
         self.overwrite, self.names, self.resume = overwrite, tuple(names), resume
+        # the directories written in place that are asked to recognise their own: the kind's own, then `beside`
+        self.in_place = tuple(dict.fromkeys(((kind,) if kind.layout == IN_PLACE else ()) + tuple(beside)))
         self.reading = [_resolve(Path(r), "input") for r in reading if r is not None]
         self.target = self._check_path()
         key = str(self.target)
@@ -229,19 +261,30 @@ class Gate:
     def _outputs(self) -> list[Path]:
         return [self.target / n for n in self.names] if self.names else [self.target]
 
+    def _kept(self, path: Path) -> OutputKind | None:
+        """The kind, of those asked (`in_place`) other than the writer's own, that recognises directory `path`."""
+        return next((k for k in self.in_place if k is not self.kind and k.wrote(path)), None)
+
     def _decide(self) -> None:
+        """The rules every output obeys, then those of its kind's layout."""
         p, target = self.path, self.target
         for out in self._outputs():
             above = next((a for a in out.parents if a.exists() and not a.is_dir()), None)
             if above is not None:
                 raise WorkbenchError(f"--out '{p}' lies under '{above}', which is a file")
-            if out.parent.is_dir() and _holds_run(out.parent) and out.name in (*RUN_ENTRIES, "metrics.jsonl", LOCK):
-                raise WorkbenchError(f"--out '{p}' names a training run's own file or directory; choose another name")
+            keeper = out.parent.is_dir() and next((k for k in self.in_place if out.name in k.continued.keeps
+                                                   and k.wrote(out.parent)), None)
+            if keeper and keeper.continued.keeps is EVERY_NAME:
+                raise WorkbenchError(f"--out '{p}' lies inside {keeper.continued.what}, which no other output "
+                                     "writes into; choose another place")
+            if keeper:
+                raise WorkbenchError(f"--out '{p}' names {keeper.continued.what}'s own file or directory; choose "
+                                     "another name")
             for read in self.reading:
                 # An output inside a run it reads is allowed (keepers hold their battery results, RUN/battery),
                 # but never the input itself nor a directory that holds it.
                 if read == out or out in read.parents:
-                    if self.kind == "dir":
+                    if self.kind.layout == WHOLE:
                         raise WorkbenchError(f"output directory '{p}' holds '{read}', which this command reads; "
                                              "choose another output directory")
                     raise WorkbenchError(f"--out '{p}' would replace '{read}', which this command reads; "
@@ -251,76 +294,57 @@ class Gate:
             folder, pid = held
             raise WorkbenchError(f"run directory '{p if folder == target else folder}' is in use by another process "
                                  f"(pid {pid}): a training run in progress; wait for it to end or choose another --out")
-        if self.kind == "file":
-            self._decide_files()
-        elif self.kind == "run":
-            self._decide_run()
-        elif self.kind == "sweep":
-            self._decide_sweep()
-        else:
-            self._decide_dir()
+        {FILES: self._files, IN_PLACE: self._in_place, WHOLE: self._directory}[self.kind.layout]()
 
-    def _decide_files(self) -> None:
+    def _files(self) -> None:
+        """Files: each replaced only when its kind's writer wrote it, and only with --overwrite."""
         p = self.path
         if self.names:
             if p.exists() and not p.is_dir():
                 raise WorkbenchError(f"--out '{p}' exists and is not a directory")
-            if p.is_dir() and _holds_run(p):
-                raise WorkbenchError(f"--out '{p}' holds a training run; write its outputs elsewhere")
+            keeper = p.is_dir() and self._kept(p)
+            if keeper:
+                raise WorkbenchError(f"--out '{p}' holds {keeper.continued.what}; write its outputs elsewhere")
         for out, shown in zip(self._outputs(), [p / n for n in self.names] or [p]):
             if shown.is_symlink():
                 raise WorkbenchError(f"'{shown}' is a symbolic link; the workbench never writes through a link")
             if out.is_dir():
                 raise WorkbenchError(f"--out '{shown}' is a directory; give a file path")
             if out.exists():
-                if not _ours_file(out):
+                if not self.kind.wrote(out):
                     raise WorkbenchError(f"'{shown}' exists and the workbench did not write it; choose another "
                                          "--out (nothing a user owns is replaced)")
                 if not self.overwrite:
                     raise WorkbenchError(f"--out: '{shown}' already exists; choose another file, or pass "
                                          "--overwrite to replace it")
 
-    def _decide_run(self) -> None:
-        p = self.path
+    def _in_place(self) -> None:
+        """A directory written in place: new, empty, or (with --resume) one of its kind to continue."""
+        p, words = self.path, self.kind.continued
         if p.exists() and not p.is_dir():
-            raise WorkbenchError(f"run directory '{p}' exists and is not a directory")
-        if not p.is_dir():
+            raise WorkbenchError(words.not_a_directory.format(p=p))
+        if not p.is_dir() or _empty(p):
+            if self.resume and words.nothing_to_resume is not None:
+                raise WorkbenchError(words.nothing_to_resume.format(p=p))
             return
-        entries = [e.name for e in p.iterdir() if e.name != LOCK]
-        if not entries:
-            return
-        if not (p / "recipe.toml").is_file():
-            raise WorkbenchError(f"run directory '{p}' is not empty and holds no run (no recipe.toml); training "
-                                 "writes only into a new or empty directory or a run it can resume")
+        if not (p / words.entry).is_file():
+            raise WorkbenchError(words.holds_another.format(p=p))
         if not self.resume:
-            raise WorkbenchError(f"run directory '{p}' already holds a run; pass --resume or another --out")
+            raise WorkbenchError(words.holds_one.format(p=p))
 
-    def _decide_sweep(self) -> None:
+    def _directory(self) -> None:
+        """A directory written whole: new, empty, or (with --overwrite) one the workbench wrote."""
         p = self.path
         if p.exists() and not p.is_dir():
             raise WorkbenchError(f"output '{p}' exists and is not a directory")
-        if not p.is_dir() or not any(e.name != LOCK for e in p.iterdir()):
-            if self.resume:
-                raise WorkbenchError(f"--resume: '{p}' holds no Stage 2 sweep to continue; drop --resume to start one")
-            return
-        if not (p / SWEEP_PLAN).is_file():
-            raise WorkbenchError(f"output directory '{p}' is not empty and holds no Stage 2 sweep ({SWEEP_PLAN}); a "
-                                 "sweep writes into a new or empty directory or one it can resume")
-        if not self.resume:
-            raise WorkbenchError(f"output directory '{p}' holds a Stage 2 sweep; pass --resume to continue it "
-                                 "or choose another --out (its training runs are never replaced)")
-
-    def _decide_dir(self) -> None:
-        p = self.path
-        if p.exists() and not p.is_dir():
-            raise WorkbenchError(f"output '{p}' exists and is not a directory")
-        if p.is_dir() and any(e.name != LOCK for e in p.iterdir()):
-            if _holds_run(p):
-                raise WorkbenchError(f"output directory '{p}' holds a training run; it is never replaced (choose "
-                                     "another output directory)")
+        if p.is_dir() and not _empty(p):
+            keeper = self._kept(p)
+            if keeper:
+                raise WorkbenchError(f"output directory '{p}' holds {keeper.continued.what}; it is never replaced "
+                                     "(choose another output directory)")
             if not self.overwrite:
                 raise WorkbenchError(f"output directory '{p}' exists and is not empty; pass --overwrite to replace it")
-            if not is_workbench_output(p):
+            if not is_workbench_output(p, self.kind):
                 raise WorkbenchError(f"--overwrite replaces only a directory the workbench wrote (marked "
                                      f"{OUTPUT_MARKER}); '{p}' is not one: choose a new output directory")
 
@@ -370,28 +394,34 @@ class _Released:
     handle = None
 
 
-def gate_output(path: str | os.PathLike, command: str, *, kind: str = "dir", overwrite: bool = False,
-                reading=(), names=(), resume: bool = False) -> Gate:
+def gate_output(path: str | os.PathLike, command: str, *, kind: OutputKind, overwrite: bool = False,
+                reading=(), names=(), resume: bool = False, beside=()) -> Gate:
     """The one output gate: decides, before any work, whether `path` may be written or replaced; returns the Gate.
 
     Args:
         path: the --out given.
         command: the command writing (for messages).
-        kind: "dir" (a directory written whole in a staging sibling and moved in, `Gate.commit_dir`),
-            "run" (a training run directory: new, empty, or with `resume` a run), or "file" (a file, or with
-            `names` those files inside the directory `path`).
+        kind: what the writer writes, declared beside it (`OutputKind`): a directory written whole in a staging
+            sibling and moved in (`Gate.commit_dir`), a directory written in place (a training run, a Stage 2
+            sweep: new, empty, or with `resume` one to continue), or files (a file, or with `names` those files
+            inside the directory `path`).
         overwrite: the command's --overwrite: replace a directory the workbench wrote (marked), or a file of
-            its own that exists.
+            the kind's own that exists.
         reading: every input the command reads (checkpoint, run, manifests, battery, spec, results).
-        names: for kind="file", the files written inside `path`.
-        resume: for kind="run", continue a run that is there; for kind="sweep" (a directory of training runs
-            written in place, `select-block --stage2 train`), continue the sweep that is there.
+        names: for files, the files written inside `path`.
+        resume: for a directory written in place, continue the one that is there.
+        beside: the kinds of directories written in place by other writers (a run, a sweep) that this output may
+            meet: a directory one of them recognises as its own is never replaced nor written into as files, and
+            no output takes a name it keeps inside it.
     Refused, as one-line WorkbenchErrors: `..`-only or empty names, a symbolic link, a symlink loop, a
     repository root / home / filesystem root, an output that is, holds or sits inside an input, a path under
     a running training's lock or another workbench process's gate, a non-empty directory the workbench did
-    not write (or that holds a run), a file the workbench did not write. Stale staging siblings of killed
-    writers are removed. The lock is held while the Gate lives (`with`, `release`, or the command's end).
+    not write (or that a kind in `beside` keeps), a file the kind's writer did not write. Stale staging siblings
+    of killed writers are removed. The lock is held while the Gate lives (`with`, `release`, or the command's end).
     """
-    if kind not in ("dir", "run", "file", "sweep"):
-        raise ValueError(f"kind {kind!r}")
-    return Gate(path, command, kind, overwrite, reading, names, resume)
+    if not isinstance(kind, OutputKind):
+        raise TypeError(f"kind {kind!r}: the writer's OutputKind, declared beside its code")
+    for other in beside:
+        if not isinstance(other, OutputKind) or other.layout != IN_PLACE:
+            raise TypeError(f"beside {other!r}: the OutputKind of a directory written in place")
+    return Gate(path, command, kind, overwrite, reading, names, resume, beside)

@@ -373,7 +373,7 @@ class Trainer:
         reading = [*self.inputs, *([self.recipe_dir / parent, Path(parent)] if parent else [])]
         if self.resume:  # a run resumed from its own recipe.toml reads it: that is not writing over an input
             reading = [r for r in reading if Path(r).resolve() != (self.run_dir / runs.RECIPE).resolve()]
-        return gate_output(self.run_dir, "train", kind="run", resume=self.resume, reading=reading)
+        return gate_output(self.run_dir, "train", kind=runs.RUN_OUTPUT, resume=self.resume, reading=reading)
 
     def _run(self, stop_after: int | None) -> dict:
         if self.looped is None:
