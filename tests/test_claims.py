@@ -23,7 +23,7 @@ from workbench.analysis.claims import (
     recorded_recipe,
 )
 from workbench.errors import WorkbenchError
-from workbench.io import read_toml
+from workbench.readers import read_toml
 from workbench.train.recipe import Recipe
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -26,9 +26,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.test_gate import checksums
-from workbench import cli, io
+from workbench import cli, gate
 from workbench.errors import WorkbenchError
-from workbench.io import OUTPUT_MARKER, locked_dir
+from workbench.gate import OUTPUT_MARKER
+from workbench.io import locked_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 KEEPER = ROOT / "training" / "keepers" / "smollm2-chase"
@@ -44,7 +45,7 @@ ALWAYS_REFUSED = {"user file", "link to user dir", "link to user file", "danglin
                   "input itself", "repository root", "training lock", "gate held"}
 
 
-REAL_INIT = io.Gate.__init__
+REAL_INIT = gate.Gate.__init__
 
 
 class Accepted(Exception):
@@ -160,21 +161,21 @@ def test_every_command_on_every_path_family(tmp_path_factory, monkeypatch, comma
     inputs = _sandbox(root)
     out = _out(root, family, command, inputs)
     monkeypatch.chdir(root)
-    real = REAL_INIT  # not io.Gate.__init__: a previous example's patch is still in place
+    real = REAL_INIT  # not gate.Gate.__init__: a previous example's patch is still in place
 
     def stop_at_the_gate(self, *a, **k):
         real(self, *a, **k)
         raise Accepted(self.command)
 
-    monkeypatch.setattr(io.Gate, "__init__", stop_at_the_gate)
+    monkeypatch.setattr(gate.Gate, "__init__", stop_at_the_gate)
     holders = []
     if family == "training lock":
         holders.append(locked_dir(out, "run directory"))
         holders[-1].__enter__()
     if family == "gate held":  # another process's gate: a lock on the same file through another open file
-        io.lock_dir().mkdir(parents=True, exist_ok=True)
+        gate.lock_dir().mkdir(parents=True, exist_ok=True)
         key = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:32]
-        handle = open(io.lock_dir() / f"{key}.lock", "a+")
+        handle = open(gate.lock_dir() / f"{key}.lock", "a+")
         fcntl.flock(handle, fcntl.LOCK_EX)
         holders.append(handle)
     before = checksums(root)
@@ -218,13 +219,13 @@ def _known_keys():
 def test_a_wrong_value_in_any_recipe_key_is_refused_before_any_file(tmp_path_factory, monkeypatch, key, value):
     root = tmp_path_factory.mktemp("set")
     inputs = _sandbox(root)
-    real = REAL_INIT  # not io.Gate.__init__: a previous example's patch is still in place
+    real = REAL_INIT  # not gate.Gate.__init__: a previous example's patch is still in place
 
     def stop_at_the_gate(self, *a, **k):
         real(self, *a, **k)
         raise Accepted(self.command)
 
-    monkeypatch.setattr(io.Gate, "__init__", stop_at_the_gate)
+    monkeypatch.setattr(gate.Gate, "__init__", stop_at_the_gate)
     before = checksums(root)
     outcome, _ = _run(["train", str(inputs["recipe"]), "--out", str(root / "new"), "--set", f"{key}={value}"])
     assert outcome in ("accepted", "refused")  # a valid value reaches the gate; no traceback either way
@@ -242,14 +243,14 @@ DAMAGE = st.one_of(st.binary(max_size=80), json_values.map(lambda v: json.dumps(
 def test_damaged_files_every_command_reads(tmp_path_factory, monkeypatch, target, data):
     root = tmp_path_factory.mktemp("dmg")
     inputs = _sandbox(root)
-    real = REAL_INIT  # not io.Gate.__init__: a previous example's patch is still in place
+    real = REAL_INIT  # not gate.Gate.__init__: a previous example's patch is still in place
 
     def stop_expensive(self, *a, **k):
         real(self, *a, **k)
         if self.command in ("probe", "train"):
             raise Accepted(self.command)  # a model load follows: inputs are validated by then
 
-    monkeypatch.setattr(io.Gate, "__init__", stop_expensive)
+    monkeypatch.setattr(gate.Gate, "__init__", stop_expensive)
     res, out = inputs["res"], root / "out"
     if target == "summary":
         (res / "summary.json").write_bytes(data)
@@ -304,14 +305,14 @@ def test_a_path_taken_from_a_recipe_never_leaves_runs(tmp_path_factory, monkeypa
     inputs = _sandbox(root)
     monkeypatch.chdir(root)
     seen = []
-    real = REAL_INIT  # not io.Gate.__init__: a previous example's patch is still in place
+    real = REAL_INIT  # not gate.Gate.__init__: a previous example's patch is still in place
 
     def stop_at_the_gate(self, *a, **k):
         real(self, *a, **k)
         seen.append(self.target)
         raise Accepted(self.command)
 
-    monkeypatch.setattr(io.Gate, "__init__", stop_at_the_gate)
+    monkeypatch.setattr(gate.Gate, "__init__", stop_at_the_gate)
     before = checksums(root)
     outcome, _ = _run(["train", str(inputs["recipe"]), "--set", f"name={json.dumps(name)}"])
     assert outcome in ("accepted", "refused")
@@ -327,14 +328,14 @@ def test_a_figure_file_name_from_a_spec_never_leaves_out(tmp_path_factory, monke
     inputs = _sandbox(root)
     (root / "spec.toml").write_text(f'[[figure]]\nname = "depth_matrix"\nfile = {json.dumps(stem)}\n')
     seen = []
-    real = REAL_INIT  # not io.Gate.__init__: a previous example's patch is still in place
+    real = REAL_INIT  # not gate.Gate.__init__: a previous example's patch is still in place
 
     def stop_at_the_gate(self, *a, **k):
         real(self, *a, **k)
         seen.append([self.target / n for n in self.names])
         raise Accepted(self.command)
 
-    monkeypatch.setattr(io.Gate, "__init__", stop_at_the_gate)
+    monkeypatch.setattr(gate.Gate, "__init__", stop_at_the_gate)
     before = checksums(root)
     out = root / "figs"
     outcome, _ = _run(["figures", "--results", str(inputs["res"]), "--format", "html", "--spec", str(root / "spec.toml"),

@@ -1,4 +1,4 @@
-"""One output gate (workbench.io.gate_output): every writer asks it before any work, and it never lets a
+"""One output gate (workbench.gate.gate_output): every writer asks it before any work, and it never lets a
 command replace what a user owns, what the command reads, a repository root, or a run being trained.
 
 The first test enumerates the commands from the Typer app itself: a new command with --out that does
@@ -19,9 +19,12 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args, tiny_manifest, tiny_run  # noqa: F401
-from workbench import cli, io
+from workbench import cli
+from workbench import gate as output_gate
 from workbench.errors import WorkbenchError
-from workbench.io import OUTPUT_MARKER, gate_output
+from workbench.gate import OUTPUT_MARKER, gate_output
+from workbench.probes.battery import RESULTS_OUTPUT
+from workbench.runs import RUN_OUTPUT
 
 ROOT = Path(__file__).resolve().parents[1]
 KEEPER = ROOT / "training" / "keepers" / "smollm2-chase"
@@ -90,7 +93,7 @@ def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
                    "workbench.plots.report", "workbench.selection.stage1", "workbench.loop.identity", "workbench.tasks.manifest",
                    "workbench.runs"):
         importlib.import_module(module)  # imported before the patch: none binds the patched load_base for good
-    monkeypatch.setattr(io.Gate, "_decide", reached)
+    monkeypatch.setattr(output_gate.Gate, "_decide", reached)
     for module in ("workbench.models", "workbench.models.bases", "workbench.train.trainer", "workbench.runs"):
         monkeypatch.setattr(f"{module}.load_base", no_work)
     before = checksums(tmp_path)
@@ -99,6 +102,80 @@ def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
             cli.app([str(a) for a in args[name]], standalone_mode=False)
         assert exc.value.args[0] == name  # its own gate, first
         assert checksums(tmp_path) == before, f"{name} wrote before its gate"
+
+
+
+# ----------------------------------------------------------------------------- each writer declares its output
+# Each writer's output kind, declared beside its code (module, name), and the kinds of directories written in place
+# it hands the gate to recognise their own (`beside`, plus its own kind when it writes in place).
+KINDS = {
+    "demo": ("workbench.commands.demo", "DEMO_OUTPUT", {"run", "sweep"}),
+    "select-block": ("workbench.commands.select_block", "SELECTION_OUTPUT", {"run", "sweep"}),
+    "select-block --stage2 train": ("workbench.selection.stage2", "SWEEP_OUTPUT", {"run", "sweep"}),
+    "train": ("workbench.runs", "RUN_OUTPUT", {"run"}),
+    "launch": ("workbench.runs", "RUN_OUTPUT", {"run"}),
+    "probe": ("workbench.probes.battery", "RESULTS_OUTPUT", {"run"}),
+    "compare": ("workbench.commands.compare", "COMPARE_OUTPUT", set()),
+    "report": ("workbench.commands.report", "REPORT_OUTPUT", set()),
+    "figures": ("workbench.plots.export", "FIGURES_OUTPUT", set()),
+    "claims": ("workbench.analysis.claims.ledger", "LEDGER_OUTPUT", set()),
+    "rows": ("workbench.tasks.manifest", "ROWS_OUTPUT", set()),
+    "lens --html": ("workbench.plots.prompt_lens", "LENS_OUTPUT", set()),
+    "export_run": ("workbench.runs", "EXPORT_OUTPUT", {"run"}),
+}
+
+
+def test_each_writer_hands_the_gate_the_kind_its_module_declares(monkeypatch, tmp_path):
+    import importlib
+
+    from workbench.runs import export_run
+
+    args = {**_writer_args(tmp_path),
+            "select-block --stage2 train": ["select-block", "--model", "tiny-llama", "--stage2", "train",
+                                            "--out", tmp_path / "out"],
+            "lens --html": ["lens", "tiny-llama", "--block", "1:2", "--prompt", "x", "--html", tmp_path / "l.html"]}
+    assert sorted(KINDS) == sorted([*args, "export_run"])
+    assert set(_writers()) <= set(KINDS), "a command with --out declares no output kind here: add it"
+
+    def reached(self):
+        raise Reached(self.kind, {k.name for k in self.in_place})
+
+    for module in ("workbench.train.trainer", "workbench.probes.battery", "workbench.plots.export",
+                   "workbench.analysis.claims", "workbench.selection.stage2", "workbench.runs"):
+        importlib.import_module(module)
+    monkeypatch.setattr(output_gate.Gate, "_decide", reached)
+    for name, (module, attr, in_place) in KINDS.items():
+        with pytest.raises(Reached) as exc:
+            if name == "export_run":
+                export_run(KEEPER, tmp_path / "keeper")
+            else:
+                cli.app([str(a) for a in args[name]], standalone_mode=False)
+        declared = getattr(importlib.import_module(module), attr)
+        assert exc.value.args[0] is declared, f"{name} handed {exc.value.args[0]!r}, not {module}.{attr}"
+        assert exc.value.args[1] == in_place, name
+
+
+def test_the_gate_takes_only_a_declared_kind_and_names_no_writers_file(tmp_path):
+    from workbench.analysis.claims.ledger import LEDGER_FILES
+    from workbench.commands.compare import WRITTEN
+    from workbench.commands.select_block import SELECTION_HTML, SELECTION_JSON
+    from workbench.io import LOCK
+    from workbench.plots.export import FIGURE_SUFFIXES
+    from workbench.plots.report import REPORT
+    from workbench.probes.battery import RESULTS_FILES
+    from workbench.selection import stage2
+    from workbench.tasks.manifest import SIDECAR_SUFFIX
+
+    for kind in ("dir", "run", None):
+        with pytest.raises(TypeError, match="OutputKind"):
+            gate_output(tmp_path / "out", "probe", kind=kind)
+    with pytest.raises(TypeError, match="written in place"):
+        gate_output(tmp_path / "out", "probe", kind=RESULTS_OUTPUT, beside=(RESULTS_OUTPUT,))
+    writers = {*RUN_OUTPUT.continued.keeps, stage2.SWEEP, stage2.STAGE2, stage2.RUNS, stage2.READINGS, stage2.DAMAGE,
+               *RESULTS_FILES, *LEDGER_FILES, *WRITTEN, *FIGURE_SUFFIXES, SIDECAR_SUFFIX, REPORT, SELECTION_JSON,
+               SELECTION_HTML} - {OUTPUT_MARKER, LOCK}  # the output marker and io's training lock are the gate's own
+    source = Path(output_gate.__file__).read_text()
+    assert not sorted(n for n in writers if f'"{n}' in source or f"'{n}" in source)
 
 
 # ----------------------------------------------------------------------------- writers that replaced user files
@@ -198,11 +275,11 @@ def test_the_older_results_rule_takes_only_a_probes_own_files(tmp_path):
     old.mkdir()
     (old / "summary.json").write_text(json.dumps({"created_by": "workbench 0.1", "probes": {}}))
     (old / "depth_matrix.parquet").write_bytes(b"x")
-    assert io.is_workbench_output(old)
+    assert output_gate.is_workbench_output(old, RESULTS_OUTPUT)
     (old / "thesis.tex").write_text("mine")
-    assert not io.is_workbench_output(old)
+    assert not output_gate.is_workbench_output(old, RESULTS_OUTPUT)
     with pytest.raises(WorkbenchError, match="--overwrite replaces only"):
-        gate_output(old, "probe", overwrite=True)
+        gate_output(old, "probe", kind=RESULTS_OUTPUT, overwrite=True)
 
 
 @pytest.mark.parametrize("kind", ["link to a dir", "dangling link", "link loop", "dot", "dotdot"])
@@ -224,7 +301,7 @@ def test_out_paths_that_name_no_new_place(tmp_path, kind):
         out = tmp_path / "real" / ".."
     before = checksums(tmp_path)
     with pytest.raises(WorkbenchError) as exc:
-        gate_output(out, "probe", overwrite=True)
+        gate_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=True)
     assert "\n" not in str(exc.value)
     assert checksums(tmp_path) == before
 
@@ -243,9 +320,10 @@ def test_figure_spec_file_names_stay_inside_out(capsys, monkeypatch, tmp_path, r
 # ----------------------------------------------------------------------------- races and locks
 HOLD = textwrap.dedent("""
     import sys, time
-    from workbench.io import gate_output, locked_dir
+    from workbench.io import locked_dir
+    from workbench.gate import OutputKind, gate_output
     if sys.argv[1] == "gate":
-        g = gate_output(sys.argv[2], "probe")
+        g = gate_output(sys.argv[2], "probe", kind=OutputKind("held"))
         print("held", flush=True); time.sleep(60)
     else:
         with locked_dir(sys.argv[2], "run directory"):
@@ -261,18 +339,18 @@ def test_a_second_writer_is_refused_while_the_first_holds_out(tmp_path, holder):
                             stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout.readline().strip() == "held"
-        for kind in ("dir", "run"):
+        for kind in (RESULTS_OUTPUT, RUN_OUTPUT):
             with pytest.raises(WorkbenchError, match="another workbench process|in use by another process"):
                 gate_output(out, "probe", kind=kind, overwrite=True)
     finally:
         proc.kill()
         proc.wait()
-    gate_output(out, "probe").release()  # free once the holder is gone (flock: never stale)
+    gate_output(out, "probe", kind=RESULTS_OUTPUT).release()  # free once the holder is gone (flock: never stale)
 
 
 def test_the_move_is_rechecked_under_the_lock(tmp_path):
     out = tmp_path / "out"
-    gate = gate_output(out, "probe")
+    gate = gate_output(out, "probe", kind=RESULTS_OUTPUT)
     staging = tmp_path / ".out.tmp1"
     staging.mkdir()
     (staging / "summary.json").write_text("{}")
@@ -293,7 +371,7 @@ def test_stale_staging_of_a_killed_writer_is_cleaned(tmp_path):
     alive.mkdir()
     other = tmp_path / f".other.tmp{dead}"
     other.mkdir()
-    gate_output(tmp_path / "out", "probe").release()
+    gate_output(tmp_path / "out", "probe", kind=RESULTS_OUTPUT).release()
     assert not stale.exists() and alive.exists() and other.exists()
 
 
@@ -364,18 +442,23 @@ def test_export_run_goes_through_the_gate_and_never_into_its_own_run(monkeypatch
     def reached(self):
         raise Reached(self.command)
 
-    monkeypatch.setattr(io.Gate, "_decide", reached)
+    monkeypatch.setattr(output_gate.Gate, "_decide", reached)
     with pytest.raises(Reached, match="export"):
         export_run(KEEPER, tmp_path / "keeper")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_results_inside_a_run_it_reads_but_never_its_own_names(tmp_path):
+    from workbench.commands.report import REPORT_OUTPUT
+
     run = tmp_path / "run"
     shutil.copytree(KEEPER, run, ignore=shutil.ignore_patterns("arms", "battery", "final", "loops"))
-    gate_output(run / "battery", "probe", reading=[run]).release()  # the keepers' layout: RUN/battery
+    probe = {"kind": RESULTS_OUTPUT, "beside": (RUN_OUTPUT,), "reading": [run]}  # as the battery asks
+    gate_output(run / "battery", "probe", **probe).release()  # the keepers' layout: RUN/battery
     for name in ("checkpoints", "metrics.jsonl", "trainable.safetensors"):
         with pytest.raises(WorkbenchError, match="training run's own"):
-            gate_output(run / name, "probe", reading=[run])
+            gate_output(run / name, "probe", **probe)
+        with pytest.raises(WorkbenchError, match="training run's own"):
+            gate_output(run / name, "train", kind=RUN_OUTPUT)  # a run asks itself: no run inside a run's own names
     with pytest.raises(WorkbenchError, match="which is a file"):
-        gate_output(run / "recipe.toml" / "x.html", "report", kind="file")
+        gate_output(run / "recipe.toml" / "x.html", "report", kind=REPORT_OUTPUT)

@@ -292,3 +292,15 @@ def test_the_run_format_is_read_without_the_trainer():
     assert "workbench.runs" in graph["workbench.train.rundir"]
     assert not sorted(d for d in reachable(graph, "workbench.runs") if d.startswith(("workbench.train",
                                                                                       "workbench.selection")))
+
+
+GATE_STANDS_ON = ("workbench.io", "workbench.errors", "workbench.readers")  # what the output gate may import
+
+
+def test_the_gate_imports_no_writer():
+    """The output gate sits below every writer: it is handed each writer's `OutputKind` (the run's is declared in
+    `workbench.runs`, the results' in `workbench.probes.battery`, ...) and imports none of them, directly, through
+    others, or by name; it stands on atomic files and the training lock (`workbench.io`) and the errors alone."""
+    graph = import_graph(PACKAGE, dynamic=True)
+    assert "workbench.gate" in graph and "workbench.gate" in graph["workbench.runs"]  # the real package was read
+    assert sorted(reachable(graph, "workbench.gate") - set(GATE_STANDS_ON)) == []

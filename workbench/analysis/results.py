@@ -15,7 +15,7 @@ import pandas as pd
 
 from workbench.analysis.stats import paired_compare
 from workbench.errors import WorkbenchError
-from workbench.io import json_value
+from workbench.readers import json_value
 
 SUMMARY = "summary.json"
 

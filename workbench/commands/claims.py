@@ -22,10 +22,11 @@ def claims(
 ) -> None:
     """Print the claims ledger: each paper claim, the paper's number, ours, the comparison and a verdict."""
     from workbench.analysis.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, build_ledger, write_ledger
-    from workbench.io import gate_output
+    from workbench.analysis.claims.ledger import LEDGER_OUTPUT
+    from workbench.gate import gate_output
 
-    gate = None if out is None else gate_output(out, "claims", kind="file", names=LEDGER_FILES, overwrite=True,
-                                                reading=[claims_file or CLAIMS_FILE])  # before any work
+    gate = None if out is None else gate_output(out, "claims", kind=LEDGER_OUTPUT, names=LEDGER_FILES,
+                                                overwrite=True, reading=[claims_file or CLAIMS_FILE])  # before any work
     ui = Output(quiet, as_json)
     rows = build_ledger(claims_file or CLAIMS_FILE, root or ROOT)
     ui.say("papers: 000 = the retrofit paper (Retrofitting Recurrent Depth into a Pretrained Language Model), "

@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Optional
 
 import typer
 
 from workbench.commands.output import JSON, QUIET, Output
+from workbench.gate import FILES, OutputKind
+
+WRITTEN = ("compare.json", "compare.parquet")
+
+
+def compare_file(path: Path) -> bool:
+    """Whether `path` is one of a comparison's files that the workbench wrote: compare.json holding the two
+    results and the depths, or compare.parquet beside such a compare.json."""
+    if path.name == "compare.parquet":
+        return compare_file(path.parent / "compare.json")
+    if path.name != "compare.json":
+        return False
+    try:
+        record = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and {"a", "b", "depths"} <= set(record)
+
+
+# What `compare` writes, handed to the output gate: WRITTEN in one directory, each replaced only when it is a
+# comparison the workbench wrote.
+COMPARE_OUTPUT = OutputKind("comparison", FILES, owns=compare_file)
 
 
 def compare(
@@ -24,14 +47,14 @@ def compare(
 
     from workbench.analysis.headlines import compare_headlines, headlines_from_tables
     from workbench.analysis.results import compare_results, load_results
-    from workbench.io import atomic_path, dir_inputs, gate_output, write_json_atomic
+    from workbench.gate import dir_inputs, gate_output
+    from workbench.io import atomic_path, write_json_atomic
     from workbench.plots.terminal import console, print_comparison
 
     ui = Output(quiet, as_json)
     target = Path(out) if out is not None else Path(results_b)
-    written = ("compare.json", "compare.parquet")
-    gate = gate_output(target, "compare", kind="file", names=written, overwrite=True,  # before any work
-                       reading=dir_inputs(results_a, results_b, exclude=written))
+    gate = gate_output(target, "compare", kind=COMPARE_OUTPUT, names=WRITTEN, overwrite=True,  # before any work
+                       reading=dir_inputs(results_a, results_b, exclude=WRITTEN))
     table = compare_results(results_a, results_b)
     records = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in table.to_dict("records")]
     tables = [load_results(r) for r in (results_a, results_b)]  # headlines recomputed, with per-row values

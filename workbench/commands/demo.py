@@ -17,6 +17,11 @@ import typer
 from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import DEFAULT_KEEPER, DEFAULT_RECIPE, DEMO_BATTERY, resolve, resolve_run
 from workbench.devices import DEVICE_HELP
+from workbench.gate import OutputKind
+
+# What `demo` writes, handed to the output gate: one directory written whole in a staging sibling and moved in;
+# --overwrite replaces one the workbench marked.
+DEMO_OUTPUT = OutputKind("demo")
 
 
 def _step(say, title: str) -> float:
@@ -40,11 +45,15 @@ def demo(
 ) -> None:
     """The main job on the embedded default: select, retrofit, identity, probe, report."""
     from workbench.devices import resolve_device
-    from workbench.io import gate_output, mark_output, write_json_atomic
+    from workbench.gate import gate_output, mark_output
+    from workbench.io import write_json_atomic
+    from workbench.runs import RUN_OUTPUT
+    from workbench.selection.stage2 import SWEEP_OUTPUT
 
     ui = Output(quiet, as_json)
     resolve_device(device)   # a device the machine lacks: one line, nothing written
-    gate = gate_output(out, "demo", overwrite=overwrite, reading=[resolve_run(DEFAULT_KEEPER)])  # before any work
+    gate = gate_output(out, "demo", kind=DEMO_OUTPUT, overwrite=overwrite, reading=[resolve_run(DEFAULT_KEEPER)],
+                       beside=(RUN_OUTPUT, SWEEP_OUTPUT))  # before any work
     # All or nothing: every part is written into a hidden sibling and moved into place at the end, so an
     # interrupt or a failure leaves `out` as it was (absent, or the previous complete demo) and no staging.
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
@@ -166,7 +175,7 @@ def committed_sweep() -> tuple[Path, dict] | None:
     """(where, stage2.json) of the committed Stage 2 sweep on the embedded default (a checkout's, or
     WORKBENCH_DATA's, or the wheel's copy of its tables); None when none is here."""
     from workbench.defaults import data_dirs
-    from workbench.io import read_json
+    from workbench.readers import read_json
 
     for root in data_dirs():
         path = root / SWEEP / "stage2.json"
@@ -202,7 +211,7 @@ def validation_lines(winner: str | None, block: tuple[int, int]) -> list[str]:
     """The full training of the sweep's winner against the keeper (training/keepers/smollm2-chase-A-B/versus-keeper,
     `workbench compare`), final answers per depth: why the keeper keeps its block."""
     from workbench.defaults import data_dirs
-    from workbench.io import read_json
+    from workbench.readers import read_json
 
     if winner is None or winner == "{}:{}".format(*block):
         return []

@@ -69,11 +69,12 @@ def lens(
     run_on = resolve_device(device)
     gate = None
     if html_out is not None:
-        from workbench.io import gate_output
+        from workbench.gate import gate_output
+        from workbench.plots.prompt_lens import LENS_OUTPUT
 
         if Path(html_out).suffix != ".html":
             raise WorkbenchError(f"--html '{html_out}' must end in .html")
-        gate = gate_output(html_out, "lens", kind="file", overwrite=overwrite,
+        gate = gate_output(html_out, "lens", kind=LENS_OUTPUT, overwrite=overwrite,
                            reading=[p for p in (prompts_file, tuned) if p is not None])
     from workbench.runs import load_model
 

@@ -8,6 +8,23 @@ from typing import Optional
 import typer
 
 from workbench.commands.output import JSON, QUIET, Output
+from workbench.gate import FILES, OutputKind
+
+
+def report_file(path: Path) -> bool:
+    """Whether `path` is a page the workbench generated, as a report (`workbench.plots.report`) is: HTML whose
+    generator tag names the workbench, or, written before the tag, carrying the report's render-status line."""
+    if not path.name.endswith(".html"):
+        return False
+    try:
+        page = path.read_bytes()  # a report is a few MB: read whole
+    except OSError:
+        return False
+    return b"name='generator' content='workbench" in page or b"id='render-status'" in page
+
+
+# What `report` writes, handed to the output gate: one HTML file, replaced only when it is such a page.
+REPORT_OUTPUT = OutputKind("report", FILES, owns=report_file)
 
 
 def report(
@@ -21,10 +38,10 @@ def report(
     """Write the HTML report of a results directory: headlines with intervals (beside a control), the claims
     ledger when present, captioned figures, provenance; works offline."""
     from workbench.analysis.results import load_results
-    from workbench.io import dir_inputs, gate_output
+    from workbench.gate import dir_inputs, gate_output
     from workbench.plots.report import REPORT, write_report
 
-    gate = gate_output(out or results_dir / REPORT, "report", kind="file", overwrite=True,  # before any work
+    gate = gate_output(out or results_dir / REPORT, "report", kind=REPORT_OUTPUT, overwrite=True,  # before any work
                        reading=dir_inputs(results_dir, control, exclude=(REPORT,)))
     ui = Output(quiet, as_json)
     path = write_report(results_dir, out, control=control, before_write=gate.recheck, progress=ui.progress)

@@ -66,11 +66,11 @@ def rows(
 ) -> None:
     """Write a frozen row manifest: F.jsonl and F.manifest.json."""
     from workbench.tasks import TASKS, build_rows
-    from workbench.tasks.manifest import sidecar_path, write_manifest
+    from workbench.tasks.manifest import ROWS_OUTPUT, sidecar_path, write_manifest
 
     if Path(out).suffix != ".jsonl":
         raise WorkbenchError(f"--out '{out}' must end in .jsonl")
-    from workbench.io import gate_output
+    from workbench.gate import gate_output
 
     user = source is not None or (task is not None and ":" in task)
     if source is not None and task is not None:
@@ -91,7 +91,8 @@ def rows(
                 raise WorkbenchError(f"--task {task} needs {name} (e.g. --depths 1-7 --seed 1)")
     wanted = parse_depths(depths) if depths is not None else None
     # a frozen manifest is replaced only when asked, and only one the workbench wrote: both files, before any work
-    gates = [gate_output(path, "rows", kind="file", overwrite=overwrite) for path in (Path(out), sidecar_path(out))]
+    gates = [gate_output(path, "rows", kind=ROWS_OUTPUT, overwrite=overwrite)
+             for path in (Path(out), sidecar_path(out))]
     if user:
         from workbench.tasks.user import Deferred, read_user_rows, task_rows
 

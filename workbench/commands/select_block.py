@@ -20,12 +20,18 @@ import typer
 from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.devices import DEVICE_HELP
-from workbench.io import gate_output, mark_output, write_text_atomic
+from workbench.gate import OutputKind, gate_output, mark_output
+from workbench.io import write_text_atomic
 
 SELECTION_JSON = "block_selection.json"
 SELECTION_HTML = "block_selection.html"
 STAGE2_HTML = "stage2.html"
 STAGE2_MODES = ("damage", "train")
+
+# What `select-block` writes without --stage2 train, handed to the output gate: Stage 1's directory, written whole
+# and moved in (`_write_stage1_dir`); --overwrite replaces one the workbench marked. (With --stage2 train the sweep
+# is written in place: `workbench.selection.stage2.SWEEP_OUTPUT`.)
+SELECTION_OUTPUT = OutputKind("block selection")
 
 
 def select_block(
@@ -66,6 +72,7 @@ def select_block(
     from workbench.devices import resolve_device
     from workbench.errors import WorkbenchError
     from workbench.models.bases import load_base
+    from workbench.runs import RUN_OUTPUT
     from workbench.selection import stage2 as window_sweep
     from workbench.selection.stage1 import load_corpus
 
@@ -91,8 +98,9 @@ def select_block(
         raise WorkbenchError(f"--rank-cells {rank_cells!r} is unknown; accepted: {', '.join(window_sweep.RANK_CELLS)}")
     run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written
     recipe_path = _recipe_path(recipe) if train else None
-    gate = gate_output(out, "select-block", kind="sweep" if train else "dir", overwrite=overwrite, resume=resume,
-                       reading=[corpus, model, stage1, recipe_path])  # before any work
+    gate = gate_output(out, "select-block", kind=window_sweep.SWEEP_OUTPUT if train else SELECTION_OUTPUT,
+                       overwrite=overwrite, resume=resume, reading=[corpus, model, stage1, recipe_path],
+                       beside=(RUN_OUTPUT, window_sweep.SWEEP_OUTPUT))  # before any work
     texts = load_corpus(corpus)  # read before the model loads: a bad path fails fast
     have = out / SELECTION_JSON
     base, tok = load_base(model)   # the one load: Stage 1 (or its reuse check) and Stage 2's untrained damage
@@ -118,7 +126,7 @@ def _recipe_path(recipe: str) -> Path:
 def _stage1(ui: Output, base, tok, model: str, corpus, texts, window, run_on, device, reuse: Path | None) -> dict:
     """Stage 1's record: computed on the loaded base, or read from `reuse` (checked against its weights and corpus)."""
     from workbench.devices import device_record
-    from workbench.io import read_json
+    from workbench.readers import read_json
     from workbench.selection.stage1 import check_reuse, selection_record
 
     if reuse is not None:

@@ -24,9 +24,11 @@ from tqdm.auto import tqdm
 from workbench.analysis.results import load_results, read_summary
 from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
-from workbench.io import dir_inputs, gate_output, mark_output, read_toml, safe_child, write_bytes_atomic
+from workbench.gate import FILES, OutputKind, dir_inputs, gate_output, mark_output, marked_by, safe_child
+from workbench.io import write_bytes_atomic
 from workbench.plots.browser import Browser
 from workbench.plots.registry import build, captions, figure_key, figures, find_builder
+from workbench.readers import read_toml
 
 FORMATS = ("pdf", "svg", "png", "html")
 WIDTHS_IN = {"single": 3.5, "double": 7.0}
@@ -34,6 +36,17 @@ HEIGHTS_IN = {"single": 2.6, "double": 3.2}
 CSS_PX_PER_IN = 96  # plotly's layout unit; PDF and SVG pages come out at 96 px per inch
 DPI = 300
 SHARED_ALONE = ("png", "html")  # formats shared on their own carry their title, slice and caption; pdf/svg go to papers
+FIGURE_SUFFIXES = (".pdf", ".svg", ".png", ".html", ".csv", ".js")  # what an export writes in its folders
+
+
+def figure_file(path: Path) -> bool:
+    """Whether `path` is a file an export wrote: a figure's suffix, in a folder an export marked."""
+    return path.suffix in FIGURE_SUFFIXES and marked_by(path.parent, "figures")
+
+
+# What `figures` writes, handed to the output gate: files in one folder per results directory, each replaced only
+# when an export wrote it (its folder carries the marker of `workbench figures`).
+FIGURES_OUTPUT = OutputKind("figures", FILES, owns=figure_file)
 
 
 @dataclass(frozen=True)
@@ -262,7 +275,7 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
     folders = [Path(r).resolve().name for r in results]
     names = [str(safe_child(f, n, "figure file")) for f in folders for s in spec
              for n in (f"{s.stem}.{fmt}", f"{s.stem}.csv")]
-    gate = gate_output(out, "figures", kind="file", overwrite=True, names=names, reading=dir_inputs(*results))
+    gate = gate_output(out, "figures", kind=FIGURES_OUTPUT, overwrite=True, names=names, reading=dir_inputs(*results))
     loaded = [(Path(r), load_results(r)) for r in results]
     with Browser() if fmt != "html" else contextlib.nullcontext():
         for path, tables in loaded:

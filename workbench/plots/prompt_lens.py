@@ -8,12 +8,14 @@ embedded once, every text escaped, one figure per prompt and lens.
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
+from workbench.gate import FILES, OutputKind
 from workbench.plots.theme import apply_theme
 
 CAPTION = ("Each cell is one loop (row) at one position of the prompt (column, labelled by the token there): the "
@@ -21,6 +23,21 @@ CAPTION = ("Each cell is one loop (row) at one position of the prompt (column, l
            "last loop is the model's own next-token distribution; a column whose top token settles early is one "
            "the later loops only confirm.")
 
+
+
+def lens_page_file(path: Path) -> bool:
+    """Whether `path` is a page the workbench generated, as `lens_page` is: HTML whose generator tag names the
+    workbench."""
+    if not path.name.endswith(".html"):
+        return False
+    try:
+        return b"name='generator' content='workbench" in path.read_bytes()
+    except OSError:
+        return False
+
+
+# What `lens --html` writes, handed to the output gate: one HTML file, replaced only when the workbench generated it.
+LENS_OUTPUT = OutputKind("lens page", FILES, owns=lens_page_file)
 
 def lens_figure(frame: pd.DataFrame, prompt_index: int, lens: str = "coda") -> go.Figure:
     """Loop x position heatmap of the top-1 token (text) and its probability (colour) for one prompt and lens."""

@@ -36,9 +36,10 @@ from workbench.analysis.headlines import (
 from workbench.analysis.readings import battery_notes
 from workbench.analysis.results import compare_results, load_results, read_summary
 from workbench.errors import WorkbenchError
-from workbench.io import json_value, write_bytes_atomic
+from workbench.io import write_bytes_atomic
 from workbench.plots.registry import build_all, captions, part_names, sections
 from workbench.plots.selection import angular_distance_figure, stage2_figure, stage2_frame
+from workbench.readers import json_value
 
 REPORT = "report.html"
 BLOCK_SELECTION = "block_selection.json"

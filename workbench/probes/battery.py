@@ -26,6 +26,7 @@ staging directory and moved into place at the end, so a failed battery leaves no
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import shutil
 import time
@@ -41,23 +42,38 @@ from workbench.analysis.readings import chance
 from workbench.defaults import resolve, resolve_run
 from workbench.devices import device_record, resolve_device
 from workbench.errors import WorkbenchError
-from workbench.io import (
-    atomic_path,
-    gate_output,
-    mark_output,
-    read_toml,
-    write_json_atomic,
-)
+from workbench.gate import OUTPUT_MARKER, OutputKind, gate_output, mark_output
+from workbench.io import LOCK, atomic_path, write_json_atomic
 from workbench.models.looped import lacking
 from workbench.models.native import native_family
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
-from workbench.runs import UNTRAINED, load_checkpoint
+from workbench.readers import read_toml
+from workbench.runs import RUN_OUTPUT, UNTRAINED, load_checkpoint
 from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
 
 SELECTION_KEYS = ("manifest", "depths", "per_depth")
 BATTERY_KEYS = ("manifest", "batch_size", "name")
+RESULTS_FILES = ("summary.json", "report.html", OUTPUT_MARKER, LOCK)  # and *.parquet: what a results directory holds
+
+
+def older_results(path: Path) -> bool:
+    """Whether directory `path` holds probe results written before the output marker existed: only a probe's own
+    files (*.parquet, summary.json whose created_by names the workbench, report.html)."""
+    try:
+        created_by = json.loads((path / "summary.json").read_text()).get("created_by", "")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return str(created_by).startswith("workbench") and all(
+        p.is_file() and not p.is_symlink() and (p.suffix == ".parquet" or p.name in RESULTS_FILES)
+        for p in path.iterdir())
+
+
+# What `probe` writes, handed to the output gate: a results directory written whole and moved in; --overwrite
+# replaces one the workbench marked, or one a probe wrote before the marker existed. Results may sit inside a run
+# (the keepers' RUN/battery), so the run is asked to recognise its own (`beside`).
+RESULTS_OUTPUT = OutputKind("results", owns=older_results)
 
 
 # ----------------------------------------------------------------------------- the battery file
@@ -185,7 +201,8 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     reading = [*{o["manifest"] for o in todo.values()}, resolve_run(str(checkpoint).removeprefix(UNTRAINED)),
                spec["path"]]
     manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}  # checked first
-    gate = gate_output(out, "probe", overwrite=overwrite, reading=reading)  # before any work; held to the move
+    gate = gate_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=overwrite, reading=reading,  # before any work;
+                       beside=(RUN_OUTPUT,))                                                  # held to the move
     out = Path(out)
     used, precision_record = resolve_precision(precision, run_on)
     if progress and precision != "fp32":

@@ -43,8 +43,10 @@ from tqdm.auto import tqdm
 from workbench import runs
 from workbench.analysis.stats import bootstrap_mean, paired_bootstrap, wilson
 from workbench.errors import WorkbenchError
-from workbench.io import read_json, read_toml, sha256_bytes, write_json_atomic
+from workbench.gate import EVERY_NAME, IN_PLACE, Continued, OutputKind
+from workbench.io import sha256_bytes, write_json_atomic
 from workbench.models.bases import load_base
+from workbench.readers import read_json, read_toml
 from workbench.selection.stage1 import split_texts, task_rows, window_ablation
 from workbench.tasks import build_rows
 from workbench.train.losses import make_batch
@@ -63,6 +65,26 @@ STAGE2 = "stage2.json"                  # the table, the ranking and the recomme
 RUNS = "runs"                           # one run directory per (window, seed)
 READINGS = "readings"                   # one ranking read per finished run (a resumed sweep does not re-read)
 DAMAGE = "damage.json"                  # Stage 1's untrained loop-2 damage of every candidate, for the agreement
+
+
+def holds_sweep(path: Path) -> bool:
+    """Whether directory `path` is a Stage 2 sweep (its plan is there), finished or not."""
+    return (Path(path) / SWEEP).exists()
+
+
+# What `select-block --stage2 train` writes, handed to the output gate: a directory written in place (its runs are
+# trained where they stand), new or empty, or with --resume one holding its plan to continue. A writer whose output
+# may meet a sweep hands this kind as `beside`: a sweep is never replaced, and nothing else is written into it.
+SWEEP_OUTPUT = OutputKind("sweep", IN_PLACE, owns=holds_sweep, continued=Continued(
+    entry=SWEEP,
+    what="a Stage 2 sweep",
+    keeps=EVERY_NAME,
+    not_a_directory="output '{p}' exists and is not a directory",
+    holds_another=f"output directory '{{p}}' is not empty and holds no Stage 2 sweep ({SWEEP}); a sweep writes into a "
+                  "new or empty directory or one it can resume",
+    holds_one="output directory '{p}' holds a Stage 2 sweep; pass --resume to continue it or choose another --out "
+              "(its training runs are never replaced)",
+    nothing_to_resume="--resume: '{p}' holds no Stage 2 sweep to continue; drop --resume to start one"))
 
 
 @dataclass(frozen=True)

@@ -16,9 +16,30 @@ from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from workbench.errors import WorkbenchError
+from workbench.gate import FILES, OutputKind
 from workbench.io import write_bytes_atomic
 
 SIDECAR_SUFFIX = ".manifest.json"
+
+
+def manifest_file(path: Path) -> bool:
+    """Whether `path` is half of a manifest the workbench wrote: a sidecar holding the rows' digest, or rows
+    (`F.jsonl`) whose sidecar is one."""
+    path = Path(path)
+    if path.name.endswith(SIDECAR_SUFFIX):
+        try:
+            sidecar = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return False
+        return isinstance(sidecar, dict) and "rows_sha256" in sidecar
+    if path.name.endswith(".jsonl"):
+        return manifest_file(path.with_name(path.name[:-len(".jsonl")] + SIDECAR_SUFFIX))
+    return False
+
+
+# What `rows` writes, handed to the output gate (once for F.jsonl, once for its sidecar): each replaced only with
+# --overwrite, and only when it is a manifest's own half.
+ROWS_OUTPUT = OutputKind("rows", FILES, owns=manifest_file)
 
 
 class Manifest(NamedTuple):

@@ -44,8 +44,8 @@ import tomllib
 
 from workbench.defaults import EMBEDDED_DEFAULT, MAX_DROP_POINTS, ORACLE_DEPTH_COST, ORACLE_MARGIN, REHEARSAL_SOURCES
 from workbench.errors import WorkbenchError
-from workbench.io import read_toml
 from workbench.loop.config import MAX_LOOPS, LoraSettings, RetrofitConfig
+from workbench.readers import read_toml
 from workbench.train.declared import (
     above,
     at_least,

@@ -24,8 +24,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from workbench.errors import WorkbenchError
-from workbench.io import atomic_path, read_json, sha256_file, write_json_atomic
+from workbench.io import atomic_path, sha256_file, write_json_atomic
 from workbench.models.bases import weights_sha256
+from workbench.readers import read_json
 from workbench.runs import CHECKPOINTS, FORMAT, PROVENANCE, RUN_FILES, TRAINABLE, StateView, load_trained, trained_state
 from workbench.train.sharding import full  # an FSDP2-sharded model hashes its full tensors
 

@@ -34,7 +34,8 @@ from workbench import runs
 from workbench.defaults import resolve
 from workbench.devices import device_record, training_accelerator
 from workbench.errors import WorkbenchError
-from workbench.io import gate_output, locked_dir, safe_child, write_bytes_atomic, write_json_atomic
+from workbench.gate import gate_output, safe_child
+from workbench.io import locked_dir, write_bytes_atomic, write_json_atomic
 from workbench.loop.config import LoraSettings, RetrofitConfig
 from workbench.loop.halting import oracle_labels
 from workbench.loop.surgery import retrofit
@@ -372,7 +373,7 @@ class Trainer:
         reading = [*self.inputs, *([self.recipe_dir / parent, Path(parent)] if parent else [])]
         if self.resume:  # a run resumed from its own recipe.toml reads it: that is not writing over an input
             reading = [r for r in reading if Path(r).resolve() != (self.run_dir / runs.RECIPE).resolve()]
-        return gate_output(self.run_dir, "train", kind="run", resume=self.resume, reading=reading)
+        return gate_output(self.run_dir, "train", kind=runs.RUN_OUTPUT, resume=self.resume, reading=reading)
 
     def _run(self, stop_after: int | None) -> dict:
         if self.looped is None:

@@ -16,7 +16,9 @@ from scipy import stats as sps
 from workbench.analysis.results import read_table
 from workbench.defaults import DATA, data_root
 from workbench.errors import WorkbenchError
-from workbench.io import read_json, read_toml, write_bytes_atomic
+from workbench.gate import FILES, OutputKind
+from workbench.io import write_bytes_atomic
+from workbench.readers import read_json, read_toml
 
 CLAIMS_FILE = DATA / "claims.toml"
 ROOT = data_root()   # the checkout's root, or an installed package's data: training/keepers/<specimen>
@@ -336,6 +338,29 @@ def ledger_html(rows: list[dict]) -> str:
 
 
 LEDGER_FILES = ("LEDGER.md", "ledger.html", "ledger.json")  # what `write_ledger` writes
+
+
+def ledger_file(path: Path) -> bool:
+    """Whether `path` is one of the ledger's files that the workbench wrote, told from its content: LEDGER.md's
+    title, ledger.json's rows with a verdict each, ledger.html's title."""
+    try:
+        head = path.read_bytes()[:1 << 16] if path.suffix != ".html" else path.read_bytes()
+    except OSError:
+        return False
+    if path.name == "LEDGER.md":
+        return head.startswith(b"# Claims ledger") or b"workbench claims" in head
+    if path.name == "ledger.json":
+        try:
+            rows = json.loads(path.read_bytes())
+        except (OSError, ValueError):
+            return False
+        return isinstance(rows, list) and all(isinstance(r, dict) and "verdict" in r for r in rows)
+    return path.name.endswith(".html") and b"<title>Claims ledger</title>" in head
+
+
+# What `claims --out` writes, handed to the output gate: LEDGER_FILES in one directory, each replaced only when it
+# is a ledger the workbench wrote.
+LEDGER_OUTPUT = OutputKind("ledger", FILES, owns=ledger_file)
 
 
 def write_ledger(out: str | Path, rows: list[dict]) -> list[Path]:

@@ -35,7 +35,7 @@ from workbench.analysis.headlines import ranges
 from workbench.analysis.stats import PairedCounts, paired_counts, paired_difference
 from workbench.defaults import INSTALL_BAR, MAX_DROP_POINTS, REHEARSAL_SOURCES
 from workbench.errors import WorkbenchError
-from workbench.io import read_json, read_toml
+from workbench.readers import read_json, read_toml
 
 
 # ----------------------------------------------------------------------------- measures

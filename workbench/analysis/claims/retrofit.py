@@ -27,7 +27,7 @@ from workbench.analysis.claims.ledger import (
 )
 from workbench.analysis.stats import fisher, paired_counts
 from workbench.defaults import INSTALL_BAR
-from workbench.io import read_json
+from workbench.readers import read_json
 
 
 # ----------------------------------------------------------------------------- measures
