@@ -119,7 +119,7 @@ KINDS = {
     "report": ("workbench.commands.report", "REPORT_OUTPUT", set()),
     "figures": ("workbench.plots.export", "FIGURES_OUTPUT", set()),
     "claims": ("workbench.analysis.claims.ledger", "LEDGER_OUTPUT", set()),
-    "rows": ("workbench.tasks.manifest", "ROWS_OUTPUT", set()),
+    "rows": ("workbench.tasks.manifest", "ROWS_OUTPUT", {"run"}),
     "lens --html": ("workbench.plots.prompt_lens", "LENS_OUTPUT", set()),
     "export_run": ("workbench.runs", "EXPORT_OUTPUT", {"run"}),
 }
@@ -448,6 +448,24 @@ def test_export_run_goes_through_the_gate_and_never_into_its_own_run(monkeypatch
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_file_writers_write_nothing_into_a_run(capsys, monkeypatch, tmp_path):
+    """report, figures, claims and compare never load the run format (no torch), so they are not handed the run's
+    kind: their files go only into a directory that is new, empty, the workbench's, or theirs (or beside their
+    results), and a report is an .html page, never one of a run's names."""
+    run = tmp_path / "run"
+    shutil.copytree(KEEPER, run, ignore=shutil.ignore_patterns("arms", "battery*", "final", "loops", "verbal*"))
+    res = ROOT / "training" / "keepers" / "smollm2-chase-anneal" / "battery"
+    for args, fragment in ((("claims", "--out", run), "which claims did not write"),
+                           (("compare", res, res, "--out", run), "which compare did not write"),
+                           (("figures", "--results", res, "--format", "html", "--out", run), "which figures did not"),
+                           (("report", res, "--out", run / "checkpoints"), "must end in .html")):
+        _refused(capsys, monkeypatch, tmp_path, *args, fragment=fragment)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "thesis.tex").write_text("mine")
+    _refused(capsys, monkeypatch, tmp_path, "claims", "--out", mine, fragment="'thesis.tex', which claims did not")
+
+
 def test_results_inside_a_run_it_reads_but_never_its_own_names(tmp_path):
     from workbench.commands.report import REPORT_OUTPUT
 
@@ -462,3 +480,14 @@ def test_results_inside_a_run_it_reads_but_never_its_own_names(tmp_path):
             gate_output(run / name, "train", kind=RUN_OUTPUT)  # a run asks itself: no run inside a run's own names
     with pytest.raises(WorkbenchError, match="which is a file"):
         gate_output(run / "recipe.toml" / "x.html", "report", kind=REPORT_OUTPUT)
+
+
+def test_rows_never_writes_a_file_a_run_keeps(capsys, monkeypatch, tmp_path):
+    """A frozen manifest is a file, but not one of a run's: a run that has not written its metrics.jsonl yet (started,
+    no step logged) still keeps the name, and `rows --out RUN/metrics.jsonl` is refused, the run untouched."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.toml").write_text('name = "x"\n')
+    _refused(capsys, monkeypatch, tmp_path, "rows", "--task", "chase", "--depths", "1-2", "--seed", "1",
+             "--out", run / "metrics.jsonl", fragment="names a training run's own file")
+    assert sorted(p.name for p in run.iterdir()) == ["recipe.toml"]

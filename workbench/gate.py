@@ -216,6 +216,13 @@ def _repository_root(target: Path) -> bool:
     return (target / ".git").exists() or target == Path(target.anchor) or target == _resolve(Path.home(), "home")
 
 
+def _head(path: Path) -> bytes:
+    try:
+        return path.read_bytes()[:200] if path.is_file() else b""
+    except OSError:
+        return b""
+
+
 def _empty(path: Path) -> bool:
     return not any(e.name != LOCK for e in path.iterdir())
 
@@ -297,7 +304,8 @@ class Gate:
         {FILES: self._files, IN_PLACE: self._in_place, WHOLE: self._directory}[self.kind.layout]()
 
     def _files(self) -> None:
-        """Files: each replaced only when its kind's writer wrote it, and only with --overwrite."""
+        """Files: each replaced only when its kind's writer wrote it, and only with --overwrite; files named inside
+        --out go into a directory that is new or empty, the workbench's, or one they are written beside."""
         p = self.path
         if self.names:
             if p.exists() and not p.is_dir():
@@ -317,6 +325,18 @@ class Gate:
                 if not self.overwrite:
                     raise WorkbenchError(f"--out: '{shown}' already exists; choose another file, or pass "
                                          "--overwrite to replace it")
+        foreign = self.names and p.is_dir() and self._foreign(self.target)
+        if foreign:
+            raise WorkbenchError(f"--out '{p}' holds '{foreign.name}', which {self.command} did not write; write its "
+                                 "files into a new or empty directory, or one the workbench wrote")
+
+    def _foreign(self, folder: Path) -> Path | None:
+        """The first entry of `folder` that is neither the kind's own nor read by this command (a comparison is
+        written beside the results it reads), unless `folder` carries a command's output marker."""
+        if b'"written_by": "workbench ' in _head(folder / OUTPUT_MARKER):
+            return None
+        return next((e for e in sorted(folder.iterdir()) if e.name not in (OUTPUT_MARKER, LOCK)
+                     and e not in self.reading and not self.kind.wrote(e)), None)
 
     def _in_place(self) -> None:
         """A directory written in place: new, empty, or (with --resume) one of its kind to continue."""

@@ -38,11 +38,14 @@ def report(
     """Write the HTML report of a results directory: headlines with intervals (beside a control), the claims
     ledger when present, captioned figures, provenance; works offline."""
     from workbench.analysis.results import load_results
+    from workbench.errors import WorkbenchError
     from workbench.gate import dir_inputs, gate_output
     from workbench.plots.report import REPORT, write_report
 
     gate = gate_output(out or results_dir / REPORT, "report", kind=REPORT_OUTPUT, overwrite=True,  # before any work
                        reading=dir_inputs(results_dir, control, exclude=(REPORT,)))
+    if out is not None and out.suffix != ".html":  # after the gate's own refusals; never a name a run keeps
+        raise WorkbenchError(f"--out '{out}' must end in .html: the report is one HTML page")
     ui = Output(quiet, as_json)
     path = write_report(results_dir, out, control=control, before_write=gate.recheck, progress=ui.progress)
     n = len(load_results(results_dir))

@@ -40,7 +40,9 @@ FIGURE_SUFFIXES = (".pdf", ".svg", ".png", ".html", ".csv", ".js")  # what an ex
 
 
 def figure_file(path: Path) -> bool:
-    """Whether `path` is a file an export wrote: a figure's suffix, in a folder an export marked."""
+    """Whether `path` is what an export wrote: a folder an export marked, or a file with a figure's suffix in one."""
+    if path.is_dir():
+        return not path.is_symlink() and marked_by(path, "figures")
     return path.suffix in FIGURE_SUFFIXES and marked_by(path.parent, "figures")
 
 
