@@ -112,9 +112,9 @@ KINDS = {
     "demo": ("workbench.commands.demo", "DEMO_OUTPUT", {"run", "sweep"}),
     "select-block": ("workbench.commands.select_block", "SELECTION_OUTPUT", {"run", "sweep"}),
     "select-block --stage2 train": ("workbench.selection.stage2", "SWEEP_OUTPUT", {"run", "sweep"}),
-    "train": ("workbench.runs", "RUN_OUTPUT", {"run"}),
-    "launch": ("workbench.runs", "RUN_OUTPUT", {"run"}),
-    "probe": ("workbench.probes.battery", "RESULTS_OUTPUT", {"run"}),
+    "train": ("workbench.runs", "RUN_OUTPUT", {"run", "sweep"}),
+    "launch": ("workbench.runs", "RUN_OUTPUT", {"run", "sweep"}),
+    "probe": ("workbench.probes.battery", "RESULTS_OUTPUT", {"run", "sweep"}),
     "compare": ("workbench.commands.compare", "COMPARE_OUTPUT", set()),
     "report": ("workbench.commands.report", "REPORT_OUTPUT", set()),
     "figures": ("workbench.plots.export", "FIGURES_OUTPUT", set()),
@@ -491,3 +491,17 @@ def test_rows_never_writes_a_file_a_run_keeps(capsys, monkeypatch, tmp_path):
     _refused(capsys, monkeypatch, tmp_path, "rows", "--task", "chase", "--depths", "1-2", "--seed", "1",
              "--out", run / "metrics.jsonl", fragment="names a training run's own file")
     assert sorted(p.name for p in run.iterdir()) == ["recipe.toml"]
+
+
+@pytest.mark.parametrize("writer", ["train", "probe"])
+def test_nothing_but_the_sweep_writes_into_a_sweep(capsys, monkeypatch, tmp_path, writer):
+    """A Stage 2 sweep keeps every name in it: a run or results written directly inside one under a name of a run's
+    (`checkpoints`, which would make the sweep read as a run) is refused, as the gate refused it before the kinds were
+    split, and the sweep is untouched."""
+    sweep = tmp_path / "sweep"
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text("{}")
+    args = {**_writer_args(tmp_path)}[writer]
+    args = [*args[:args.index("--out") + 1], sweep / "checkpoints"]
+    _refused(capsys, monkeypatch, tmp_path, *args, fragment="Stage 2 sweep")
+    assert sorted(p.name for p in sweep.iterdir()) == ["sweep.json"]

@@ -171,7 +171,7 @@ EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is 
 def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | os.PathLike, rows: str | None = None,
                 only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
                 progress: bool = True, precision: str = "fp32", finish: Callable[[Path], None] | None = None,
-                device: str | None = None) -> dict:
+                device: str | None = None, beside: tuple[OutputKind, ...] = ()) -> dict:
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:
@@ -187,6 +187,8 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
         finish: called with the staging directory once tables and summary.json are in it, before it
             replaces `out` (the probe command writes the report there: computation never draws).
         device: "auto" (None), "cpu", "cuda" or "cuda:N" (`workbench.devices`), recorded in the summary.
+        beside: output kinds of directories written in place the results may meet besides runs (the command hands
+            a Stage 2 sweep's, `workbench.selection.stage2.SWEEP_OUTPUT`).
     """
     start = time.perf_counter()
     run_on = resolve_device(device)   # before anything is read or written: a bad name is one line
@@ -202,7 +204,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
                spec["path"]]
     manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}  # checked first
     gate = gate_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=overwrite, reading=reading,  # before any work;
-                       beside=(RUN_OUTPUT,))                                                  # held to the move
+                       beside=(RUN_OUTPUT, *beside))                                                  # held to the move
     out = Path(out)
     used, precision_record = resolve_precision(precision, run_on)
     if progress and precision != "fp32":
