@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,6 +69,7 @@ def copy_package(dest: Path) -> Path:
     return dest
 
 
+@pytest.mark.slow  # four fresh interpreters on a copy of the package: about a minute; `make test` runs it
 def test_a_probe_dropped_into_the_package_reaches_the_battery_the_report_and_the_figures(tmp_path):
     pkg = copy_package(tmp_path / "checkout")
     (pkg / "workbench" / "probes" / "first_loop.py").write_text(FIRST_LOOP)
