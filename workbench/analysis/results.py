@@ -36,6 +36,12 @@ def read_table(path: str | os.PathLike) -> pd.DataFrame:
         raise WorkbenchError(f"{path}: not a readable parquet table ({str(err).splitlines()[0][:100]})") from None
 
 
+def probes_run(results_dir: str | os.PathLike) -> list[str]:
+    """The probes a results directory's summary.json says ran, whose main table (`<name>.parquet`) is there."""
+    return [name for name in (read_summary(results_dir).get("probes") or {})
+            if (Path(results_dir) / f"{name}.parquet").is_file()]
+
+
 def read_summary(results_dir: str | os.PathLike) -> dict:
     """Returns the parsed summary.json of `results_dir`, or {} when there is none."""
     path = Path(results_dir) / SUMMARY

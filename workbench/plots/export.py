@@ -21,7 +21,7 @@ import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 from tqdm.auto import tqdm
 
-from workbench.analysis.results import load_results, read_summary
+from workbench.analysis.results import load_results, probes_run
 from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
 from workbench.gate import FILES, OutputKind, dir_inputs, gate_output, mark_output, marked_by, safe_child
@@ -73,11 +73,6 @@ def default_spec(results: Iterable[str] = ()) -> list[FigureSpec]:
     return [FigureSpec(figure_key(b), WIDTHS_IN["double"], HEIGHTS_IN["double"])
             for bs in figures(results).values() for b in bs]
 
-
-def probes_in(results: Iterable[str | os.PathLike]) -> list[str]:
-    """The probes the results directories' summary.json files say ran, whose main table is there."""
-    return sorted({name for r in results for name in (read_summary(r).get("probes") or {})
-                   if (Path(r) / f"{name}.parquet").is_file()})
 
 
 def load_spec(path: str | os.PathLike) -> tuple[list[FigureSpec], int]:
@@ -271,7 +266,7 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
         raise WorkbenchError(f"format '{fmt}' is unknown; accepted: {', '.join(FORMATS)}")
     if not results:
         raise WorkbenchError("no results directory given; pass --results DIR")
-    ran = probes_in(results)
+    ran = sorted({name for r in results for name in probes_run(r)})
     spec = default_spec(ran) if spec is None else spec
     done = Export()
     folders = [Path(r).resolve().name for r in results]

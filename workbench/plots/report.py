@@ -17,7 +17,7 @@ import html
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable
 
 import pandas as pd
 from plotly.offline import get_plotlyjs
@@ -34,7 +34,7 @@ from workbench.analysis.headlines import (
     judged_predictions,
 )
 from workbench.analysis.readings import battery_notes
-from workbench.analysis.results import compare_results, load_results, read_summary
+from workbench.analysis.results import compare_results, load_results, probes_run, read_summary
 from workbench.errors import WorkbenchError
 from workbench.io import write_bytes_atomic
 from workbench.plots.registry import build_all, captions, part_names, sections
@@ -365,10 +365,6 @@ def section_heads(results: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
             **{name: (s.title, s.about) for name, s in sections(results).items()}}
 
 
-def probes_run(summary: Mapping, tables: Mapping[str, pd.DataFrame]) -> list[str]:
-    """The probes a results directory's summary.json says ran, whose main table is present."""
-    return [name for name in (summary.get("probes") or {}) if name in tables]
-
 
 def _beside(mine: str, theirs: str, control: str) -> str:
     """The specimen's figure and the control's same figure side by side, each labelled."""
@@ -427,7 +423,7 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
     control_headlines = report_headlines(control) if control is not None else None
     claims = read_claims(results_dir)
     control_tables = load_results(control) if control is not None else None
-    ran = probes_run(summary, tables)
+    ran = probes_run(results_dir)
     known, sections = section_heads(ran), _sections(results_dir, tables, control and Path(control), control_tables,
                                                     progress, ran)
     shown = {n for n, _ in sections} | {part for n, _ in sections for part in part_names(n)}
