@@ -117,3 +117,35 @@ def test_stage2_on_the_sweep_moves_the_head_alone_and_logs_the_oracle(write_reci
     (sweep,) = [m for m in metrics if m["kind"] == "halting_sweep"]
     assert sweep["rows"] == 12 and sweep["step"] == 2 and len(sweep["continue_rate"]) == 4
     assert set(sweep["mean_target_by_depth"]) <= {"1", "2", "3"} and 1 <= sweep["mean_target"] <= 4
+
+
+def test_heads_on_one_frozen_model_read_one_cached_sweep(write_recipe, tmp_path, monkeypatch):
+    """A second Stage 2 run on the same frozen model and rows reads the first's sweep from the cache and trains the
+    same head as a run that computes it (cache off); a different pooling is another sweep."""
+    import json
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+
+    def run(name, pooling="mean", cache="1"):
+        monkeypatch.setenv("WORKBENCH_SWEEP_CACHE", cache)
+        recipe = write_recipe(model={"block": "2:4", "reentry": "inject", "halting": True, "halting_pooling": pooling},
+                              train={"block": False}, sampler={"max": 4}, halting={"oracle_max": 4, "sweep": 12},
+                              stages=[{"kind": "sampled", "depths": [1, 2, 3], "steps": 2},
+                                      {"kind": "halting", "depths": [1, 2, 3], "steps": 3}])
+        train(recipe, out=tmp_path / name, progress=False)
+        metrics = [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+        (sweep,) = [m for m in metrics if m["kind"] == "halting_sweep"]
+        return sweep, load_file(str(tmp_path / name / "trainable.safetensors"))
+
+    first, a = run("first")
+    second, b = run("second")
+    off, c = run("off", cache="0")
+    last, _ = run("last", pooling="last")
+    assert (first["cache"], second["cache"], off["cache"], last["cache"]) == ("written", "read", "off", "written")
+    assert first["sweep_key"] == second["sweep_key"] != last["sweep_key"] and off["sweep_key"] is None
+    assert len(list((tmp_path / "cache" / "halting-sweeps").glob("*.safetensors"))) == 2
+    for k in a:   # the cached sweep trains exactly the head that the computed one trains
+        assert torch.equal(a[k], b[k]) and torch.equal(a[k], c[k]), k
+    for key in ("continue_rate", "mean_target", "mean_target_by_depth"):
+        assert first[key] == second[key] == off[key], key
+    assert any(not torch.equal(a[k], torch.zeros_like(a[k])) for k in a if k.startswith("halting."))

@@ -45,7 +45,7 @@ from workbench.tasks import build_rows, task_row
 from workbench.tasks.manifest import row_ids_sha256, rows_sha256
 from workbench.tasks.reader import reads_symbol
 from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
-from workbench.train import rundir
+from workbench.train import rundir, sweep_cache
 from workbench.train.compiling import compile_limits
 from workbench.train.engine import Engine, make_engine
 from workbench.train.evaluate import evaluate, evaluate_dense, park_reading
@@ -270,17 +270,29 @@ class Trainer:
         size = self.recipe.eval.batch_size
         batches = (make_batch(rows[i:i + size], self.tok, device=self.device) for i in range(0, len(rows), size))
         t0 = time.perf_counter()
-        was_training = self.looped.training
-        self.looped.eval()
-        with tqdm(total=len(rows), desc="oracle sweep", leave=False, dynamic_ncols=True,
-                  disable=not (self.progress and self.acc.is_main_process)) as bar:
-            losses, z = halting_sweep(self.looped, batches, h.oracle_max, progress=bar.update)
-        self.looped.train(was_training)
+        # one process: the sweep is read from the cache when the same frozen model, rows and loops computed it before
+        # (a sweep of heads on one Stage 1 model, `workbench.train.sweep_cache`); several ranks compute their own
+        key = (sweep_cache.sweep_key(self.looped, rows, h.oracle_max, size,
+                                     json.dumps(self.precision_record, sort_keys=True, default=str), self.device)
+               if sweep_cache.enabled() and self.acc.num_processes == 1 else None)
+        cached = sweep_cache.read_sweep(key, len(rows), h.oracle_max) if key else None
+        if cached is not None:
+            losses, z = (t.to(self.device) for t in cached)
+        else:
+            was_training = self.looped.training
+            self.looped.eval()
+            with tqdm(total=len(rows), desc="oracle sweep", leave=False, dynamic_ncols=True,
+                      disable=not (self.progress and self.acc.is_main_process)) as bar:
+                losses, z = halting_sweep(self.looped, batches, h.oracle_max, progress=bar.update)
+            self.looped.train(was_training)
+            if key:
+                sweep_cache.write_sweep(key, losses, z)
         labels = oracle_labels(losses, margin=h.margin, depth_cost=h.depth_cost)
         target = (labels < 0.5).float().argmax(1) + 1
         depths = sorted({r["depth"] for r in rows})
         self._log({"kind": "halting_sweep", "step": start, "rows": len(rows), "loops": h.oracle_max,
-                   "seconds": round(time.perf_counter() - t0, 2),
+                   "seconds": round(time.perf_counter() - t0, 2), "cache": "off" if key is None else
+                   "read" if cached is not None else "written", "sweep_key": key,
                    "continue_rate": [round(float(v), 4) for v in labels.mean(0)],
                    "mean_target": round(float(target.float().mean()), 4),
                    "mean_target_by_depth": {str(d): round(float(target[[r["depth"] == d for r in rows]]
