@@ -132,3 +132,36 @@ def test_the_park_model_rereads_its_committed_overshoot_cells():
         assert (got["predicted"] == got["predicted_committed"]).all()
         decidable = got[~got["coincide"]]
         assert (decidable["predicted"] == decidable["park_symbol"]).mean() >= 0.5
+
+
+@pytest.mark.slow
+def test_the_park_mix_model_rereads_its_committed_depth_matrix():
+    """The depth-mix park model the park-* halting rows read (issue 44 item 1): 8 rows of a parked depth (2) and of
+    an iterated one (6), read again from the committed tensors to 7 loops, give the committed predictions; over
+    the 32 committed rows the depth-2 rows hold their answer at loop 7 and the depth-6 rows leave it."""
+    from workbench.runs import load_run
+    from workbench.tasks.reader import read_rows
+
+    run = ROOT / "training" / "keepers" / "smollm2-chase-park-mix"
+    committed = pd.read_parquet(run / "battery" / "depth_matrix.parquet")
+    looped, tok, info = load_run(run)
+    assert info["provenance"]["status"] == "finished"
+    rows = {r["row_id"]: r for r in read_manifest_rows()}
+    for depth in (2, 6):
+        want = committed[committed["depth"] == depth]
+        ids = sorted(want["row_id"].unique())[:8]
+        frame = read_rows(looped, tok, [rows[i] for i in ids], loops=7).frame()
+        got = frame.merge(want[want["row_id"].isin(ids)], on=["row_id", "loop"], suffixes=("", "_committed"),
+                          validate="one_to_one")
+        assert len(got) == 8 * 7 and (got["predicted"] == got["predicted_committed"]).all()
+        at = got[got["loop"] == depth]
+        assert at["correct"].mean() >= 0.71
+        grid = want.pivot(index="row_id", columns="loop", values="predicted")   # all 32 committed rows
+        held = (grid[7] == grid[depth]).mean()
+        assert held >= 0.71 if depth == 2 else held <= 0.29   # depth 2 parks on x_2; depth 6 goes on to x_7
+
+
+def read_manifest_rows() -> list[dict]:
+    from workbench.tasks.manifest import read_manifest
+
+    return read_manifest(MANIFEST).rows
