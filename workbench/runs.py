@@ -281,8 +281,7 @@ def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
         raise WorkbenchError(f"'{dest}' already exists; remove it or choose another destination")
     if run_dir.resolve() in dest.resolve().parents:
         raise WorkbenchError(f"'{dest}' lies inside '{run_dir}', which this command reads; export elsewhere")
-    gate = gate_output(dest, "export", kind=EXPORT_OUTPUT, reading=[run_dir],  # before any work; re-checked
-                       beside=(RUN_OUTPUT,))                               # at the move
+    gate = gate_output(dest, "export", kind=EXPORT_OUTPUT, reading=[run_dir])  # before any work; re-checked at the move
     prov = verify_files(run_dir)
     tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
     tmp.mkdir(parents=True)
