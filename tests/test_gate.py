@@ -106,23 +106,31 @@ def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
 
 
 # ----------------------------------------------------------------------------- each writer declares its output
-# Each writer's output kind, declared beside its code (module, name), and the kinds of directories written in place
-# it hands the gate to recognise their own (`beside`, plus its own kind when it writes in place).
+# Each writer's output kind, declared beside its code (module, name). Every gate asks every declared kind of directory
+# written in place (`workbench.places`: a run, a Stage 2 sweep) to recognise its own, whatever the writer hands.
 KINDS = {
-    "demo": ("workbench.commands.demo", "DEMO_OUTPUT", {"run", "sweep"}),
-    "select-block": ("workbench.commands.select_block", "SELECTION_OUTPUT", {"run", "sweep"}),
-    "select-block --stage2 train": ("workbench.selection.stage2", "SWEEP_OUTPUT", {"run", "sweep"}),
-    "train": ("workbench.runs", "RUN_OUTPUT", {"run", "sweep"}),
-    "launch": ("workbench.runs", "RUN_OUTPUT", {"run", "sweep"}),
-    "probe": ("workbench.probes.battery", "RESULTS_OUTPUT", {"run", "sweep"}),
-    "compare": ("workbench.commands.compare", "COMPARE_OUTPUT", set()),
-    "report": ("workbench.commands.report", "REPORT_OUTPUT", set()),
-    "figures": ("workbench.plots.export", "FIGURES_OUTPUT", set()),
-    "claims": ("workbench.analysis.claims.ledger", "LEDGER_OUTPUT", set()),
-    "rows": ("workbench.tasks.manifest", "ROWS_OUTPUT", {"run"}),
-    "lens --html": ("workbench.plots.prompt_lens", "LENS_OUTPUT", set()),
-    "export_run": ("workbench.runs", "EXPORT_OUTPUT", {"run"}),
+    "demo": ("workbench.commands.demo", "DEMO_OUTPUT"),
+    "select-block": ("workbench.commands.select_block", "SELECTION_OUTPUT"),
+    "select-block --stage2 train": ("workbench.selection.stage2", "SWEEP_OUTPUT"),
+    "train": ("workbench.runs", "RUN_OUTPUT"),
+    "launch": ("workbench.runs", "RUN_OUTPUT"),
+    "probe": ("workbench.probes.battery", "RESULTS_OUTPUT"),
+    "compare": ("workbench.commands.compare", "COMPARE_OUTPUT"),
+    "report": ("workbench.commands.report", "REPORT_OUTPUT"),
+    "figures": ("workbench.plots.export", "FIGURES_OUTPUT"),
+    "claims": ("workbench.analysis.claims.ledger", "LEDGER_OUTPUT"),
+    "rows": ("workbench.tasks.manifest", "ROWS_OUTPUT"),
+    "lens --html": ("workbench.plots.prompt_lens", "LENS_OUTPUT"),
+    "export_run": ("workbench.runs", "EXPORT_OUTPUT"),
 }
+
+
+def _every_writers_args(tmp: Path) -> dict[str, list]:
+    """`_writer_args` and the writers that are not a command of their own: each case of KINDS but export_run."""
+    return {**_writer_args(tmp),
+            "select-block --stage2 train": ["select-block", "--model", "tiny-llama", "--stage2", "train",
+                                            "--out", tmp / "out"],
+            "lens --html": ["lens", "tiny-llama", "--block", "1:2", "--prompt", "x", "--html", tmp / "l.html"]}
 
 
 def test_each_writer_hands_the_gate_the_kind_its_module_declares(monkeypatch, tmp_path):
@@ -130,10 +138,7 @@ def test_each_writer_hands_the_gate_the_kind_its_module_declares(monkeypatch, tm
 
     from workbench.runs import export_run
 
-    args = {**_writer_args(tmp_path),
-            "select-block --stage2 train": ["select-block", "--model", "tiny-llama", "--stage2", "train",
-                                            "--out", tmp_path / "out"],
-            "lens --html": ["lens", "tiny-llama", "--block", "1:2", "--prompt", "x", "--html", tmp_path / "l.html"]}
+    args = _every_writers_args(tmp_path)
     assert sorted(KINDS) == sorted([*args, "export_run"])
     assert set(_writers()) <= set(KINDS), "a command with --out declares no output kind here: add it"
 
@@ -144,7 +149,7 @@ def test_each_writer_hands_the_gate_the_kind_its_module_declares(monkeypatch, tm
                    "workbench.analysis.claims", "workbench.selection.stage2", "workbench.runs"):
         importlib.import_module(module)
     monkeypatch.setattr(output_gate.Gate, "_decide", reached)
-    for name, (module, attr, in_place) in KINDS.items():
+    for name, (module, attr) in KINDS.items():
         with pytest.raises(Reached) as exc:
             if name == "export_run":
                 export_run(KEEPER, tmp_path / "keeper")
@@ -152,7 +157,7 @@ def test_each_writer_hands_the_gate_the_kind_its_module_declares(monkeypatch, tm
                 cli.app([str(a) for a in args[name]], standalone_mode=False)
         declared = getattr(importlib.import_module(module), attr)
         assert exc.value.args[0] is declared, f"{name} handed {exc.value.args[0]!r}, not {module}.{attr}"
-        assert exc.value.args[1] == in_place, name
+        assert exc.value.args[1] == {"run", "sweep"}, name  # every declared kind written in place, asked by all
 
 
 def test_the_gate_takes_only_a_declared_kind_and_names_no_writers_file(tmp_path):
@@ -449,16 +454,15 @@ def test_export_run_goes_through_the_gate_and_never_into_its_own_run(monkeypatch
 
 
 def test_the_file_writers_write_nothing_into_a_run(capsys, monkeypatch, tmp_path):
-    """report, figures, claims and compare never load the run format (no torch), so they are not handed the run's
-    kind: their files go only into a directory that is new, empty, the workbench's, or theirs (or beside their
-    results), and a report is an .html page, never one of a run's names."""
+    """report, figures, claims and compare never load the run format (no torch), yet the gate asks the run's kind,
+    declared without it (`workbench.places`): their files never go into a run nor under one of its names."""
     run = tmp_path / "run"
     shutil.copytree(KEEPER, run, ignore=shutil.ignore_patterns("arms", "battery*", "final", "loops", "verbal*"))
     res = ROOT / "training" / "keepers" / "smollm2-chase-anneal" / "battery"
-    for args, fragment in ((("claims", "--out", run), "which claims did not write"),
-                           (("compare", res, res, "--out", run), "which compare did not write"),
-                           (("figures", "--results", res, "--format", "html", "--out", run), "which figures did not"),
-                           (("report", res, "--out", run / "checkpoints"), "must end in .html")):
+    for args, fragment in ((("claims", "--out", run), "holds a training run"),
+                           (("compare", res, res, "--out", run), "holds a training run"),
+                           (("figures", "--results", res, "--format", "html", "--out", run), "holds a training run"),
+                           (("report", res, "--out", run / "checkpoints"), "training run's own")):
         _refused(capsys, monkeypatch, tmp_path, *args, fragment=fragment)
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -471,7 +475,7 @@ def test_results_inside_a_run_it_reads_but_never_its_own_names(tmp_path):
 
     run = tmp_path / "run"
     shutil.copytree(KEEPER, run, ignore=shutil.ignore_patterns("arms", "battery", "final", "loops"))
-    probe = {"kind": RESULTS_OUTPUT, "beside": (RUN_OUTPUT,), "reading": [run]}  # as the battery asks
+    probe = {"kind": RESULTS_OUTPUT, "reading": [run]}  # as the battery asks: the run's kind is asked unhanded
     gate_output(run / "battery", "probe", **probe).release()  # the keepers' layout: RUN/battery
     for name in ("checkpoints", "metrics.jsonl", "trainable.safetensors"):
         with pytest.raises(WorkbenchError, match="training run's own"):
@@ -505,3 +509,137 @@ def test_nothing_but_the_sweep_writes_into_a_sweep(capsys, monkeypatch, tmp_path
     args = [*args[:args.index("--out") + 1], sweep / "checkpoints"]
     _refused(capsys, monkeypatch, tmp_path, *args, fragment="Stage 2 sweep")
     assert sorted(p.name for p in sweep.iterdir()) == ["sweep.json"]
+
+
+# ----------------------------------------------------------------------------- every writer asks every place
+# The directories written in place (a run, a Stage 2 sweep) are declared once (`workbench.places`) and asked by every
+# gate, so no writer can forget one. Each writer is sent at each of them: --out a name the place keeps (`inside`), or
+# the place itself carrying a forged output marker (`marked`: a marker alone never makes a run or a sweep the
+# workbench's own output to write into or replace). Writers whose --out is one file (and export_run, which refuses a
+# destination that exists) are sent to a name inside the place, with the marker there in the `marked` cases.
+PLACES = ("inside a run", "a marked run", "inside a sweep", "a marked sweep")
+FILE_WRITERS = {"report": ".html", "rows": ".jsonl", "lens --html": ".html", "export_run": ""}
+# Refused in the writer's own words where it writes in place and --out is the other place itself: a run directory
+# that holds no run, or a run already there without --resume.
+OWN_WORDS = {("train", "a marked run"): "already holds a run", ("launch", "a marked run"): "already holds a run",
+             ("train", "a marked sweep"): "holds no run", ("launch", "a marked sweep"): "holds no run",
+             ("select-block --stage2 train", "a marked run"): "holds no Stage 2 sweep"}
+
+
+class Passed(Exception):
+    """Raised by the patched gate once its real decision let the output through: the command would have written."""
+
+
+def _plant(tmp: Path, place: str) -> tuple[Path, str]:
+    """The place planted under `tmp` (a run in progress, before its first step: its recipe.toml alone; a Stage 2 sweep:
+    its plan alone), a forged marker in it for the `marked` cases; returns it and the words naming it."""
+    where = tmp / "place"   # a neutral name: a refusal must name the place by its kind, not by its path
+    where.mkdir()
+    if place.endswith("run"):
+        (where / "recipe.toml").write_text('name = "x"\n')
+    else:
+        (where / "sweep.json").write_text("{}")
+    if place.startswith("a marked"):
+        (where / OUTPUT_MARKER).write_text(json.dumps({"written_by": "workbench claims"}))
+    return where, "training run" if place.endswith("run") else "Stage 2 sweep"
+
+
+def _out_at(writer: str, place: str, where: Path) -> Path:
+    """Where `writer` is sent: a name `where` keeps (a run keeps checkpoints and metrics.jsonl, a sweep every name), or
+    `where` itself when the place is marked and --out is a directory."""
+    if place.startswith("a marked") and writer not in FILE_WRITERS:
+        return where
+    if place.endswith("sweep"):
+        return where / f"x{FILE_WRITERS.get(writer, '')}"
+    return where / ("metrics.jsonl" if writer == "rows" else "checkpoints")
+
+
+def _cases() -> list:
+    cases = []
+    for writer in KINDS:
+        for place in PLACES:
+            if writer == "lens --html" and place.endswith("run"):
+                continue  # a lens page is an .html file (its suffix is checked first) and a run keeps no such name
+            cases.append(pytest.param(writer, place, id=f"{writer} | {place}"))
+    return cases
+
+
+@pytest.mark.parametrize(("writer", "place"), _cases())
+def test_no_writer_writes_into_a_run_or_a_sweep(capsys, monkeypatch, tmp_path, writer, place):
+    """Planted: each writer's --out at a run or a sweep it does not hand the gate (before `workbench.places`, figures,
+    report, compare, claims and lens handed none, rows and export_run the run's only): refused by the gate itself,
+    one line, every file unchanged. The gate's real decision runs; one that lets the output through raises Passed
+    before any work, so a writer that would write there fails here without writing."""
+    from workbench.runs import export_run
+
+    assert sorted(KINDS) == sorted([*_every_writers_args(tmp_path), "export_run"])
+    where, words = _plant(tmp_path, place)
+    out = _out_at(writer, place, where)
+    decide = output_gate.Gate._decide
+
+    def decide_then_stop(self):
+        decide(self)
+        raise Passed(f"{self.command} --out {self.path}")
+
+    monkeypatch.setattr(output_gate.Gate, "_decide", decide_then_stop)
+    fragment = OWN_WORDS.get((writer, place), words)
+    before = checksums(tmp_path)
+    try:
+        if writer == "export_run":
+            with pytest.raises(WorkbenchError) as exc:
+                export_run(KEEPER, out)
+            assert fragment in str(exc.value) and "\n" not in str(exc.value), str(exc.value)
+        else:
+            res = ROOT / "training" / "keepers" / "smollm2-chase-anneal" / "battery"  # real results: real file names
+            args = {**_every_writers_args(tmp_path), "compare": ["compare", res, res, "--out", out],
+                    "report": ["report", res, "--out", out],
+                    "figures": ["figures", "--results", res, "--format", "html", "--out", out]}[writer]
+            flag = "--html" if writer == "lens --html" else "--out"
+            args = [*args[:args.index(flag) + 1], out, *args[args.index(flag) + 2:]]
+            code, _, err = invoke(capsys, monkeypatch, *args)
+            assert_clean_error(code, err, fragment)
+    except Passed as passed:
+        pytest.fail(f"the gate let {passed} through ({place})")
+    assert checksums(tmp_path) == before
+
+
+def test_a_declared_kind_written_in_place_is_asked_by_every_gate_while_it_lives(tmp_path):
+    """Declaring a kind written in place registers it (`OutputKind.__post_init__`): a gate asks it although no writer
+    hands it; a kind built for a moment is dropped with it, so a test's kind does not outlive the test."""
+    import gc
+
+    from workbench.gate import EVERY_NAME, IN_PLACE, Continued, OutputKind, in_place_kinds
+
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "plan.txt").write_text("x")
+    kind = OutputKind("mine", IN_PLACE, owns=lambda p: (p / "plan.txt").is_file(), continued=Continued(
+        entry="plan.txt", what="a planted place", keeps=EVERY_NAME, not_a_directory="{p}", holds_another="{p}",
+        holds_one="{p}"))
+    assert [k.name for k in in_place_kinds()][-1] == "mine"
+    with pytest.raises(WorkbenchError, match="lies inside a planted place"):
+        gate_output(mine / "x", "probe", kind=RESULTS_OUTPUT)
+    del kind
+    gc.collect()
+    assert [k.name for k in in_place_kinds()] == ["run", "sweep"]
+    gate_output(mine / "x", "probe", kind=RESULTS_OUTPUT).release()
+
+
+def test_the_places_are_declared_before_any_gate_whatever_is_imported():
+    """A fresh interpreter that imports the gate alone (and so `workbench/__init__`) has the run and the sweep
+    registered, without torch: a user's script that gates an output before importing any writer still asks both."""
+    code = ("import sys; from workbench.gate import in_place_kinds; "
+            "print(sorted(k.name for k in in_place_kinds()), 'torch' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.strip() == "['run', 'sweep'] False", out.stdout + out.stderr
+
+
+def test_every_kind_written_in_place_is_declared_in_places():
+    """A kind written in place is registered when its module is imported; `workbench/__init__` imports
+    `workbench.places`, so a kind declared in any other module could be missing when a gate runs."""
+    package = ROOT / "workbench"
+    elsewhere = sorted(str(p.relative_to(ROOT)) for p in package.rglob("*.py")
+                       if p.name not in ("gate.py", "places.py") and "IN_PLACE" in p.read_text())
+    assert elsewhere == []
+    assert "from workbench import places" in (package / "__init__.py").read_text()

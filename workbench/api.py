@@ -16,7 +16,6 @@ import pandas as pd
 from workbench.probes import PROBES
 from workbench.probes.battery import run_probe
 from workbench.selection.stage1 import resolve_block
-from workbench.selection.stage2 import SWEEP_OUTPUT
 from workbench.train.trainer import train
 
 if TYPE_CHECKING:
@@ -51,6 +50,5 @@ def probe(name: str, model: LoopedLM, tokenizer: PreTrainedTokenizerBase, rows: 
 def train_recipe(recipe_path: str | Path, out: str | Path | None = None, **options: Any) -> dict:
     """Trains a recipe into a run directory as `workbench train` does and returns its summary: the trainer
     (`workbench.train.trainer.train`, whose arguments `options` are) handed Stage 1 block selection for a recipe's
-    block = "auto" (`workbench.selection.stage1.resolve_block`), and the Stage 2 sweep's output kind, so that no run is
-    written inside a sweep."""
-    return train(recipe_path, out, choose_block=resolve_block, beside=(SWEEP_OUTPUT,), **options)
+    block = "auto" (`workbench.selection.stage1.resolve_block`)."""
+    return train(recipe_path, out, choose_block=resolve_block, **options)

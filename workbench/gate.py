@@ -5,13 +5,20 @@ the command's life, and re-checks at the moment of the write or the move (`Gate.
 tests/test_gate.py enumerates the CLI's commands and fails on a writer that does not reach it.
 
 The gate knows no writer's files and imports no writer (tests/test_imports.py). Each writer declares what it
-writes as an `OutputKind` beside the code that writes it (a run in `workbench.runs`, probe results in
-`workbench.probes.battery`, the figures in `workbench.plots.export`, ...) and hands it to the gate: how its output
-is laid out (a directory written whole, a directory written in place and continued, or files), how to tell an
-output of its own, and, for a directory written in place, which names inside it are its own and the words of its
-refusals. A writer whose output may meet a directory written in place by another (a training run, a Stage 2
-sweep) hands those kinds as well (`beside`): the gate asks each to recognise its own directory, which is then
-never replaced, nor written into under a name it keeps.
+writes as an `OutputKind` beside the code that writes it (probe results in `workbench.probes.battery`, the
+figures in `workbench.plots.export`, a run and a sweep in `workbench.places`, ...) and hands it to the gate: how
+its output is laid out (a directory written whole, a directory written in place and continued, or files), how to
+tell an output of its own, and, for a directory written in place, which names inside it are its own and the words
+of its refusals.
+
+The directories written in place (a training run, a Stage 2 sweep) are declared once, in `workbench.places`, and
+declaring such a kind registers it here (`OutputKind.__post_init__`, `in_place_kinds`): the gate asks every
+registered one to recognise its own directory, whatever the writer and whatever it hands, so that directory is never
+replaced, nor written into under a name it keeps, and no writer can forget a kind. Registering at declaration rather
+than by an explicit call means a new in-place kind cannot be declared and left unregistered; `workbench/__init__.py`
+imports `workbench.places`, so the package's kinds are registered before any gate runs whatever a user imported. A
+kind declared outside the package registers the same way when its module is imported; `beside` (`gate_output`) is
+left for such a kind a writer wants asked even before that.
 """
 
 from __future__ import annotations
@@ -88,6 +95,20 @@ class Continued:
     nothing_to_resume: str | None = None
 
 
+# Every kind of directory written in place declared so far, in declaration order (`OutputKind.__post_init__`). Held
+# weakly: a kind is asked while something holds it (a module declaring it holds it for good), and one built for a
+# moment (a test's) does not outlive its use.
+_DECLARED_IN_PLACE: list[weakref.ref] = []
+
+
+def in_place_kinds() -> tuple[OutputKind, ...]:
+    """Every declared kind of directory written in place (layout IN_PLACE), in declaration order: the kinds every gate
+    asks to recognise their own directory. The workbench's own are declared in `workbench.places`, which
+    `import workbench` imports."""
+    _DECLARED_IN_PLACE[:] = [ref for ref in _DECLARED_IN_PLACE if ref() is not None]
+    return tuple(k for ref in _DECLARED_IN_PLACE if (k := ref()) is not None)
+
+
 @dataclass(frozen=True)
 class OutputKind:
     """What one writer writes, declared beside the code that writes it and handed to `gate_output`.
@@ -98,7 +119,7 @@ class OutputKind:
         owns: whether an existing path is this writer's own, told from its content (never from the marker alone):
             for FILES, a file this writer wrote (only such a file is replaced); for WHOLE, a directory it wrote
             before the output marker existed; for IN_PLACE, a directory of its own, continued or finished (what
-            other writers, handed this kind as `beside`, never replace). None: nothing.
+            no other writer replaces: every gate asks each declared IN_PLACE kind). None: nothing.
         continued: for IN_PLACE, how the directory is continued and what it keeps (`Continued`).
     """
 
@@ -112,6 +133,8 @@ class OutputKind:
             raise ValueError(f"output kind {self.name!r}: layout {self.layout!r}")
         if (self.layout == IN_PLACE) != (self.continued is not None):
             raise ValueError(f"output kind {self.name!r}: `continued` goes with layout IN_PLACE, and only with it")
+        if self.layout == IN_PLACE:  # declared is registered: every gate asks it (`in_place_kinds`)
+            _DECLARED_IN_PLACE.append(weakref.ref(self))
 
     def wrote(self, path: Path) -> bool:
         """Whether this writer's `owns` recognises `path` as its own (never without an `owns`)."""
@@ -120,7 +143,7 @@ class OutputKind:
 
 def is_workbench_output(path: Path, kind: OutputKind) -> bool:
     """Whether directory `path` holds the output marker, or is one `kind` wrote before the marker existed
-    (`kind.owns`): what --overwrite may replace, unless a kind handed as `beside` keeps it."""
+    (`kind.owns`): what --overwrite may replace, unless a directory written in place recognises it as its own."""
     return (Path(path) / OUTPUT_MARKER).is_file() or kind.wrote(path)
 
 
@@ -235,8 +258,10 @@ class Gate:
                  beside=()):
         self.path, self.command, self.kind = Path(path), command, kind
         self.overwrite, self.names, self.resume = overwrite, tuple(names), resume
-        # the directories written in place that are asked to recognise their own: the kind's own, then `beside`
-        self.in_place = tuple(dict.fromkeys(((kind,) if kind.layout == IN_PLACE else ()) + tuple(beside)))
+        # the directories written in place that are asked to recognise their own: the kind's own, then `beside`, then
+        # every declared one (`in_place_kinds`), so no writer leaves one out
+        self.in_place = tuple(dict.fromkeys(((kind,) if kind.layout == IN_PLACE else ()) + tuple(beside)
+                                            + in_place_kinds()))
         self.reading = [_resolve(Path(r), "input") for r in reading if r is not None]
         self.target = self._check_path()
         key = str(self.target)
@@ -272,21 +297,27 @@ class Gate:
         """The kind, of those asked (`in_place`) other than the writer's own, that recognises directory `path`."""
         return next((k for k in self.in_place if k is not self.kind and k.wrote(path)), None)
 
+    def _keep(self, out: Path) -> None:
+        """Refused when the directory holding `out` is one written in place (`in_place`) that keeps `out`'s name."""
+        keeper = out.parent.is_dir() and next((k for k in self.in_place if out.name in k.continued.keeps
+                                               and k.wrote(out.parent)), None)
+        if keeper and keeper.continued.keeps is EVERY_NAME:
+            raise WorkbenchError(f"--out '{self.path}' lies inside {keeper.continued.what}, which no other output "
+                                 "writes into; choose another place")
+        if keeper:
+            raise WorkbenchError(f"--out '{self.path}' names {keeper.continued.what}'s own file or directory; choose "
+                                 "another name")
+
     def _decide(self) -> None:
         """The rules every output obeys, then those of its kind's layout."""
         p, target = self.path, self.target
+        if self.names:  # files written inside --out: --out itself is a name the directory above it may keep
+            self._keep(target)
         for out in self._outputs():
             above = next((a for a in out.parents if a.exists() and not a.is_dir()), None)
             if above is not None:
                 raise WorkbenchError(f"--out '{p}' lies under '{above}', which is a file")
-            keeper = out.parent.is_dir() and next((k for k in self.in_place if out.name in k.continued.keeps
-                                                   and k.wrote(out.parent)), None)
-            if keeper and keeper.continued.keeps is EVERY_NAME:
-                raise WorkbenchError(f"--out '{p}' lies inside {keeper.continued.what}, which no other output "
-                                     "writes into; choose another place")
-            if keeper:
-                raise WorkbenchError(f"--out '{p}' names {keeper.continued.what}'s own file or directory; choose "
-                                     "another name")
+            self._keep(out)
             for read in self.reading:
                 # An output inside a run it reads is allowed (keepers hold their battery results, RUN/battery),
                 # but never the input itself nor a directory that holds it.
@@ -430,14 +461,17 @@ def gate_output(path: str | os.PathLike, command: str, *, kind: OutputKind, over
         reading: every input the command reads (checkpoint, run, manifests, battery, spec, results).
         names: for files, the files written inside `path`.
         resume: for a directory written in place, continue the one that is there.
-        beside: the kinds of directories written in place by other writers (a run, a sweep) that this output may
-            meet: a directory one of them recognises as its own is never replaced nor written into as files, and
-            no output takes a name it keeps inside it.
+        beside: kinds of directories written in place to ask besides the declared ones. Every declared kind
+            (`in_place_kinds`: a run and a Stage 2 sweep, declared in `workbench.places`) is always asked, so the
+            workbench's writers hand none; this is for a kind declared outside the package whose module may not
+            have been imported yet. A directory one of them recognises as its own is never replaced nor written
+            into as files, and no output takes a name it keeps inside it.
     Refused, as one-line WorkbenchErrors: `..`-only or empty names, a symbolic link, a symlink loop, a
     repository root / home / filesystem root, an output that is, holds or sits inside an input, a path under
     a running training's lock or another workbench process's gate, a non-empty directory the workbench did
-    not write (or that a kind in `beside` keeps), a file the kind's writer did not write. Stale staging siblings
-    of killed writers are removed. The lock is held while the Gate lives (`with`, `release`, or the command's end).
+    not write (or that a directory written in place recognises as its own), a name such a directory keeps, a file
+    the kind's writer did not write. Stale staging siblings of killed writers are removed. The lock is held while
+    the Gate lives (`with`, `release`, or the command's end).
     """
     if not isinstance(kind, OutputKind):
         raise TypeError(f"kind {kind!r}: the writer's OutputKind, declared beside its code")

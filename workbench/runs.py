@@ -22,6 +22,10 @@ into its directory, `export_run` copies a finished run without its checkpoints, 
 model, `untrained:RUN_DIR`, `untrained:BASE:A:B`, and for the reading commands a base with `--block`). Probes,
 notebooks and the public API (`workbench.load_run`) read runs through here; training writes them through
 `workbench.train.rundir`, which imports this module, never the other way.
+
+The file names above, `holds_run` and the run's output kind (`RUN_OUTPUT`) are declared in `workbench.places`, with
+every directory written in place, so that the output gate asks a run to recognise its own before any output
+whatever the writer; they are imported here and may be taken from either.
 """
 
 from __future__ import annotations
@@ -39,12 +43,25 @@ from safetensors.torch import load_file
 
 from workbench.defaults import EMBEDDED_DEFAULT, resolve_run, shipped_keepers
 from workbench.errors import WorkbenchError
-from workbench.gate import IN_PLACE, WHOLE, Continued, OutputKind, gate_output
-from workbench.io import LOCK, sha256_bytes, sha256_file
+from workbench.gate import WHOLE, OutputKind, gate_output
+from workbench.io import sha256_bytes, sha256_file
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import TINY_CONFIGS, load_base, load_looped, weights_sha256
 from workbench.models.native import native_family
+from workbench.places import (  # noqa: F401  (the run's file names and kind: importers keep taking them from here)
+    CHECKPOINTS,
+    FORMAT,
+    METRICS,
+    PROVENANCE,
+    RECIPE,
+    RETROFIT,
+    RUN_ENTRIES,
+    RUN_FILES,
+    RUN_OUTPUT,
+    TRAINABLE,
+    holds_run,
+)
 from workbench.precision import apply_precision
 from workbench.readers import read_json
 
@@ -52,50 +69,6 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
     from workbench.loop.looped import LoopedLM
-
-TRAINABLE = "trainable.safetensors"
-
-
-RETROFIT = "retrofit.json"
-
-
-RECIPE = "recipe.toml"
-
-
-PROVENANCE = "provenance.json"
-
-
-METRICS = "metrics.jsonl"
-
-
-CHECKPOINTS = "checkpoints"
-
-
-RUN_FILES = (TRAINABLE, RETROFIT, RECIPE, METRICS)
-
-
-FORMAT = "workbench-run-v1"
-
-
-RUN_ENTRIES = (RECIPE, RETROFIT, TRAINABLE, PROVENANCE, CHECKPOINTS)  # any one of them makes a directory a run
-
-
-def holds_run(path: Path) -> bool:
-    """Whether directory `path` is a training run (finished, in progress, or exported): it holds one of RUN_ENTRIES."""
-    return any((Path(path) / name).exists() for name in RUN_ENTRIES)
-
-
-# What `train` and `launch` write, handed to the output gate: a run directory written in place, new or empty, or with
-# --resume one holding its recipe.toml to continue. Every writer whose output may meet a run hands this kind as
-# `beside`: a directory holding a run is never replaced, and no output takes one of the run's own names inside it.
-RUN_OUTPUT = OutputKind("run", IN_PLACE, owns=holds_run, continued=Continued(
-    entry=RECIPE,
-    what="a training run",
-    keeps=(*RUN_ENTRIES, METRICS, LOCK),
-    not_a_directory="run directory '{p}' exists and is not a directory",
-    holds_another=f"run directory '{{p}}' is not empty and holds no run (no {RECIPE}); training writes only into a "
-                  "new or empty directory or a run it can resume",
-    holds_one="run directory '{p}' already holds a run; pass --resume or another --out"))
 
 # What `export_run` writes: a finished run without its checkpoints, written whole into a new directory.
 EXPORT_OUTPUT = OutputKind("exported run", WHOLE)
@@ -308,8 +281,7 @@ def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
         raise WorkbenchError(f"'{dest}' already exists; remove it or choose another destination")
     if run_dir.resolve() in dest.resolve().parents:
         raise WorkbenchError(f"'{dest}' lies inside '{run_dir}', which this command reads; export elsewhere")
-    gate = gate_output(dest, "export", kind=EXPORT_OUTPUT, reading=[run_dir],  # before any work; re-checked
-                       beside=(RUN_OUTPUT,))                               # at the move
+    gate = gate_output(dest, "export", kind=EXPORT_OUTPUT, reading=[run_dir])  # before any work; re-checked at the move
     prov = verify_files(run_dir)
     tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
     tmp.mkdir(parents=True)

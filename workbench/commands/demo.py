@@ -47,13 +47,11 @@ def demo(
     from workbench.devices import resolve_device
     from workbench.gate import gate_output, mark_output
     from workbench.io import write_json_atomic
-    from workbench.runs import RUN_OUTPUT
-    from workbench.selection.stage2 import SWEEP_OUTPUT
 
     ui = Output(quiet, as_json)
     resolve_device(device)   # a device the machine lacks: one line, nothing written
-    gate = gate_output(out, "demo", kind=DEMO_OUTPUT, overwrite=overwrite, reading=[resolve_run(DEFAULT_KEEPER)],
-                       beside=(RUN_OUTPUT, SWEEP_OUTPUT))  # before any work
+    gate = gate_output(out, "demo", kind=DEMO_OUTPUT, overwrite=overwrite,  # before any work
+                       reading=[resolve_run(DEFAULT_KEEPER)])
     # All or nothing: every part is written into a hidden sibling and moved into place at the end, so an
     # interrupt or a failure leaves `out` as it was (absent, or the previous complete demo) and no staging.
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")

@@ -105,10 +105,9 @@ def launch(
     recipe_path = resolve("recipe", recipe)
     resolved = Recipe.from_toml(recipe_path, overrides)   # a bad recipe or --set: one line here, not one per rank
     run_dir = Path(out) if out is not None else safe_child("runs", resolved.name, "recipe name")
-    from workbench.runs import RUN_OUTPUT  # the run format's owner declares what a run directory is (loads torch)
-    from workbench.selection.stage2 import SWEEP_OUTPUT  # nothing but the sweep writes into a sweep
+    from workbench.places import RUN_OUTPUT  # what a run directory is, declared without the model stack
 
-    with gate_output(run_dir, "launch", kind=RUN_OUTPUT, resume=resume, reading=[recipe_path], beside=(SWEEP_OUTPUT,)):
+    with gate_output(run_dir, "launch", kind=RUN_OUTPUT, resume=resume, reading=[recipe_path]):
         pass   # decided before any process starts; the main rank's `train` takes the gate (and its lock) itself
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
     if accelerate is None:

@@ -39,12 +39,11 @@ def probe(
     from workbench.plots.report import write_report
     from workbench.probes import parse_only
     from workbench.probes.battery import run_battery
-    from workbench.selection.stage2 import SWEEP_OUTPUT
 
     ui = Output(quiet, as_json)
     summary = run_battery(checkpoint, battery, out, rows=rows, only=parse_only(only), overwrite=overwrite, seed=seed,
                           precision=precision, finish=lambda staging: write_report(staging, shown_as=out), device=device,
-                          progress=ui.progress, beside=(SWEEP_OUTPUT,))  # results never inside a sweep
+                          progress=ui.progress)
     if ui.human:
         print_summary(summary)
     ui.wrote(out, f"results: {out} ({summary['wall_s']:.0f} s)")

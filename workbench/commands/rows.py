@@ -90,13 +90,10 @@ def rows(
             if value is None:
                 raise WorkbenchError(f"--task {task} needs {name} (e.g. --depths 1-7 --seed 1)")
     wanted = parse_depths(depths) if depths is not None else None
-    # a frozen manifest is replaced only when asked, and only one the workbench wrote: both files, before any work
-    # beside a run: never a file a run keeps (its metrics.jsonl, say, before its first step wrote one); reading the
-    # run format loads the model stack, about 5 s, the price of not overwriting a run's file
-    from workbench.runs import RUN_OUTPUT
-
-    gates = [gate_output(path, "rows", kind=ROWS_OUTPUT, overwrite=overwrite, beside=(RUN_OUTPUT,))
-             for path in (Path(out), sidecar_path(out))]
+    # a frozen manifest is replaced only when asked, and only one the workbench wrote: both files, before any work;
+    # never a file a run keeps (its metrics.jsonl, say, before its first step wrote one) nor one inside a Stage 2
+    # sweep: the gate asks every directory written in place (`workbench.places`)
+    gates = [gate_output(path, "rows", kind=ROWS_OUTPUT, overwrite=overwrite) for path in (Path(out), sidecar_path(out))]
     if user:
         from workbench.tasks.user import Deferred, read_user_rows, task_rows
 

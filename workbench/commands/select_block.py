@@ -30,7 +30,7 @@ STAGE2_MODES = ("damage", "train")
 
 # What `select-block` writes without --stage2 train, handed to the output gate: Stage 1's directory, written whole
 # and moved in (`_write_stage1_dir`); --overwrite replaces one the workbench marked. (With --stage2 train the sweep
-# is written in place: `workbench.selection.stage2.SWEEP_OUTPUT`.)
+# is written in place: `workbench.places.SWEEP_OUTPUT`.)
 SELECTION_OUTPUT = OutputKind("block selection")
 
 
@@ -72,7 +72,6 @@ def select_block(
     from workbench.devices import resolve_device
     from workbench.errors import WorkbenchError
     from workbench.models.bases import load_base
-    from workbench.runs import RUN_OUTPUT
     from workbench.selection import stage2 as window_sweep
     from workbench.selection.stage1 import load_corpus
 
@@ -99,8 +98,7 @@ def select_block(
     run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written
     recipe_path = _recipe_path(recipe) if train else None
     gate = gate_output(out, "select-block", kind=window_sweep.SWEEP_OUTPUT if train else SELECTION_OUTPUT,
-                       overwrite=overwrite, resume=resume, reading=[corpus, model, stage1, recipe_path],
-                       beside=(RUN_OUTPUT, window_sweep.SWEEP_OUTPUT))  # before any work
+                       overwrite=overwrite, resume=resume, reading=[corpus, model, stage1, recipe_path])  # before any work
     texts = load_corpus(corpus)  # read before the model loads: a bad path fails fast
     have = out / SELECTION_JSON
     base, tok = load_base(model)   # the one load: Stage 1 (or its reuse check) and Stage 2's untrained damage

@@ -33,13 +33,12 @@ def train(
 ) -> None:
     """Train a recipe; print the held-out depth x loop accuracy before and after."""
     from workbench.selection.stage1 import resolve_block
-    from workbench.selection.stage2 import SWEEP_OUTPUT
     from workbench.train.trainer import train as run_training
 
     # under `workbench launch` every rank runs this command; only the main one prints
     ui = Output(quiet, as_json, silent=os.environ.get("RANK", "0") != "0")
     summary = run_training(recipe, out=out, overrides=overrides, resume=resume, device=device, progress=ui.progress,
-                           choose_block=resolve_block, beside=(SWEEP_OUTPUT,))  # never a run inside a sweep
+                           choose_block=resolve_block)
     ui.wrote(summary["run_dir"], f"run: {summary['run_dir']}  steps: {summary['steps']}  wall: {summary['wall_s']:.0f} s")
     g = summary.get("guardrail")
     if g:

@@ -50,7 +50,7 @@ from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
 from workbench.readers import read_toml
-from workbench.runs import RUN_OUTPUT, UNTRAINED, load_checkpoint
+from workbench.runs import UNTRAINED, load_checkpoint
 from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
 
 SELECTION_KEYS = ("manifest", "depths", "per_depth")
@@ -72,7 +72,8 @@ def older_results(path: Path) -> bool:
 
 # What `probe` writes, handed to the output gate: a results directory written whole and moved in; --overwrite
 # replaces one the workbench marked, or one a probe wrote before the marker existed. Results may sit inside a run
-# (the keepers' RUN/battery), so the run is asked to recognise its own (`beside`).
+# (the keepers' RUN/battery), never under one of its names nor inside a Stage 2 sweep: the gate asks every directory
+# written in place (`workbench.places`) to recognise its own.
 RESULTS_OUTPUT = OutputKind("results", owns=older_results)
 
 
@@ -171,7 +172,7 @@ EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is 
 def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | os.PathLike, rows: str | None = None,
                 only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
                 progress: bool = True, precision: str = "fp32", finish: Callable[[Path], None] | None = None,
-                device: str | None = None, beside: tuple[OutputKind, ...] = ()) -> dict:
+                device: str | None = None) -> dict:
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:
@@ -187,8 +188,6 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
         finish: called with the staging directory once tables and summary.json are in it, before it
             replaces `out` (the probe command writes the report there: computation never draws).
         device: "auto" (None), "cpu", "cuda" or "cuda:N" (`workbench.devices`), recorded in the summary.
-        beside: output kinds of directories written in place the results may meet besides runs (the command hands
-            a Stage 2 sweep's, `workbench.selection.stage2.SWEEP_OUTPUT`).
     """
     start = time.perf_counter()
     run_on = resolve_device(device)   # before anything is read or written: a bad name is one line
@@ -203,8 +202,8 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     reading = [*{o["manifest"] for o in todo.values()}, resolve_run(str(checkpoint).removeprefix(UNTRAINED)),
                spec["path"]]
     manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}  # checked first
-    gate = gate_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=overwrite, reading=reading,  # before any work;
-                       beside=(RUN_OUTPUT, *beside))                                                  # held to the move
+    gate = gate_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=overwrite, reading=reading)  # before any work,
+    # held to the move
     out = Path(out)
     used, precision_record = resolve_precision(precision, run_on)
     if progress and precision != "fp32":

@@ -43,9 +43,9 @@ from tqdm.auto import tqdm
 from workbench import runs
 from workbench.analysis.stats import bootstrap_mean, paired_bootstrap, wilson
 from workbench.errors import WorkbenchError
-from workbench.gate import EVERY_NAME, IN_PLACE, Continued, OutputKind
 from workbench.io import sha256_bytes, write_json_atomic
 from workbench.models.bases import load_base
+from workbench.places import SWEEP, SWEEP_OUTPUT, holds_sweep  # noqa: F401  (importers keep taking them from here)
 from workbench.readers import read_json, read_toml
 from workbench.selection.stage1 import split_texts, task_rows, window_ablation
 from workbench.tasks import build_rows
@@ -60,31 +60,13 @@ SEEDS = 2                               # the top two are trained with this many
 RANK_PER_DEPTH = 128                    # fresh held-out rows per depth for the ranking read
 RANK_FIRST_INDEX = 10_000               # their row indices: disjoint from the runs' own evaluation rows (0..per_depth)
 RANK_CELLS = ("all", "iterate")         # the cells the ranking CE reads: every loop t <= d, or loops 2 <= t <= d
-SWEEP = "sweep.json"                    # the sweep's plan (what a --resume must match)
+# SWEEP (sweep.json, the sweep's plan: what a --resume must match), `holds_sweep` and the sweep's output kind
+# (`SWEEP_OUTPUT`) are declared in `workbench.places` with every directory written in place, so that the output gate
+# asks a sweep to recognise its own before any output whatever the writer.
 STAGE2 = "stage2.json"                  # the table, the ranking and the recommendation
 RUNS = "runs"                           # one run directory per (window, seed)
 READINGS = "readings"                   # one ranking read per finished run (a resumed sweep does not re-read)
 DAMAGE = "damage.json"                  # Stage 1's untrained loop-2 damage of every candidate, for the agreement
-
-
-def holds_sweep(path: Path) -> bool:
-    """Whether directory `path` is a Stage 2 sweep (its plan is there), finished or not."""
-    return (Path(path) / SWEEP).exists()
-
-
-# What `select-block --stage2 train` writes, handed to the output gate: a directory written in place (its runs are
-# trained where they stand), new or empty, or with --resume one holding its plan to continue. A writer whose output
-# may meet a sweep hands this kind as `beside`: a sweep is never replaced, and nothing else is written into it.
-SWEEP_OUTPUT = OutputKind("sweep", IN_PLACE, owns=holds_sweep, continued=Continued(
-    entry=SWEEP,
-    what="a Stage 2 sweep",
-    keeps=EVERY_NAME,
-    not_a_directory="output '{p}' exists and is not a directory",
-    holds_another=f"output directory '{{p}}' is not empty and holds no Stage 2 sweep ({SWEEP}); a sweep writes into a "
-                  "new or empty directory or one it can resume",
-    holds_one="output directory '{p}' holds a Stage 2 sweep; pass --resume to continue it or choose another --out "
-              "(its training runs are never replaced)",
-    nothing_to_resume="--resume: '{p}' holds no Stage 2 sweep to continue; drop --resume to start one"))
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ from workbench import runs
 from workbench.defaults import resolve
 from workbench.devices import device_record, training_accelerator
 from workbench.errors import WorkbenchError
-from workbench.gate import OutputKind, gate_output, safe_child
+from workbench.gate import gate_output, safe_child
 from workbench.io import locked_dir, write_bytes_atomic, write_json_atomic
 from workbench.loop.config import LoraSettings, RetrofitConfig
 from workbench.loop.halting import oracle_labels
@@ -90,9 +90,8 @@ class Trainer:
 
     def __init__(self, recipe: Recipe, run_dir: Path, resume: bool = False, progress: bool = True,
                  recipe_dir: Path | None = None, inputs=(), device=None, engine: Engine | None = None,
-                 choose_block=None, beside: tuple[OutputKind, ...] = ()):
+                 choose_block=None):
         self.recipe, self.run_dir, self.resume, self.progress = recipe, Path(run_dir), resume, progress
-        self.beside = tuple(beside)        # kinds of directories written in place the run may meet (a sweep)
         self.choose_block = choose_block   # block = "auto": (base, tokenizer, "auto") -> ((a, b), record), handed in
         self.inputs = list(inputs)  # files the run reads (the recipe): the output gate never writes over them
         self.recipe_dir = Path(recipe_dir) if recipe_dir is not None else Path.cwd()  # init_from resolves here
@@ -386,8 +385,7 @@ class Trainer:
         reading = [*self.inputs, *([self.recipe_dir / parent, Path(parent)] if parent else [])]
         if self.resume:  # a run resumed from its own recipe.toml reads it: that is not writing over an input
             reading = [r for r in reading if Path(r).resolve() != (self.run_dir / runs.RECIPE).resolve()]
-        return gate_output(self.run_dir, "train", kind=runs.RUN_OUTPUT, resume=self.resume, reading=reading,
-                           beside=self.beside)
+        return gate_output(self.run_dir, "train", kind=runs.RUN_OUTPUT, resume=self.resume, reading=reading)
 
     def _run(self, stop_after: int | None) -> dict:
         if self.looped is None:
@@ -571,8 +569,7 @@ class Trainer:
 # and reaching it is an error, so a compiled run is compiled throughout or stops saying why.
 def train(recipe_path: str | Path, out: str | Path | None = None,
           overrides: list[str] | dict | None = None, resume: bool = False, stop_after: int | None = None,
-          progress: bool = True, device: str | None = None, choose_block=None,
-          beside: tuple[OutputKind, ...] = ()) -> dict:
+          progress: bool = True, device: str | None = None, choose_block=None) -> dict:
     """Trains a recipe into a run directory; returns a summary dict.
 
     Args:
@@ -584,8 +581,6 @@ def train(recipe_path: str | Path, out: str | Path | None = None,
             time-boxed runs); the run directory is then resumable but not finished.
         device: "auto" (None), "cpu", "cuda" or "cuda:N" (`workbench.devices`), recorded in provenance.
         choose_block: resolves block = "auto" (`workbench.selection.stage1.resolve_block`); None refuses "auto".
-        beside: the output kinds of directories written in place that the run may meet besides runs (a Stage 2
-            sweep, `workbench.selection.stage2.SWEEP_OUTPUT`: handed by the commands, as the chooser is).
     Returns:
         {"run_dir", "steps", "finished", "before", "after", "wall_s"}: before / after are
         {depth: {loop: accuracy}} on the held-out rows (before is None when step 0 was not evaluated).
@@ -594,4 +589,4 @@ def train(recipe_path: str | Path, out: str | Path | None = None,
     recipe = Recipe.from_toml(recipe_path, overrides)
     run_dir = Path(out) if out is not None else safe_child("runs", recipe.name, "recipe name")
     return Trainer(recipe, run_dir, resume=resume, progress=progress, recipe_dir=Path(recipe_path).resolve().parent,
-                   inputs=[recipe_path], device=device, choose_block=choose_block, beside=beside).run(stop_after=stop_after)
+                   inputs=[recipe_path], device=device, choose_block=choose_block).run(stop_after=stop_after)
