@@ -230,17 +230,19 @@ def _load_tiny(name: str, dtype: torch.dtype, attn: str):
     return model, tok
 
 
-def weights_sha256(model: torch.nn.Module) -> str:
-    """SHA-256 over the model's named parameters and buffers (names, shapes and bytes), in order; a sharded
-    tensor hashes its full value."""
+def weights_sha256(model: torch.nn.Module, skip=None) -> str:
+    """SHA-256 over the model's named parameters and buffers (names, shapes and bytes), in order, except the names
+    `skip(name)` is true of; a sharded tensor hashes its full value."""
     h = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
+        if skip is not None and skip(name):
+            continue
         if hasattr(tensor, "full_tensor"):   # an FSDP2-sharded tensor: its full value (a collective on every rank)
             tensor = tensor.full_tensor()
         t = tensor.detach().to("cpu").contiguous()
         h.update(name.encode())
         h.update(json.dumps([list(t.shape), str(t.dtype)]).encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # 0-dim too
     return h.hexdigest()
 
 

@@ -25,10 +25,10 @@ from safetensors import SafetensorError
 from safetensors.torch import load, save
 
 from workbench.io import write_bytes_atomic
-from workbench.models.bases import cache_dir
+from workbench.models.bases import cache_dir, weights_sha256
 from workbench.tasks.manifest import rows_sha256
 
-HEAD_OWN = "halting.proj."   # the head's projection: trained by Stage 2, never read by the sweep
+HEAD_OWN = "halting.proj."   # (any prefix before it) the head's projection: trained by Stage 2, never read by the sweep
 
 
 def enabled() -> bool:
@@ -38,14 +38,7 @@ def enabled() -> bool:
 
 def sweep_key(looped, rows: list[dict], loops: int, batch_size: int, precision: str, device: torch.device) -> str:
     """SHA-256 over what the sweep's numbers depend on (the module docstring lists it)."""
-    h = hashlib.sha256()
-    for name, tensor in sorted(looped.state_dict().items()):
-        if name.startswith(HEAD_OWN) or ".halting.proj." in name:
-            continue
-        t = tensor.detach().to("cpu").contiguous().reshape(-1)   # a 0-dim tensor (a scalar gate) views as bytes too
-        h.update(name.encode())
-        h.update(json.dumps([list(tensor.shape), str(t.dtype)]).encode())
-        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    h = hashlib.sha256(weights_sha256(looped, skip=lambda name: HEAD_OWN in name).encode())
     h.update(json.dumps({"settings": looped.retrofit_config.to_dict(), "rows": rows_sha256(rows), "loops": loops,
                          "batch_size": batch_size, "precision": precision, "device": torch.device(device).type,
                          "torch": torch.__version__}, sort_keys=True, default=str).encode())
