@@ -53,7 +53,8 @@ def test_the_wheel_holds_every_default(wheel):
                 f"{data}training/keepers/smollm2-chase/trainable.safetensors",  # the default keeper's tensors
                 *(f"{data}training/keepers/{k}/{f}" for k in ("smollm2-chase", "smollm2-chase-anneal")
                   for f in ("retrofit.json", "recipe.toml", "provenance.json",
-                            "metrics.jsonl", "battery/summary.json", "battery/depth_matrix.parquet")),
+                            "battery/summary.json", "battery/depth_matrix.parquet")),
+                f"{data}training/keepers/smollm2-chase/metrics.jsonl",  # the default keeper loads: provenance hashes it
                 *(f"{data}training/keepers/{k}/final/{f}"  # the dense controls' claims read these
                   for k in ("smollm2-chase", "smollm2-chase-direct", "smollm2-chase-scratchpad")
                   for f in ("final.json", "final.parquet", "latency.parquet")),
@@ -94,11 +95,15 @@ def test_the_installed_workbench_runs_with_its_defaults(installed, tmp_path):
     script, env, site = installed
     from workbench.analysis.claims import VERDICTS, build_ledger
 
-    res = subprocess.run([script, "claims"], capture_output=True, text=True, cwd=tmp_path, env=env)
+    res = subprocess.run([script, "claims", "--out", "ledger"], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     ledger = build_ledger()  # from the checkout: the wheel must hold every result the ledger reads
-    assert res.stdout.strip().splitlines()[-1] == ", ".join(f"{sum(r['verdict'] == v for r in ledger)} {v}"
-                                                            for v in VERDICTS)
+    counts = ", ".join(f"{sum(r['verdict'] == v for r in ledger)} {v}" for v in VERDICTS)
+    assert [line for line in res.stdout.splitlines() if not line.startswith("wrote ")][-1] == counts
+    # byte for byte: a table the wheel leaves out changes a row's numbers or verdict (pyproject's package-data
+    # ships the tables the ledger reads and no others)
+    for name in ("ledger.json", "LEDGER.md"):
+        assert (tmp_path / "ledger" / name).read_bytes() == (ROOT / "claims" / name).read_bytes(), name
     res = subprocess.run([script, "probe", "--checkpoint", "smollm2-chase", "--battery", "demo", "--only", "identity",
                           "--out", "res"], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
