@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -110,12 +111,16 @@ def test_diagonal_counts_and_a_significant_shortfall_is_not_reproduced(tmp_path)
 
 
 def test_guardrail_drop_and_mcnemar(tmp_path):
-    guard = [(f"g{i}", i < 40, i < 36 or 50 <= i < 51) for i in range(64)]  # 40 -> 37: 1 helped, 4 hurt
+    guard = [(f"guardrail-arith-v1-{i:02d}", i < 40, i < 36 or 50 <= i < 51) for i in range(64)]  # 40 -> 37
     _specimen(tmp_path, [], guard)
     claims = _claims_file(tmp_path, id="g", measure="guardrail", test="drop_at_most", max_drop=3.0, **BASE)
     (row,) = build_ledger(claims, tmp_path)
     assert row["ours"].startswith("base 40/64 -> 37/64 (1 helped, 4 hurt, McNemar p = 0.375)")
     assert row["verdict"] == "not reproduced" and "drop +4.69 points" in row["why"]
+    # its null: the guardrail set's most frequent answer on every row, a drop no retrofit is allowed
+    [null] = row["nulls"]
+    assert null["null"] == "the majority answer" and null["verdict"] == "not reproduced"
+    assert null["reading"].startswith("always '") and "base 40/64 -> " in null["reading"]
 
 
 def test_a_missing_specimen_is_not_comparable_and_bad_claims_are_refused(tmp_path):
@@ -132,8 +137,9 @@ def _arm_specimen(root: Path, name: str, correct: dict[int, int], support: int, 
     folder = root / name / "arms"
     folder.mkdir(parents=True)
     rows = [(f"r{d}-{i}", d, d, i < k) for d, k in correct.items() for i in range(n)]
-    pd.DataFrame.from_records(rows, columns=["row_id", "depth", "loop", "correct"]).to_parquet(
-        folder / "depth_matrix.parquet")
+    frame = pd.DataFrame.from_records(rows, columns=["row_id", "depth", "loop", "correct"])
+    frame["target"] = ["ABCDEFGH"[i % 8] for i in range(len(frame))]   # the answers, spread over 8 symbols
+    frame.to_parquet(folder / "depth_matrix.parquet")
     (folder / "summary.json").write_text(json.dumps({"checkpoint": {"support": support}, "manifests": {}}))
     stages = ", ".join(f"{{depths = {list(range(1, s + 1))}}}" for s in range(1, support + 1))
     (root / name / "recipe.toml").write_text(f'name = "{name}"\nstages = [{stages}]\n')
@@ -155,6 +161,13 @@ def test_arms_claims_pair_the_rows_and_judge_inside_and_beyond_the_support(tmp_p
     assert "p = 0.00195" in row["comparison"] and row["rows"] == 32
 
 
+def _depth_rows(folder: Path, depths=range(1, 8), n: int = 8) -> None:
+    """The loop = depth cells a depth-matrix summary is read from (their targets: the majority answer's null)."""
+    rows = [(f"r{d}-{i}", d, d, True, "ABCDEFGH"[i % 8]) for d in depths for i in range(n)]
+    pd.DataFrame.from_records(rows, columns=["row_id", "depth", "loop", "correct", "target"]).to_parquet(
+        folder / "depth_matrix.parquet")
+
+
 def test_support_scaling_needs_every_support_to_reach_the_band(tmp_path):
     for name, support, frontier in (("s2", 2, 2.96), ("s2b", 2, 2.4), ("s4", 4, 5.2)):
         folder = tmp_path / name / "battery"
@@ -163,6 +176,7 @@ def test_support_scaling_needs_every_support_to_reach_the_band(tmp_path):
             "checkpoint": {"support": support}, "probe_runs": {"depth_matrix": {"rows": {"n": 10}}},
             "probes": {"depth_matrix": {"frontier": {"0.60": frontier + 0.2, "0.71": frontier, "0.80": frontier - 0.2},
                                         "diagonal": {"1": 1.0, "7": 0.1}}}}))
+        _depth_rows(folder)
     claims = _claims_file(tmp_path, id="sc", measure="support_scaling", family=["s2", "s2b"],
                           test="all_ratios_in_band", paper_band=[1.44, 1.50], **dict(BASE, specimen="s4"))
     [row] = build_ledger(claims, tmp_path)
@@ -184,6 +198,7 @@ def test_a_frontier_the_rows_end_above_is_a_censored_lower_bound(tmp_path):
         (folder / "summary.json").write_text(json.dumps({
             "checkpoint": {"support": support}, "probe_runs": {"depth_matrix": {"rows": {"n": 10}}},
             "probes": {"depth_matrix": {"frontier": frontier, "diagonal": {"6": 0.9, "7": last}}}}))
+        _depth_rows(folder)
     claims = _claims_file(tmp_path, id="sc", measure="support_scaling", family=["s6"],
                           test="all_ratios_in_band", paper_band=[1.44, 1.50], **dict(BASE, specimen="s4"))
     [row] = build_ledger(claims, tmp_path)
@@ -204,7 +219,9 @@ def _final_specimen(root: Path, name: str, correct: dict[int, int], latency: dic
     folder = root / name / "final"
     folder.mkdir(parents=True)
     rows = [(f"r{d}-{i}", d, i < k) for d, k in correct.items() for i in range(n)]
-    pd.DataFrame.from_records(rows, columns=["row_id", "depth", "correct"]).to_parquet(folder / "final.parquet")
+    frame = pd.DataFrame.from_records(rows, columns=["row_id", "depth", "correct"])
+    frame["target"] = ["ABCDEFGH"[i % 8] for i in range(len(frame))]
+    frame.to_parquet(folder / "final.parquet")
     pd.DataFrame({"depth": list(latency), "median_s": list(latency.values())}).to_parquet(folder / "latency.parquet")
     (folder / "final.json").write_text(json.dumps({"rows_sha256": "same", "cpu": "test CPU"}))
     (root / name / "recipe.toml").write_text(f'name = "{name}"\nstages = [{{depths = [1, 2]}}]\n')
@@ -406,7 +423,11 @@ def _loops_specimen(root: Path, name: str, correct: dict[int, int], n: int = 12)
     rows = [(f"r{d}-{i}", d, t, t == d and i < k) for d, k in correct.items() for i in range(n) for t in (1, d)]
     pd.DataFrame.from_records(rows, columns=["row_id", "depth", "loop", "correct"]).drop_duplicates(
         ["row_id", "loop"]).to_parquet(folder / "loop_accuracy.parquet")
-    (folder / "summary.json").write_text("{}")
+    manifest = root / "probes" / f"{name}-loops.jsonl"   # the rows' answers: the majority answer's null reads them
+    manifest.parent.mkdir(exist_ok=True)
+    manifest.write_text("".join(json.dumps({"row_id": f"r{d}-{i}", "answer": "ABC"[i % 3]}) + "\n"
+                                for d in correct for i in range(n)))
+    (folder / "summary.json").write_text(json.dumps({"manifests": {f"probes/{name}-loops.jsonl": {}}}))
 
 
 def test_memory_vs_plain_is_not_comparable_until_the_memory_run_installs(tmp_path):
@@ -418,10 +439,19 @@ def test_memory_vs_plain_is_not_comparable_until_the_memory_run_installs(tmp_pat
     [row] = build_ledger(claims, tmp_path)
     assert row["verdict"] == "not comparable" and row["ours"].startswith("loops = depth, memory 15/24 vs plain 13/24")
     assert "memory d3 3/12 = 0.25, plain d3 1/12 = 0.08 (bar 0.8 at each of depths 2-3, per depth" in row["why"]
+    claims = _claims_file(tmp_path, id="m", measure="memory_vs_plain", test="a_not_ahead", installed_bar=0.8,
+                          **{**common, "installed_depths": [2]})
+    [row] = build_ledger(claims, tmp_path)
+    assert row["verdict"] == "reproduced" and "A alone right on 2, B alone on 0 (exact McNemar p = 0.5)" in row["why"]
+    # its null, the majority answer in the memory arm's place, is not ahead either but never installs: the gate
+    # that holds the model holds the null, so "not ahead" is not earned by an arm that reads nothing
+    [null] = row["nulls"]
+    assert null["verdict"] == "not comparable" and "memory d2 4/12 = 0.33" in null["reading"]
+    # with a token bar the null meets the rule as well, and the pass says nothing
     claims = _claims_file(tmp_path, id="m", measure="memory_vs_plain", test="a_not_ahead", installed_bar=0.05,
                           **common)
     [row] = build_ledger(claims, tmp_path)
-    assert row["verdict"] == "reproduced" and "A alone right on 2, B alone on 0 (exact McNemar p = 0.5)" in row["why"]
+    assert row["verdict"] == "not comparable" and "a null meets this rule too" in row["why"]
 
 
 def test_a_pooled_installation_gate_cannot_hide_a_failed_depth(tmp_path):
@@ -443,7 +473,8 @@ def test_a_stateful_claim_is_gated_on_the_best_rule_with_no_model(tmp_path):
         rows.append({"row_id": f"r5-{i}", "depth": 5, "query": "QA", "registers": ["QA", "QB", "QC"], "start": "1 0 3",
                      "steps": steps, "answer": answer})
     (tmp_path / "probes").mkdir()
-    (tmp_path / "probes" / "sq.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    depth1 = [{"row_id": f"r1-{i}", "answer": "0"} for i in range(12)]   # the installed depth's rows
+    (tmp_path / "probes" / "sq.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows + depth1))
     for name, k in (("memory", 12), ("plain", 6)):
         _loops_specimen(tmp_path, name, {1: 12, 5: k})
         (tmp_path / name / "loops" / "summary.json").write_text(json.dumps({"manifests": {"probes/sq.jsonl": {}}}))
@@ -489,6 +520,7 @@ def test_support_scaling_judges_only_the_supports_the_paper_claims(tmp_path):
             "checkpoint": {"support": support}, "probe_runs": {"depth_matrix": {"rows": {"n": 10}}},
             "probes": {"depth_matrix": {"frontier": {"0.60": frontier, "0.71": frontier, "0.80": frontier},
                                         "diagonal": {"1": 1.0, "7": last}}}}))
+        _depth_rows(folder)
     claims = _claims_file(tmp_path, id="sc", measure="support_scaling", family=["s2", "s6"], judged_supports=[4, 6, 8],
                           test="all_ratios_in_band", paper_band=[1.44, 1.50], **dict(BASE, specimen="s4"))
     [row] = build_ledger(claims, tmp_path)
@@ -553,16 +585,19 @@ def test_probe_claims_read_splices_heads_drift_and_the_finite_difference_check(t
                   "lawful": [0.0, 0.8, 0.6], "shortcut": [0.0, 0.1, 0.2], "other": [0.1, 0.1, 0.1],
                   "n": [20, 20, 20]}).to_parquet(folder / "splice__verdict.parquet")
     # each site's 20 classified cells come from 10 pairs (2 later loops each); an 11th pair's cell coincides
-    cells = [(p, site, span, k0, p == 10) for site, span, k0 in (("state", "all", 1), ("state", "read", 1),
-                                                                  ("state", "read", 2))
+    cells = [(p, site, span, k0, p == 10, "ABCDEFGH"[p % 8], "ABCDEFGH"[(p + 3) % 8])
+             for site, span, k0 in (("state", "all", 1), ("state", "read", 1), ("state", "read", 2))
              for p in [*range(10), *range(10), 10]]
-    pd.DataFrame.from_records(cells, columns=["pair_id", "site", "span", "k0", "coincide"]).to_parquet(
-        folder / "splice.parquet")
+    pd.DataFrame.from_records(cells, columns=["pair_id", "site", "span", "k0", "coincide", "source_symbol",
+                                              "lawful_symbol"]).to_parquet(folder / "splice.parquet")
     claims = _claims_file(tmp_path, id="sp", measure="splice_sites", test="shares_at_least", bar=0.75,
                           cells={"state/all": "source_orbit", "state/read": "lawful"}, **BASE)
     [row] = build_ledger(claims, tmp_path)
     assert row["verdict"] == "not reproduced" and "below it: state/read/k0=2 lawful 0.60" in row["comparison"]
     assert "(source_orbit, 20 cells from 10 of 11 pairs)" in row["ours"] and row["rows"] == 11
+    # its null: one symbol at every cell, right where the class's symbol is that one (A or B: 4 of 20 cells)
+    assert row["nulls"][0]["reading"] == ("state/all/k0=1: source_orbit 0.20; state/read/k0=1: lawful 0.20; "
+                                          "state/read/k0=2: lawful 0.20: not reproduced")
     pd.DataFrame({"loop": [1, 1, 2, 2], "layer": [3, 4, 3, 4], "head": [0, 1, 0, 1], "retrieval_frac": [0.9, 0.1, 0.2, 0.8],
                   "is_retrieval": [True, False, False, True], "share": [0.7, 0.3, 0.2, 0.8],
                   "concentration": [0.5, 0.5, 0.01, 0.01], "null_p95": [0.1, 0.1, 0.02, 0.02]}).to_parquet(
@@ -590,6 +625,8 @@ def test_early_exit_and_the_block_recommendation_claims(tmp_path):
     pd.DataFrame({"policy": ["head", "fixed_8"], "tau": [0.5, 0.0], "t_min": [1, 1], "budget": [8, 8], "rows": [10, 10],
                   "row_loops": [20, 80], "accuracy": [0.5, 0.4], "agree": [1.0, 1.0],
                   "wall_s": [3.0, 2.5]}).to_parquet(folder / "halting__adaptive.parquet")
+    pd.DataFrame({"method": "head", "threshold": 0.5, "row_id": [f"r{i}" for i in range(10)], "depth": 1,
+                  "loops": [1, 1, 2, 2, 2, 2, 3, 3, 3, 1], "correct": True}).to_parquet(folder / "halting__chosen.parquet")
     [row] = build_ledger(_claims_file(tmp_path, id="e", measure="early_exit_saving", test="wall_below_fixed", bar=1.0,
                                       **BASE), tmp_path)
     # a quarter of the loops but more wall-clock: no real saving
@@ -597,7 +634,9 @@ def test_early_exit_and_the_block_recommendation_claims(tmp_path):
     sel = tmp_path / "sel"
     sel.mkdir()
     (sel / "block_selection.json").write_text(json.dumps({"recommended": [12, 18], "window": 6, "prelude_end": 8,
-                                                          "coda_start": 26}))
+                                                          "coda_start": 26, "windows": [
+                                                              {"block": [12, 18], "rank": 1},
+                                                              {"block": [20, 26], "rank": 2}]}))
     for name, block, acc in (("good", [12, 24], 0.9), ("bad", [20, 24], 0.3)):
         run = tmp_path / name
         run.mkdir()
@@ -610,6 +649,9 @@ def test_early_exit_and_the_block_recommendation_claims(tmp_path):
     [row] = build_ledger(claims, tmp_path)
     assert row["verdict"] == "reproduced" and "installed [6], not installed [0]" in row["comparison"]
     assert "12:24 (good): installed, worst loops = depth cell 0.90 at depth 2 (step 9), 6 layers shared" in row["ours"]
+    # its null: the candidate ranked last (20:26) named instead shares 4 layers with each window: it tells none apart
+    assert row["nulls"] == [{"null": "the candidate ranked last (20:26) in its place", "verdict": "not reproduced",
+                             "reading": "12:24: 4 layers shared; 20:24: 4 layers shared: not reproduced"}]
     # every trained window installed (or the failing one trained another way): any recommendation would pass
     for name, recipe in (("also-good", 'name = "also-good"\nstages = [{depths = [1, 2]}]\n'),
                          ("bad", 'name = "bad"\nstages = [{depths = [1, 2], steps = 7}]\n')):
@@ -838,26 +880,57 @@ def test_a_rule_a_null_meets_cannot_reproduce(tmp_path, monkeypatch):
                                                                  "reading": "0.2: not reproduced"}]
 
 
-# rows whose measure returns no null reading yet (issue 44 item 3 left): this list may only shrink
-WITHOUT_NULLS = {
-    "adapter-keeps-guardrail", "anneal-keeps-guardrail", "frontier-ratio", "persistence-overshoot-inside",
-    "persistence-overshoot-beyond", "keeper-persistence-overshoot-inside", "loop1-identity", "adapter-detachable",
-    "full-block-vs-adapter-inside", "full-block-leads-beyond", "full-block-keeps-guardrail", "support-scaling",
-    "looped-beats-direct", "scratchpad-matches-inside", "looped-beats-scratchpad-beyond",
-    "looped-faster-than-scratchpad", "looped-faster-than-direct", "memory-not-for-chase", "memory-for-state-tracking",
-    "block-applies-the-rule", "block-applies-the-rule-patching",
-    "gradient-finite-difference", "early-exit-saves-wall-clock", "select-block-predicts-installation",
-    "window-ablation-fixes-block"}
-
-
-def test_every_null_fails_its_rule_and_rows_without_one_are_pinned():
+def test_every_rule_has_a_null_and_a_null_that_fails_it():
+    """Issue 44 item 3: every row of the committed ledger reads at least one null (a policy that knows nothing,
+    through the same test and gates); a reproduced row's every null fails its rule; and every rule the ledger uses
+    is failed by some null on the committed specimens, so none is a test a trivial policy passes everywhere."""
     rows = build_ledger()
-    missing = {r["id"] for r in rows if not r["nulls"]}
-    assert missing <= WITHOUT_NULLS, f"a row lost its null: {sorted(missing - WITHOUT_NULLS)}"
-    assert WITHOUT_NULLS <= missing, f"these rows have nulls now; drop them from WITHOUT_NULLS: {sorted(WITHOUT_NULLS - missing)}"
+    assert [r["id"] for r in rows if not r["nulls"]] == []
     for r in rows:
         if r["verdict"] == "reproduced":   # a reproduced row's every null fails the same rule
             assert all(n["verdict"] != "reproduced" for n in r["nulls"]), r["id"]
+    tests = {c["id"]: c["test"] for c in load_claims(CLAIMS_FILE)}
+    failed = {tests[r["id"]] for r in rows for n in r["nulls"] if n["verdict"] != "reproduced"}
+    # rules whose committed nulls all meet them (the setting cannot tell the model from the null): each is failed by
+    # a null in a planted case below, and none of their rows reads reproduced on the committed specimens
+    planted = {"collapses_to_one": test_a_collapse_an_untrained_exit_shows_too_or_a_dead_gradient_is_not_comparable,
+               "above_null_every_loop": test_a_retrieval_finding_the_untrained_retrofit_also_shows_is_not_comparable,
+               "drift_distinguishable_not_concentrated": test_a_drift_finding_the_untrained_retrofit_also_shows}
+    assert set(tests.values()) - failed == set(planted)
+    assert [r["id"] for r in rows if tests[r["id"]] in planted and r["verdict"] == "reproduced"] == []
+
+
+def test_a_null_meets_the_gates_the_model_meets(tmp_path, monkeypatch):
+    """A null whose reading carries a gate (an arm that never installs) reads "not comparable", as the model's row
+    would, whatever the rule alone says of it; so a gated null never turns a pass into "not comparable"."""
+    from workbench.analysis.claims import MEASURES
+
+    def planted(specimen, claim):
+        return {"value": 0.1, "rows": 4, "text": "0.1",
+                "nulls": {"an arm that never installs": {"value": 0.0, "text": "0.0", "gates": ["it never installs"]}}}
+
+    monkeypatch.setitem(MEASURES, "planted", planted)
+    (tmp_path / "spec").mkdir()
+    [row] = build_ledger(_claims_file(tmp_path, id="z", measure="planted", test="at_most", bar=0.5, **BASE), tmp_path)
+    assert row["verdict"] == "reproduced"
+    assert row["nulls"] == [{"null": "an arm that never installs", "verdict": "not comparable",
+                             "reading": "0.0: not comparable (it never installs (the rule alone would read: "
+                                        "reproduced))"}]
+
+
+def test_speed_and_early_exit_rules_fail_the_policy_that_computes_nothing(tmp_path):
+    """A speed rule with no floor is passed by answering at once: the latency rule needs an arm that answers its
+    trained depths, and the early-exit rule an exit that is one (rows leave at more than one loop) and keeps the
+    budget's accuracy, so a fixed shallower depth with no head fails it."""
+    from workbench.analysis.claims import TESTS
+
+    fast_broken = {"depths": [{"depth": 1, "a_s": 0.0, "b_s": 0.02, "b_over_a": math.inf}], "trained": {1: 0.2}}
+    assert TESTS["a_faster_every_depth"]({}, fast_broken)[0] == "not reproduced"
+    assert TESTS["a_faster_every_depth"]({}, {**fast_broken, "trained": {1: 0.9}})[0] == "reproduced"
+    exit_ = {"wall_ratio": 0.6, "loop_ratio": 0.5, "accuracy": 0.8, "budget_accuracy": 0.7, "modal_share": 0.5}
+    assert TESTS["wall_below_fixed"]({"bar": 1.0}, exit_)[0] == "reproduced"
+    assert TESTS["wall_below_fixed"]({"bar": 1.0}, {**exit_, "modal_share": 1.0})[0] == "not reproduced"  # fixed k
+    assert TESTS["wall_below_fixed"]({"bar": 1.0}, {**exit_, "accuracy": 0.6})[0] == "not reproduced"
 
 
 def test_like_for_like_is_computed_from_the_recorded_recipe_and_an_unstated_key_differs(tmp_path):
@@ -953,3 +1026,19 @@ def test_a_retrieval_finding_the_untrained_retrofit_also_shows_is_not_comparable
         [row] = build_ledger(_claims_file(tmp_path, **claim), tmp_path)
         assert row["verdict"] == verdict, (untrained, row["why"])
         assert [n["verdict"] for n in row["nulls"]] == ["not reproduced" if untrained < 0.01 else "reproduced"]
+
+
+def test_a_drift_finding_the_untrained_retrofit_also_shows(tmp_path):
+    """The drift rule's null is the same probe on the untrained retrofit: where its top-3 share is not above its null
+    p95, the null fails the rule and a trained model's pass stands; where it is above it too, the pass says nothing."""
+    claim = {**BASE, "id": "d", "measure": "drift_null", "bar": 0.5, "test": "drift_distinguishable_not_concentrated",
+             "control": "battery-untrained"}
+    for untrained, verdict in ((0.1, "reproduced"), (0.4, "not comparable")):
+        for folder, share in (("battery", 0.4), ("battery-untrained", untrained)):
+            (tmp_path / "spec" / folder).mkdir(parents=True, exist_ok=True)
+            (tmp_path / "spec" / folder / "summary.json").write_text("{}")
+            pd.DataFrame({"loop": [2, 3, 4], "top3_share": share, "null_p95": 0.3, "null_mean": 0.2,
+                          "residual_frac": 0.1}).to_parquet(tmp_path / "spec" / folder / "drift__concentration.parquet")
+        [row] = build_ledger(_claims_file(tmp_path, **claim), tmp_path)
+        assert row["verdict"] == verdict, (untrained, row["why"])
+        assert [n["verdict"] for n in row["nulls"]] == ["not reproduced" if untrained < 0.3 else "reproduced"]

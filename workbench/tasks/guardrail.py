@@ -10,53 +10,24 @@ The embedded SmolLM2 (4-bit, dequantized) scores 49/64 on it, so there is room t
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 from workbench.analysis.stats import paired_counts
 from workbench.defaults import MAX_DROP_POINTS
 from workbench.errors import WorkbenchError
+from workbench.guardrail_set import (  # noqa: F401  (the rows are declared there, without torch; re-exported)
+    DIGITS,
+    GUARDRAIL_ROWS,
+    GUARDRAIL_SEED,
+    GUARDRAIL_VERSION,
+    SHOTS,
+    guardrail_rows,
+)
 from workbench.tasks.manifest import rows_sha256
 from workbench.tasks.reader import read_rows
 
-GUARDRAIL_VERSION = "arith-v1"
-GUARDRAIL_ROWS = 64
-GUARDRAIL_SEED = 20260702
 # MAX_DROP_POINTS, the allowed drop (3.0), is stated once in workbench.defaults: the recipe's guardrail.max_drop
 # reads it there without importing this module (and torch).
-DIGITS = [str(d) for d in range(10)]
-SHOTS = "2 + 3 = 5\n7 - 4 = 3\n1 + 6 = 7\n9 - 1 = 8\n4 + 4 = 8\n6 - 6 = 0\n3 + 0 = 3\n8 - 5 = 3\n5 + 4 = 9\n4 - 2 = 2\n"
-
-
-def guardrail_rows() -> list[dict]:
-    """Returns the 64 battery rows (32 sums, 32 differences, answers 0-9, none a worked example)."""
-    problems = {"+": [], "-": []}
-    for a in range(10):
-        for b in range(10):
-            if f"{a} + {b} =" in SHOTS or f"{a} - {b} =" in SHOTS:
-                continue  # no row repeats a worked example
-            if a + b <= 9:
-                problems["+"].append((a, b, a + b))
-            if a - b >= 0:
-                problems["-"].append((a, b, a - b))
-    rng = random.Random(GUARDRAIL_SEED)
-    chosen = [(op, p) for op in "+-" for p in rng.sample(problems[op], GUARDRAIL_ROWS // 2)]
-    rng.shuffle(chosen)
-    return [
-        {
-            "row_id": f"guardrail-{GUARDRAIL_VERSION}-{i:02d}",
-            "task": "guardrail",
-            "template_version": GUARDRAIL_VERSION,
-            "depth": 1,
-            "prompt": f"{SHOTS}{a} {op} {b} = ",
-            "start": f"{a} {op} {b}",
-            "chain": [str(r)],
-            "answer": str(r),
-            "symbols": DIGITS,
-            "answer_prefix": "",  # the prompt's trailing space is already a token
-        }
-        for i, (op, (a, b, r)) in enumerate(chosen)
-    ]
 
 
 @dataclass(frozen=True)

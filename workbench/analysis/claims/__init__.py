@@ -24,12 +24,21 @@ for byte (a test checks `claims/LEDGER.md`).
 
 In parts: `ledger` (the machinery: the claims file, the registries `MEASURES` and `TESTS` with their decorators,
 the result readers, the ledger built and written), `rules` (the verdict tests no paper owns), `retrofit` (paper
-000's measures and tests), `recurtrace` (paper 002's) and `halting_checks` (the constant-depth envelope and a
-Stage 2 head's training record, which the halting rows lean on). Importing the package imports every part, which
-fills the registries.
+000's measures and tests), `arms_rows` (its arms compared: final answers and latency, with the majority-answer
+null), `recurtrace` (paper 002's), `selection_rows` (both papers' block-selection rows) and `halting_checks` (the
+constant-depth envelope and a Stage 2 head's training record, which the halting rows lean on). Importing the
+package imports every part, which fills the registries. Every measure returns its nulls beside its reading (a
+policy that knows nothing, through the same test and gates: `ledger.run_nulls`).
 """
 
-from workbench.analysis.claims import ledger, recurtrace, retrofit, rules  # noqa: F401  (they fill the registries)
+from workbench.analysis.claims import (  # noqa: F401  (they fill the registries)
+    arms_rows,
+    ledger,
+    recurtrace,
+    retrofit,
+    rules,
+    selection_rows,
+)
 from workbench.analysis.claims.halting_checks import constant_envelope
 from workbench.analysis.claims.ledger import (
     CLAIMS_FILE,
@@ -45,7 +54,8 @@ from workbench.analysis.claims.ledger import (
     load_claims,
     write_ledger,
 )
-from workbench.analysis.claims.recurtrace import no_model_rule, recorded_recipe
+from workbench.analysis.claims.recurtrace import no_model_rule
+from workbench.analysis.claims.selection_rows import recorded_recipe
 
 __all__ = ["CLAIMS_FILE", "LEDGER_FILES", "MEASURES", "ROOT", "TESTS", "VERDICTS", "build_ledger", "constant_envelope",
            "counts_table", "ledger_html", "ledger_markdown", "load_claims", "no_model_rule", "recorded_recipe",

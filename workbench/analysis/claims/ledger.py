@@ -77,6 +77,15 @@ class Missing(Exception):
     """A specimen or one of its result files is not there: the claim is not comparable (yet)."""
 
 
+MAJORITY = "the majority answer"   # a null: the most frequent target (per depth where the rows have depths)
+
+
+def _top(targets: pd.Series) -> str:
+    """The most frequent target (ties to the first in sort order): the one answer a policy that reads nothing gives."""
+    counts = targets.value_counts()
+    return str(min(counts[counts == counts.max()].index))
+
+
 def _gate(ours: dict, reason: str) -> None:
     """Marks a measured claim not comparable: the setting cannot answer it (`reason` says why)."""
     ours.setdefault("gates", []).append(reason)
@@ -226,12 +235,16 @@ def run_nulls(claim: dict, ours: dict) -> dict[str, tuple[str, str]]:
     (the majority answer, a head that always stops at loop 1, an untrained exit rule, a model that never
     installs...) reads on the same rows. Each goes through the same test; a null the test passes makes a
     reproduced row "not comparable" (`build_ledger`): a pass a trivial policy also earns says nothing of the model
-    (a model that fails where a null passes has been told apart from it, and its miss stands).
+    (a model that fails where a null passes has been told apart from it, and its miss stands). A null meets the
+    same gates as the model: where its reading carries one (a null arm that never installs), it reads "not
+    comparable", as the model's row would.
     """
     out = {}
     for name, reading in ours.get("nulls", {}).items():
         verdict, how = TESTS[claim["test"]](claim, reading)
-        out[name] = (verdict, f"{reading['text']}: {verdict}")
+        if reading.get("gates"):
+            verdict, how = "not comparable", f"{'; '.join(reading['gates'])} (the rule alone would read: {verdict})"
+        out[name] = (verdict, f"{reading['text']}: {verdict}" + (f" ({how})" if verdict == "not comparable" else ""))
     return out
 
 

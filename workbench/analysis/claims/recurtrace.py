@@ -19,6 +19,7 @@ from workbench.analysis.claims.halting_checks import (
 )
 from workbench.analysis.claims.ledger import (
     ALPHA,
+    MAJORITY,
     ROOT,
     Missing,
     _depth_tracking,
@@ -27,15 +28,15 @@ from workbench.analysis.claims.ledger import (
     _pick,
     _summary,
     _table,
+    _top,
     measure,
     verdict_test,
 )
 from workbench.analysis.claims.rules import _a_ahead
 from workbench.analysis.headlines import ranges
 from workbench.analysis.stats import PairedCounts, paired_counts, paired_difference
-from workbench.defaults import INSTALL_BAR, MAX_DROP_POINTS, REHEARSAL_SOURCES
+from workbench.defaults import INSTALL_BAR
 from workbench.errors import WorkbenchError
-from workbench.readers import read_json, read_toml
 
 
 # ----------------------------------------------------------------------------- measures
@@ -233,10 +234,22 @@ def early_exit_saving(specimen: Path, claim: dict) -> dict:
         raise Missing("halting__adaptive holds no head and fixed-budget rows")
     h, x = f.loc["head"], f.loc[fixed]
     loops, wall = h["row_loops"] / x["row_loops"], h["wall_s"] / x["wall_s"]
-    return {"loop_ratio": float(loops), "wall_ratio": float(wall), "agree": float(h["agree"]), "rows": int(h["rows"]),
-            "text": f"head (tau = {h['tau']:g}) {int(h['row_loops'])} row-loops in {h['wall_s']:.1f} s vs {fixed} "
-                    f"{int(x['row_loops'])} in {x['wall_s']:.1f} s: {loops:.2f}x the loops, {wall:.2f}x the wall-clock "
-                    f"({h['agree']:.0%} of rows stop where the one-pass reading says; one timing, shared CPU)"}
+    stops = _pick(_table(specimen, "halting__chosen", claim.get("results", "halting")), "head")["loops"]
+    modal = float(stops.value_counts().iloc[0] / len(stops))
+    out = {"loop_ratio": float(loops), "wall_ratio": float(wall), "agree": float(h["agree"]), "rows": int(h["rows"]),
+           "accuracy": float(h["accuracy"]), "budget_accuracy": float(x["accuracy"]), "modal_share": modal,
+           "text": f"head (tau = {h['tau']:g}) {int(h['row_loops'])} row-loops in {h['wall_s']:.1f} s vs {fixed} "
+                   f"{int(x['row_loops'])} in {x['wall_s']:.1f} s: {loops:.2f}x the loops, {wall:.2f}x the wall-clock "
+                   f"({h['agree']:.0%} of rows stop where the one-pass reading says; one timing, shared CPU)"}
+    # its nulls: every other fixed depth timed in the same run, which saves time with no head at all
+    out["nulls"] = {}
+    for name, r in f.drop(index=["head", fixed]).iterrows():
+        k = int(r["budget"])
+        out["nulls"][f"a fixed depth k = {k} (no head)"] = {
+            "loop_ratio": float(r["row_loops"] / x["row_loops"]), "wall_ratio": float(r["wall_s"] / x["wall_s"]),
+            "accuracy": float(r["accuracy"]), "budget_accuracy": float(x["accuracy"]), "modal_share": 1.0,
+            "text": f"{name} {int(r['row_loops'])} row-loops in {r['wall_s']:.1f} s"}
+    return out
 
 
 def _last_set(row: dict) -> str:
@@ -292,8 +305,23 @@ def memory_vs_plain(specimen: Path, claim: dict) -> dict:
     state."""
     results = claim.get("results", "loops")
     root = claim.get("_root", ROOT)
-    other = root / claim["against"]
-    frames = [_table(s, "loop_accuracy", results) for s in (specimen, other)]
+    frames = [_table(s, "loop_accuracy", results) for s in (specimen, root / claim["against"])]
+    out = _memory_reading(specimen, claim, *frames)
+    # its null: the majority answer (each depth's most frequent answer, from the manifest) in the memory arm's place
+    answers = pd.Series({i: r["answer"] for i, r in _manifest_rows(specimen, results, root).items()})
+    mem = frames[0][frames[0]["loop"] == frames[0]["depth"]]
+    target = answers.reindex(mem["row_id"]).to_numpy()
+    if pd.isna(target).any():
+        raise Missing(f"{specimen.name}/{results} reads rows its manifest does not hold")
+    mem = mem.assign(target=target)
+    mem = mem.assign(correct=mem["target"] == mem.groupby("depth")["target"].transform(_top))
+    out["nulls"] = {f"{MAJORITY} in place of the memory arm": _memory_reading(specimen, claim, mem, frames[1])}
+    return out
+
+
+def _memory_reading(specimen: Path, claim: dict, *frames: pd.DataFrame) -> dict:
+    """`memory_vs_plain` on the two arms' loop_accuracy frames (memory, plain)."""
+    results, root = claim.get("results", "loops"), claim.get("_root", ROOT)
     installed = claim.get("installed_depths", claim["depths"])
     bar = claim.get("installed_bar", 0.0)
     failed = []
@@ -327,125 +355,6 @@ def memory_vs_plain(specimen: Path, claim: dict) -> dict:
                        f"{len(right)} vs memory {int(a.sum())}/{len(a)}, exact McNemar p = {vs['p_mcnemar']:.3g}), so "
                        "neither arm is shown to track state")
     return out
-
-
-def _installed(run: Path) -> tuple[bool, str]:
-    """Whether a committed run installed its task: its last held-out evaluation (metrics.jsonl), the worst cell at
-    loops = depth over the depths its stages trained (recipe.toml), against 0.71."""
-    evals = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if '"eval"' in x]
-    evals = [e for e in evals if e.get("kind") == "eval"]
-    if not evals:
-        raise Missing(f"{run.name} logged no held-out evaluation")
-    trained = {d for s in read_toml(run / "recipe.toml", "recipe").get("stages", []) for d in s.get("depths", [])}
-    acc = evals[-1]["acc"]
-    diag = {int(d): float(v[d]) for d, v in acc.items() if d in v and (not trained or int(d) in trained)}
-    if not diag:
-        raise Missing(f"{run.name}'s last evaluation reads none of its trained depths {sorted(trained)}")
-    worst = min(diag, key=diag.get)
-    return diag[worst] >= 0.71, f"worst loops = depth cell {diag[worst]:.2f} at depth {worst} (step {evals[-1]['step']})"
-
-
-# The keys a committed recipe.toml may lack: the trainer records its resolved recipe, every key it knew, so a key is
-# absent only from a run recorded before the key existed. Each stands at the default the training recipe
-# (`workbench.train.recipe`) fills in for it, the setting such a run trained with (read from `workbench.defaults`
-# where that states it); tests/test_claims.py holds every committed recipe.toml, filled so, to the training recipe's
-# own reading of it.
-RECORDED_LATER = {
-    "init_from": "",
-    "model": {"loop_codes": False},
-    "train": {"precision": "fp32", "compile": False},
-    "guardrail": {"enabled": True, "max_drop": MAX_DROP_POINTS, "every": 0},
-    "preserve": {"kl_weight": 0.0, "rows": 8, "positions": 8, "sources": list(REHEARSAL_SOURCES)},
-    "optim": {"loop_codes_lr_mult": 10.0},
-    "halting": {"sweep": 0},
-}
-
-
-def recorded_recipe(run: Path) -> dict:
-    """A run's recipe.toml as data, with the keys recorded only by later runs (`RECORDED_LATER`) filled in."""
-    def filled(recorded: dict, later: dict) -> dict:
-        out = dict(recorded)
-        for key, value in later.items():
-            out[key] = filled(out.get(key, {}), value) if isinstance(value, dict) else out.get(key, value)
-        return out
-
-    return filled(read_toml(run / "recipe.toml", "recipe"), RECORDED_LATER)
-
-
-def _training_recipe(run: Path) -> dict:
-    """A run's recorded recipe without what names the run or places the block (name, seed, model.block): two runs
-    with equal recipes here trained the same way at different windows (an int and a float of one value are equal)."""
-    recipe = recorded_recipe(run)
-    for key in ("name", "seed"):
-        recipe.pop(key, None)
-    recipe["model"].pop("block", None)
-    return recipe
-
-
-@measure
-def block_recommendation(specimen: Path, claim: dict) -> dict:
-    """`select-block`'s recommended window (block_selection.json under `results`) against the windows that were trained
-    (`claim["trained"]`, run directories): each run's block, whether it installed (`_installed`), and the layers it
-    shares with the recommendation."""
-    path = specimen / claim.get("results", "selection") / "block_selection.json"
-    if not path.is_file():
-        raise Missing(f"no {path.relative_to(specimen.parent)} (workbench select-block --out ...)")
-    sel = read_json(path, "block selection")
-    lo, hi = sel["recommended"]
-    runs = []
-    for rel in claim["trained"]:
-        run = claim.get("_root", ROOT) / rel
-        if not run.is_dir():
-            raise Missing(f"trained run {rel} is not committed")
-        a, b = read_json(run / "retrofit.json", "retrofit record")["settings"]["block"]
-        ok, how = _installed(run)
-        runs.append({"run": Path(rel).name, "block": f"{a}:{b}", "installed": ok, "shared": max(0, min(b, hi) - max(a, lo)),
-                     "recipe": read_toml(run / "recipe.toml", "recipe").get("name"), "how": how})
-    ours = {"recommended": f"{lo}:{hi}", "runs": runs, "rows": len(runs),
-            "text": f"recommended {lo}:{hi} ({sel['window']} layers, span {sel['prelude_end']}-{sel['coda_start']}); "
-                    + "; ".join(f"{r['block']} ({r['run']}): {'installed' if r['installed'] else 'not installed'}, "
-                                f"{r['how']}, {r['shared']} layers shared" for r in runs)}
-    # The rule tells a recommendation from any other only where one recipe installed one window and failed another:
-    # with every trained window installed (or none), any recommendation would pass (or fail) it.
-    recipes = {r["run"]: _training_recipe(claim.get("_root", ROOT) / rel) for r, rel in zip(runs, claim["trained"])}
-    split = any(recipes[a["run"]] == recipes[b["run"]] for a in runs if a["installed"] for b in runs
-                if not b["installed"])
-    if not split:
-        _gate(ours, "no recipe both installed one trained window and failed another, so the rule cannot tell this "
-                    "recommendation from any other")
-    return ours
-
-
-def _inside(window: str, lo: int, hi: int) -> bool:
-    a, b = (int(x) for x in window.split(":"))
-    return lo <= a and b <= hi
-
-
-@measure
-def stage2_ablation(specimen: Path, claim: dict) -> dict:
-    """`select-block --stage2 train`'s sweep (stage2.json and block_selection.json under `results`): the trained
-    ranking, the recommendation's margin over the runner-up, and each window outside the angular span against it."""
-    folder = specimen / claim.get("results", ".")
-    path = folder / "stage2.json"
-    if not path.is_file():
-        raise Missing(f"no {path.relative_to(specimen.parent)} (workbench select-block --stage2 train --out ...)")
-    record = read_json(path, "Stage 2 sweep")
-    sel = read_json(folder / "block_selection.json", "block selection")
-    lo, hi = sel["prelude_end"], sel["coda_start"]
-    table = record["table"]
-    outside = [{"window": r["window"], "role": r["role"], "vs": r.get("vs_recommended")}
-               for r in table if not _inside(r["window"], lo, hi)]
-    m = record.get("margin") or {}
-    diff = m.get("ce_difference") or {}
-    return {"recommended": record.get("recommended"), "span": f"{lo}:{hi}",
-            "recommended_in_span": record.get("recommended") is not None and _inside(record["recommended"], lo, hi),
-            "separated": bool(m.get("separated")), "margin_why": m.get("why", ""), "outside": outside,
-            "rows": sum(r.get("heldout_ce", {}).get("rows", 0) for r in table[:1]),
-            "text": f"{record['budget']}; " + ", ".join(
-                f"{r['rank']}. {r['window']} ({r['role']}) CE {r['heldout_ce']['value']:.3f}"
-                for r in table if r.get("heldout_ce")) + (
-                f"; margin over the runner-up {diff['value']:+.3f} nats [{diff['low']:+.3f}, {diff['high']:+.3f}]"
-                if diff else "")}
 
 
 # ----------------------------------------------------------------------------- tests
@@ -519,47 +428,18 @@ def collapses_to_one(claim: dict, ours: dict) -> tuple[str, str]:
 
 @verdict_test
 def wall_below_fixed(claim: dict, ours: dict) -> tuple[str, str]:
-    """Real early exit saves wall-clock time: below `bar` times the fixed budget's (the loop ratio beside it)."""
-    ok = ours["wall_ratio"] < claim["bar"]
-    return ("reproduced" if ok else "not reproduced"), \
+    """Real early exit saves wall-clock time: below `bar` times the fixed budget's (the loop ratio beside it), by an
+    exit that is one: rows leave at more than one loop (under `max_modal`, default 0.9, at the modal stopping loop)
+    and the exit's accuracy is not below the budget's, so a fixed shallower depth (no head) does not pass."""
+    cmax = claim.get("max_modal", 0.9)
+    fast = ours["wall_ratio"] < claim["bar"]
+    spread = ours["modal_share"] < cmax
+    kept = ours["accuracy"] >= ours["budget_accuracy"]
+    return ("reproduced" if fast and spread and kept else "not reproduced"), \
         (f"wall-clock {ours['wall_ratio']:.2f}x the fixed budget's at {ours['loop_ratio']:.2f}x its loops (bar: "
-         f"below {claim['bar']:g}x)")
-
-
-@verdict_test
-def recommendation_installs(claim: dict, ours: dict) -> tuple[str, str]:
-    """The recommended window shares more layers with every trained window that installed than with any that did
-    not; not comparable (gate, in the claim) while fewer than one installing and one failing window share a recipe."""
-    good = [r["shared"] for r in ours["runs"] if r["installed"]]
-    bad = [r["shared"] for r in ours["runs"] if not r["installed"]]
-    ok = bool(good) and (not bad or min(good) > max(bad))
-    return ("reproduced" if ok else "not reproduced"), \
-        (f"layers shared with the recommendation: installed {good or 'none'}, not installed {bad or 'none'}")
-
-
-@verdict_test
-def ablation_fixes_block(claim: dict, ours: dict) -> tuple[str, str]:
-    """RecurTrace App. B's two steps: the angular span holds the trained winner, and the short-training ablation
-    fixes the block. Reproduced when the recommendation lies inside the span, is separated from the runner-up
-    (paired interval above 0, every seed pair agreeing: `window_sweep.margin`) and every window outside the span
-    is behind it with its paired interval above 0. A sweep that cannot tell its windows apart (a null trainer: the
-    same CE on every row) or whose winner is the late control fails it."""
-    bad = []
-    if not ours["recommended_in_span"]:
-        bad.append(f"the winner {ours['recommended']} lies outside the span {ours['span']}")
-    if not ours["separated"]:
-        bad.append(f"the winner is not separated from the runner-up ({ours['margin_why']})")
-    for o in ours["outside"]:
-        if o["window"] == ours["recommended"]:
-            continue
-        if not o["vs"] or o["vs"]["low"] <= 0:
-            how = f"{o['vs']['value']:+.3f} [{o['vs']['low']:+.3f}, {o['vs']['high']:+.3f}]" if o["vs"] else "no reading"
-            bad.append(f"{o['window']} ({o['role']}) is not behind it ({how} nats)")
-    ahead = [f"{o['window']} {o['vs']['value']:+.3f} [{o['vs']['low']:+.3f}, {o['vs']['high']:+.3f}]"
-             for o in ours["outside"] if o["vs"]]
-    why = "; ".join(bad) if bad else (f"winner {ours['recommended']} inside the span {ours['span']}, separated from "
-                                       f"the runner-up; outside the span behind it by {', '.join(ahead) or 'none'}")
-    return ("not reproduced" if bad else "reproduced"), why
+         f"below {claim['bar']:g}x); {ours['modal_share']:.0%} of rows at the modal stopping loop (under {cmax:.0%} "
+         f"needed: an exit per row); accuracy {ours['accuracy']:.3f} against the budget's {ours['budget_accuracy']:.3f}"
+         + ("" if kept else " (below it)"))
 
 
 @verdict_test

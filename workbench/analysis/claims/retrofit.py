@@ -9,25 +9,27 @@ from pathlib import Path
 
 import pandas as pd
 
-from workbench.analysis.arms import compare_arms, load_arm
 from workbench.analysis.claims.ledger import (
     ALPHA,
     BATTERY,
+    MAJORITY,
     ROOT,
     Missing,
     _depth_tracking,
     _gate,
     _halting,
     _pick,
-    _results,
     _summary,
     _table,
+    _top,
     measure,
     verdict_test,
 )
+from workbench.analysis.headlines import ranges
 from workbench.analysis.stats import fisher, paired_counts
+from workbench.analysis.stats import frontier as stats_frontier
 from workbench.defaults import INSTALL_BAR
-from workbench.readers import read_json
+from workbench.guardrail_set import GUARDRAIL_VERSION, guardrail_rows
 
 
 # ----------------------------------------------------------------------------- measures
@@ -40,7 +42,7 @@ def diagonal(specimen: Path, claim: dict) -> dict:
     major = [[_majority(g), len(g)] for _, g in f.groupby("depth")]
     return {"counts": counts, "text": ", ".join(f"{k}/{n}" for k, n in counts) + f" at depths "
             f"{claim['depths'][0]}-{claim['depths'][-1]}", "rows": sum(n for _, n in counts),
-            "nulls": {"the majority answer": {"counts": major, "text": ", ".join(f"{k}/{n}" for k, n in major)}}}
+            "nulls": {MAJORITY: {"counts": major, "text": ", ".join(f"{k}/{n}" for k, n in major)}}}
 
 
 def _majority(f: pd.DataFrame) -> int:
@@ -56,7 +58,7 @@ def intermediate(specimen: Path, claim: dict) -> dict:
     k, n = int(f["correct"].sum()), len(f)
     m = _majority(f)
     return {"counts": [[k, n]], "text": f"{k}/{n} ({k / n:.1%})", "rows": int(f["row_id"].nunique()),
-            "nulls": {"the majority answer": {"counts": [[m, n]], "text": f"{m}/{n}"}}}
+            "nulls": {MAJORITY: {"counts": [[m, n]], "text": f"{m}/{n}"}}}
 
 
 def _overshoot(specimen: Path, claim: dict, inside: bool) -> dict:
@@ -77,6 +79,12 @@ def _overshoot(specimen: Path, claim: dict, inside: bool) -> dict:
            "text": f"{it}/{n} iterate ({it / n:.1%}), {park}/{n} park on the cells where the two differ; "
                    f"{int(same.sum())} of {len(f)} cells coincide (the chain's cycle returns to x_d) and are "
                    f"counted apart; {loops}, support {support}"}
+    top = d.groupby("depth")["iterate_symbol"].transform(_top)          # per depth, as the depth matrix's null
+    m_it, m_park = int((d["iterate_symbol"] == top).sum()), int((d["park_symbol"] == top).sum())
+    out["nulls"] = {
+        MAJORITY: {"counts": [[m_it, n]], "park": [m_park, n],
+                   "text": f"{m_it}/{n} iterate, {m_park}/{n} park (the most frequent next symbol at each depth)"},
+        "a model that holds x_d (parks)": {"counts": [[0, n]], "park": [n, n], "text": f"0/{n} iterate, {n}/{n} park"}}
     if claim.get("within_support") and out["max_loop"] > support:
         _gate(out, f"the loops read ({loops}) lie past this specimen's trained support of {support}, while the "
                    f"paper's loops lay inside its own support")
@@ -109,11 +117,27 @@ def frontier_ratio(specimen: Path, claim: dict) -> dict:
     mark = {bar: ("+" if bar in censored else "") for bar in ratios}
     return {"ratios": ratios, "censored": censored, "range": [min(spread), max(spread)],
             "rows": s["probe_runs"]["depth_matrix"]["rows"]["n"],
+            "nulls": {MAJORITY: _majority_frontier(specimen, claim, support)},
             "text": f"{frontier['0.71']:.2f}{mark['0.71']} / {support} = {ratios['0.71']:.2f}{mark['0.71']} "
                     f"({ratios['0.60'] or float('nan'):.2f}{mark['0.60']} at 0.60, "
                     f"{ratios['0.80'] or float('nan'):.2f}{mark['0.80']} at 0.80)"
                     + ("; + censored: the deepest row depth is still above the bar, so the frontier is at least this"
                        if censored else "")}
+
+
+def _majority_frontier(specimen: Path, claim: dict, support: int) -> dict:
+    """frontier / support of the majority answer on the same depth-matrix rows (loop = depth, the most frequent target
+    at each depth): no depth it reads reaches a bar has frontier 0, as a model that never installs."""
+    f = _table(specimen, "depth_matrix", claim.get("results", BATTERY))
+    f = f[f["loop"] == f["depth"]]
+    acc = {int(d): float((g["target"] == _top(g["target"])).mean()) for d, g in f.groupby("depth")}
+    ratios = {}
+    for bar in ("0.60", "0.71", "0.80"):
+        at = stats_frontier(acc, float(bar))
+        ratios[bar] = 0.0 if math.isnan(at) else at / support
+    return {"ratios": ratios, "censored": [], "range": [min(ratios.values()), max(ratios.values())],
+            "text": f"{ratios['0.71']:.2f} (accuracy {min(acc.values()):.2f}-{max(acc.values()):.2f} over depths "
+                    f"{min(acc)}-{max(acc)})"}
 
 
 def _censored(diagonal: dict, frontier: dict) -> list[str]:
@@ -130,9 +154,16 @@ def guardrail(specimen: Path, claim: dict) -> dict:
     f = _table(specimen, "identity__guardrail", claim.get("results", BATTERY))
     c = paired_counts(f["base_correct"], f["checkpoint_correct"])
     base, ours, n = c.a_correct, c.b_correct, c.n
+    answers = {r["row_id"]: r["answer"] for r in guardrail_rows()}
+    if set(f["row_id"]) - set(answers):
+        raise Missing(f"the guardrail table holds rows the guardrail set ({GUARDRAIL_VERSION}) does not")
+    top = _top(pd.Series([answers[r] for r in f["row_id"]]))
+    major = sum(answers[r] == top for r in f["row_id"])
     return {"counts": [[base, n], [ours, n]], "drop": 100.0 * (base - ours) / n, "helped": c.helped, "hurt": c.hurt,
             "p": c.p_mcnemar, "rows": n,
-            "text": f"base {base}/{n} -> {ours}/{n} ({c.helped} helped, {c.hurt} hurt, McNemar p = {c.p_mcnemar:.3g})"}
+            "text": f"base {base}/{n} -> {ours}/{n} ({c.helped} helped, {c.hurt} hurt, McNemar p = {c.p_mcnemar:.3g})",
+            "nulls": {MAJORITY: {"drop": 100.0 * (base - major) / n,
+                                 "text": f"always '{top}': base {base}/{n} -> {major}/{n}"}}}
 
 
 def _identity(specimen: Path, variant: str) -> dict:
@@ -141,7 +172,13 @@ def _identity(specimen: Path, variant: str) -> dict:
     if g.empty:
         raise Missing(f"no identity rows of variant '{variant}'")
     worst = float(g["max_abs_diff"].max())
-    return {"value": worst, "rows": len(g), "text": f"max |Δlogit| = {worst:g} over {len(g)} configuration(s)"}
+    out = {"value": worst, "rows": len(g), "text": f"max |Δlogit| = {worst:g} over {len(g)} configuration(s)"}
+    other = f[f["variant"] == "checkpoint_vs_base"]   # the same comparison where the model differs: it can read > 0
+    if not other.empty:
+        v = float(other["max_abs_diff"].max())
+        out["nulls"] = {"the trained checkpoint (adapter on) against the base": {
+            "value": v, "text": f"max |Δlogit| = {v:g} at loop 1"}}
+    return out
 
 
 @measure
@@ -152,104 +189,6 @@ def identity_fresh(specimen: Path, claim: dict) -> dict:
 @measure
 def identity_adapter_off(specimen: Path, claim: dict) -> dict:
     return _identity(specimen, "adapter_off_vs_base")
-
-
-def _arms(specimen: Path, claim: dict) -> dict:
-    """The paired comparison of `specimen` (A) against `claim["against"]` (B), from their `results` folders."""
-    other = claim.get("_root", ROOT) / claim["against"]
-    results = claim.get("results", "arms")
-    for s in (specimen, other):
-        _results(s, results)
-    return compare_arms(load_arm(specimen, specimen / results), load_arm(other, other / results))
-
-
-@measure
-def arms_depths(specimen: Path, claim: dict) -> dict:
-    """A vs B final-answer counts at the claim's depths, row-paired (exact McNemar) and unpaired (Fisher)."""
-    out = _arms(specimen, claim)
-    d = out["depths"].set_index("depth").loc[claim["depths"]]
-    counts = [[[int(r.a_correct), int(r.n)], [int(r.b_correct), int(r.n)]] for r in d.itertuples()]
-    a, b = out["arms"]
-    text = "; ".join(f"d{i}: {r.a_correct}/{r.n} vs {r.b_correct}/{r.n}" for i, r in zip(d.index, d.itertuples()))
-    return {"counts": counts, "depths": d.reset_index().to_dict("records"), "rows": int(d["n"].sum()),
-            "text": f"{a} vs {b}: {text}"}
-
-
-def _frontier_spread(frame: pd.DataFrame, arm: str) -> str:
-    """An arm's frontier at 0.71 with its sensitivity over the bars 0.60-0.80 ("5.61 (0.60-0.80: 5.42-6.16)")."""
-    g = frame[frame["arm"] == arm].set_index("bar")["frontier"]
-    spread = [float(g[b]) for b in (0.60, 0.71, 0.80) if b in g.index and not math.isnan(g[b])]
-    at = float(g[0.71]) if 0.71 in g.index else math.nan
-    return f"{at:.2f}" + (f" (0.60-0.80: {min(spread):.2f}-{max(spread):.2f})" if spread else "")
-
-
-@measure
-def arms_beyond(specimen: Path, claim: dict) -> dict:
-    """A vs B pooled beyond the trained support (paired), the crossover depth and each arm's frontier at 0.71 with
-    its 0.60-0.80 sensitivity. `b_horizon_bar`: B must fall below that accuracy at some depth beyond the support,
-    else the rows never reach B's horizon and the claim about what lies past it is not comparable."""
-    out = _arms(specimen, claim)
-    if "beyond_support" not in out["pooled"]:
-        raise Missing("no depth beyond the trained support was read")
-    p = out["pooled"]["beyond_support"]
-    inside = out["pooled"]["inside_support"]
-    fr = out["frontier"][out["frontier"]["bar"] == 0.71].set_index("arm")["frontier"]
-    a, b = out["arms"]
-    cross = out["crossover"]
-    res = {"beyond": p, "compared": p, "inside": inside, "crossover": cross, "frontier": {a: fr[a], b: fr[b]},
-           "rows": p["n"],
-           "text": f"beyond the support {a} {p['a_correct']}/{p['n']} vs {b} {p['b_correct']}/{p['n']} "
-                   f"({b} helped {p['b_helped']}, hurt {p['b_hurt']}, McNemar p = {p['p_mcnemar']:.3g}); inside "
-                   f"{inside['a_correct']} vs {inside['b_correct']} of {inside['n']}; frontiers "
-                   f"{_frontier_spread(out['frontier'], a)} vs {_frontier_spread(out['frontier'], b)}; "
-                   + (f"cross at depth {cross:.2f}" if cross is not None else "no crossing")}
-    bar = claim.get("b_horizon_bar")
-    if bar is not None:
-        d = out["depths"]
-        past = d[d["depth"] > int(out["frontier"]["support"].max())]
-        acc = past["b_correct"] / past["n"]
-        if (acc >= bar).all():
-            _gate(res, f"{b} reads {int(past['b_correct'].sum())}/{int(past['n'].sum())} beyond the support (at least "
-                       f"{acc.min():.2f} at every depth {int(past['depth'].min())}-{int(past['depth'].max())}, bar "
-                       f"{bar:g}): the rows never reach its horizon, so what happens past it cannot be read")
-    return res
-
-
-@measure
-def arms_overall(specimen: Path, claim: dict) -> dict:
-    """A vs B pooled over every depth read (paired), with the per-depth counts."""
-    out = _arms(specimen, claim)
-    p = out["pooled"]["all"]
-    a, b = out["arms"]
-    per = "; ".join(f"d{r.depth} {r.a_correct} vs {r.b_correct}" for r in out["depths"].itertuples())
-    return {"compared": p, "depths": out["depths"].to_dict("records"), "rows": p["n"],
-            "text": f"all depths {a} {p['a_correct']}/{p['n']} vs {b} {p['b_correct']}/{p['n']} ({b} helped "
-                    f"{p['b_helped']}, hurt {p['b_hurt']}, McNemar p = {p['p_mcnemar']:.3g}); {per} of "
-                    f"{int(out['depths']['n'].iloc[0])} each"}
-
-
-@measure
-def arms_latency(specimen: Path, claim: dict) -> dict:
-    """Median batch-1 latency per depth of A and B (scripts/final_answers.py), and B / A at each depth."""
-    results = claim.get("results", "arms")
-    other = claim.get("_root", ROOT) / claim["against"]
-    arms = []
-    for s in (specimen, other):
-        _results(s, results)
-        arm = load_arm(s, s / results)
-        if arm.latency is None:
-            raise Missing(f"{s / results} holds no latency.parquet (scripts/final_answers.py writes it)")
-        arms.append(arm)
-    a, b = arms
-    la, lb = (x.latency.set_index("depth")["median_s"] for x in arms)
-    depths = sorted(set(la.index) & set(lb.index))
-    per = [{"depth": int(d), "a_s": float(la[d]), "b_s": float(lb[d]), "b_over_a": float(lb[d] / la[d])}
-           for d in depths]
-    cpu = {x.name: read_json(x.results_dir / "final.json", "final answers").get("cpu") for x in arms}
-    return {"depths": per, "rows": len(depths), "cpu": cpu,
-            "text": f"median ms per row, {a.name} vs {b.name}: "
-                    + "; ".join(f"d{r['depth']} {1e3 * r['a_s']:.0f} vs {1e3 * r['b_s']:.0f}" for r in per)
-                    + f" (batch 1, fp32, {cpu[a.name]})"}
 
 
 @measure
@@ -268,7 +207,13 @@ def support_scaling(specimen: Path, claim: dict) -> dict:
     repeated = {s for s, *_ in per if sum(x[0] == s for x in per) > 1}   # several seeds: name each run
     label = {name: f"support {s}" + (f" ({name})" if s in repeated else "") for s, name, _ in per}
     judged = claim.get("judged_supports")
-    out = {"per_support": [{"support": s, "run": name, "label": label[name], **r["ratios"], "censored": r["censored"],
+    null = [{"support": s, "run": name, "label": f"support {s}" + (f" ({name})" if s in repeated else ""),
+             **r["nulls"][MAJORITY]["ratios"], "censored": [], "judged": judged is None or s in judged}
+            for s, name, r in per]
+    out = {"nulls": {MAJORITY: {"per_support": null, "range": [0.0, max(max(x[b] for b in ("0.60", "0.71", "0.80"))
+                                                                     for x in null)],
+                                "text": "; ".join(f"{x['label']}: {x['0.71']:.2f}" for x in null)}},
+           "per_support": [{"support": s, "run": name, "label": label[name], **r["ratios"], "censored": r["censored"],
                             "judged": judged is None or s in judged} for s, name, r in per],
            "range": [min(at), max(at)], "rows": sum(r["rows"] for *_, r in per),
            "text": "; ".join(f"{label[name]}: {r['ratios']['0.71']:.2f}{'+' if '0.71' in r['censored'] else ''} "
@@ -320,7 +265,18 @@ def splice_sites(specimen: Path, claim: dict) -> dict:
     for k, v in read.items():
         site, span, k0 = k.split("/")
         v["pairs"] = int(kept.get((site, span, int(k0.removeprefix("k0="))), 0))
-    return {"per": read, "want": want, "rows": total,
+    # its null: one answer at every classified cell of a (site, span, k0), the most frequent symbol of the class the
+    # share counts (the best any single answer does on it)
+    null = {}
+    for k in read:
+        site, span, k0 = k.split("/")
+        g = cells[~cells["coincide"] & (cells["site"] == site) & (cells["span"] == span)
+                  & (cells["k0"] == int(k0.removeprefix("k0=")))]
+        null[k] = {share: float((g[f"{cls}_symbol"] == _top(g[f"{cls}_symbol"])).mean()) if len(g) else 0.0
+                   for share, cls in (("source_orbit", "source"), ("lawful", "lawful"))}
+    nulls = {MAJORITY: {"per": null, "want": want, "text": "; ".join(
+        f"{k}: {want[k.rsplit('/', 1)[0]]} {v[want[k.rsplit('/', 1)[0]]]:.2f}" for k, v in null.items())}}
+    return {"per": read, "want": want, "rows": total, "nulls": nulls,
             "text": "; ".join(f"{k}: source orbit {v['source_orbit']:.2f}, lawful {v['lawful']:.2f}, shortcut "
                               f"{v['shortcut']:.2f} ({v['verdict']}, {v['n']} cells from {v['pairs']} of {total} "
                               "pairs)" for k, v in read.items())}
@@ -332,13 +288,25 @@ def patching_steps(specimen: Path, claim: dict) -> dict:
     reads, the recovered share of the answer's margin when the clean read-position state after loop t is patched
     in, at t = k - 1 and t = k, with its row-bootstrap interval."""
     f = _table(specimen, "patching__steps", claim.get("results", BATTERY))
-    per = {}
-    for k, g in f.groupby("step"):
-        at = g.set_index("loop")
-        per[int(k)] = {"at": _share(at, int(k)), "before": _share(at, int(k) - 1) if int(k) > 1 else None}
-    if not per:
+    curves = {int(k): g.set_index("loop") for k, g in f.groupby("step")}
+    if not curves:
         raise Missing("the patching results hold no entry edit")
-    return {"per": per, "rows": int(f["n"].max()),
+    first, last = min(curves), max(curves)
+    # its nulls: every step read with one step's own curve, the first's (a model that makes every step at loop 1)
+    # and the last's (one that makes them all at the end): the steps then share one entry loop
+    nulls = {f"every step entering where step {s} does ({what})": {**_steps(dict.fromkeys(curves, curves[s])),
+                                                                   "text": f"step {s}'s curve ("
+                                                                   + ", ".join(f"{v:.2f}" for v in curves[s]["recovered"])
+                                                                   + f" at loops {ranges(list(curves[s].index))}) "
+                                                                   "at every step"}
+             for s, what in ((first, "made at once"), (last, "made at the last loop"))}
+    return _steps(curves) | {"nulls": nulls}
+
+
+def _steps(curves: dict[int, pd.DataFrame]) -> dict:
+    """`patching_steps`' reading of {step k: its recovered share by loop}."""
+    per = {k: {"at": _share(at, k), "before": _share(at, k - 1) if k > 1 else None} for k, at in curves.items()}
+    return {"per": per, "rows": max(int(at["n"].max()) for at in curves.values()),
             "text": "; ".join(f"step {k}: loop {k} {v['at']['value']:.2f} [{v['at']['low']:.2f}, {v['at']['high']:.2f}]"
                               + (f", loop {k - 1} {v['before']['value']:.2f} [{v['before']['low']:.2f}, "
                                  f"{v['before']['high']:.2f}]" if v["before"] else "") + f" ({v['at']['n']} pairs)"
@@ -406,8 +374,17 @@ def finite_difference(specimen: Path, claim: dict) -> dict:
     against central differences, and the relative error, worst over the directions read."""
     f = _table(specimen, "gradient_audit__fd")
     worst = f.sort_values("rel_error", ascending=False).iloc[0]
-    return {"value": float(worst["rel_error"]), "rows": len(f),
-            "text": f"autograd {worst['autograd']:.4g} vs finite differences {worst['finite_difference']:.4g} along a "
+    fd = float(worst["finite_difference"])
+
+    def rel(g: float) -> float:   # the audit's relative error (workbench.train.audit)
+        return abs(fd - g) / max(abs(fd), abs(g), 1e-30)
+
+    # its nulls: a gradient that does not flow (zero) and one of the wrong sign, against the same differences
+    nulls = {name: {"value": rel(g), "text": f"{g:.4g} vs {fd:.4g}: relative error {rel(g):.2g}"}
+             for name, g in (("a gradient that does not flow (zero)", 0.0),
+                             ("the gradient with its sign flipped", -float(worst["autograd"])))}
+    return {"value": float(worst["rel_error"]), "rows": len(f), "nulls": nulls,
+            "text": f"autograd {worst['autograd']:.4g} vs finite differences {fd:.4g} along a "
                     f"{worst['direction']} direction: relative error {worst['rel_error']:.2g} (worst of {len(f)})"}
 
 
@@ -428,7 +405,7 @@ def verbal_zero_shot(specimen: Path, claim: dict) -> dict:
                              f"{claim['competence_depths'][-1]} {c:.2f}")
     return {"counts": list(per.values()), "rows": sum(n for _, n in per.values()), "competence": competence,
             "text": text(per, competence),
-            "nulls": {"the majority answer": {"counts": list(major.values()), "competence": null_competence,
+            "nulls": {MAJORITY: {"counts": list(major.values()), "competence": null_competence,
                                               "text": text(major, null_competence)}}}
 
 
@@ -472,38 +449,6 @@ def ratio_in_band(claim: dict, ours: dict) -> tuple[str, str]:
 @verdict_test
 def exactly_zero(claim: dict, ours: dict) -> tuple[str, str]:
     return ("reproduced" if ours["value"] == 0.0 else "not reproduced"), "exact: max |Δlogit| must be 0.0"
-
-
-@verdict_test
-def no_significant_difference(claim: dict, ours: dict) -> tuple[str, str]:
-    """No depth where the arms differ at p < 0.05 (two-sided exact McNemar on the paired rows)."""
-    worst = min(ours["depths"], key=lambda r: r["p_mcnemar"])
-    ok = worst["p_mcnemar"] >= ALPHA
-    return ("reproduced" if ok else "not reproduced"), \
-        (f"exact McNemar per depth, smallest p = {worst['p_mcnemar']:.3g} at depth {worst['depth']} "
-         f"({worst['a_correct']} vs {worst['b_correct']} of {worst['n']}; one-sided Fisher B > A "
-         f"p = {worst['p_fisher_b_greater']:.3g})")
-
-
-@verdict_test
-def b_leads_beyond(claim: dict, ours: dict) -> tuple[str, str]:
-    """B (the full block) ahead of A beyond the support: more rows helped than hurt at p < 0.05 (exact McNemar)."""
-    p = ours["beyond"]
-    ok = p["b_helped"] > p["b_hurt"] and p["p_mcnemar"] < ALPHA
-    return ("reproduced" if ok else "not reproduced"), \
-        f"beyond the support B helped {p['b_helped']}, hurt {p['b_hurt']} (exact McNemar p = {p['p_mcnemar']:.3g})"
-
-
-@verdict_test
-def a_faster_every_depth(claim: dict, ours: dict) -> tuple[str, str]:
-    """A's median batch-1 latency below B's at every depth read."""
-    slower = [r for r in ours["depths"] if r["a_s"] >= r["b_s"]]
-    ratios = [r["b_over_a"] for r in ours["depths"]]
-    how = (f"B / A latency {min(ratios):.2f}-{max(ratios):.2f} over depths "
-           f"{ours['depths'][0]['depth']}-{ours['depths'][-1]['depth']}")
-    if slower:
-        how += f"; A not faster at depth {', '.join(str(r['depth']) for r in slower)}"
-    return ("reproduced" if not slower else "not reproduced"), how
 
 
 @verdict_test
