@@ -517,7 +517,7 @@ def test_nothing_but_the_sweep_writes_into_a_sweep(capsys, monkeypatch, tmp_path
 # the place itself carrying a forged output marker (`marked`: a marker alone never makes a run or a sweep the
 # workbench's own output to write into or replace). Writers whose --out is one file (and export_run, which refuses a
 # destination that exists) are sent to a name inside the place, with the marker there in the `marked` cases.
-PLACES = ("inside a run", "a marked run", "inside a sweep", "a marked sweep")
+PLACES = ("inside a run", "a marked run", "inside a sweep", "a marked sweep", "deep inside a run", "deep inside a sweep")
 FILE_WRITERS = {"report": ".html", "rows": ".jsonl", "lens --html": ".html", "export_run": ""}
 # Refused in the writer's own words where it writes in place and --out is the other place itself: a run directory
 # that holds no run, or a run already there without --resume.
@@ -549,6 +549,8 @@ def _out_at(writer: str, place: str, where: Path) -> Path:
     `where` itself when the place is marked and --out is a directory."""
     if place.startswith("a marked") and writer not in FILE_WRITERS:
         return where
+    if place.startswith("deep"):   # below a name the place keeps, not at it: every ancestor is asked, not the parent
+        return where / ("new" if place.endswith("sweep") else "checkpoints") / f"x{FILE_WRITERS.get(writer, '')}"
     if place.endswith("sweep"):
         return where / f"x{FILE_WRITERS.get(writer, '')}"
     return where / ("metrics.jsonl" if writer == "rows" else "checkpoints")
@@ -558,7 +560,7 @@ def _cases() -> list:
     cases = []
     for writer in KINDS:
         for place in PLACES:
-            if writer == "lens --html" and place.endswith("run"):
+            if writer == "lens --html" and place in ("inside a run", "a marked run"):
                 continue  # a lens page is an .html file (its suffix is checked first) and a run keeps no such name
             cases.append(pytest.param(writer, place, id=f"{writer} | {place}"))
     return cases
@@ -601,6 +603,28 @@ def test_no_writer_writes_into_a_run_or_a_sweep(capsys, monkeypatch, tmp_path, w
     except Passed as passed:
         pytest.fail(f"the gate let {passed} through ({place})")
     assert checksums(tmp_path) == before
+
+
+def test_only_the_sweep_itself_writes_its_runs_while_it_holds_its_gate(tmp_path):
+    """A sweep's runs lie inside it (SWEEP/runs/<name>): its own process, holding the sweep's gate, trains them
+    there; any other writer, a `train --out SWEEP/runs/x` of its own included, is refused, at any depth."""
+    from workbench.places import RUN_OUTPUT, SWEEP_OUTPUT
+
+    sweep = tmp_path / "sweep"
+    held = gate_output(sweep, "select-block", kind=SWEEP_OUTPUT)
+    sweep.mkdir()
+    (sweep / "sweep.json").write_text("{}")
+    gate_output(sweep / "runs" / "2-8-seed1", "train", kind=RUN_OUTPUT).release()   # the sweep's own run
+    held.release()
+    for out in (sweep / "runs" / "2-8-seed1", sweep / "runs" / "mine", sweep / "a" / "b" / "c"):
+        with pytest.raises(WorkbenchError, match="lies inside a Stage 2 sweep"):
+            gate_output(out, "train", kind=RUN_OUTPUT)
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "recipe.toml").write_text('name = "x"\n')
+    with pytest.raises(WorkbenchError, match="names a training run's own file or directory \\('checkpoints' of"):
+        gate_output(run / "checkpoints" / "step-9" / "x", "probe", kind=RESULTS_OUTPUT)
+    gate_output(run / "battery" / "deeper", "probe", kind=RESULTS_OUTPUT).release()   # a name the run does not keep
 
 
 def test_a_declared_kind_written_in_place_is_asked_by_every_gate_while_it_lives(tmp_path):

@@ -211,6 +211,12 @@ class _PathLock:
         self.release()
 
 
+def _held_here(folder: Path) -> bool:
+    """Whether a gate of this process holds `folder` (resolved): its own writer is at work in it."""
+    lock = _HELD.get(str(folder))
+    return lock is not None and lock.handle is not None
+
+
 def training_lock_holder(path: Path) -> tuple[Path, str] | None:
     """(the directory, the pid) of a training lock (`locked_dir`'s `.lock`) held on `path` or above it, else None."""
     for folder in (path, *path.parents):
@@ -298,15 +304,21 @@ class Gate:
         return next((k for k in self.in_place if k is not self.kind and k.wrote(path)), None)
 
     def _keep(self, out: Path) -> None:
-        """Refused when the directory holding `out` is one written in place (`in_place`) that keeps `out`'s name."""
-        keeper = out.parent.is_dir() and next((k for k in self.in_place if out.name in k.continued.keeps
-                                               and k.wrote(out.parent)), None)
-        if keeper and keeper.continued.keeps is EVERY_NAME:
-            raise WorkbenchError(f"--out '{self.path}' lies inside {keeper.continued.what}, which no other output "
-                                 "writes into; choose another place")
-        if keeper:
-            raise WorkbenchError(f"--out '{self.path}' names {keeper.continued.what}'s own file or directory; choose "
-                                 "another name")
+        """Refused when a directory anywhere above `out` is one written in place (`in_place`) that keeps the name on
+        the way down to `out` (a run's checkpoints/, anything in a sweep), unless this process is that directory's
+        own writer, holding its gate (a Stage 2 sweep training its runs, SWEEP/runs/<name>)."""
+        child = out
+        for folder in out.parents:
+            keeper = folder.is_dir() and next((k for k in self.in_place if child.name in k.continued.keeps
+                                               and k.wrote(folder)), None)
+            if keeper and not _held_here(folder):
+                inside = "" if folder == out.parent else f" ('{child.name}' of '{folder}')"
+                if keeper.continued.keeps is EVERY_NAME:
+                    raise WorkbenchError(f"--out '{self.path}' lies inside {keeper.continued.what}{inside}, which no "
+                                         "other output writes into; choose another place")
+                raise WorkbenchError(f"--out '{self.path}' names {keeper.continued.what}'s own file or directory"
+                                     f"{inside}; choose another name")
+            child = folder
 
     def _decide(self) -> None:
         """The rules every output obeys, then those of its kind's layout."""
