@@ -616,6 +616,9 @@ def test_only_the_sweep_itself_writes_its_runs_while_it_holds_its_gate(tmp_path)
     (sweep / "sweep.json").write_text("{}")
     gate_output(sweep / "runs" / "2-8-seed1", "train", kind=RUN_OUTPUT).release()   # the sweep's own run
     held.release()
+    with pytest.raises(WorkbenchError, match="holds a Stage 2 sweep") as refused:   # no --resume: refused
+        gate_output(sweep, "select-block", kind=SWEEP_OUTPUT)
+    assert refused.value   # kept alive, with its lock: a refused gate is not the sweep's writer at work
     for out in (sweep / "runs" / "2-8-seed1", sweep / "runs" / "mine", sweep / "a" / "b" / "c"):
         with pytest.raises(WorkbenchError, match="lies inside a Stage 2 sweep"):
             gate_output(out, "train", kind=RUN_OUTPUT)

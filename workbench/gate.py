@@ -211,10 +211,15 @@ class _PathLock:
         self.release()
 
 
-def _held_here(folder: Path) -> bool:
-    """Whether a gate of this process holds `folder` (resolved): its own writer is at work in it."""
-    lock = _HELD.get(str(folder))
-    return lock is not None and lock.handle is not None
+# resolved directory -> the gate of this process through which its own in-place writer is at work in it (set once
+# the gate's decision let it through, dropped at release); a refused gate, whose lock may outlive it, is never here
+_WRITING_IN_PLACE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _held_here(folder: Path, kind: OutputKind) -> bool:
+    """Whether this process is `kind`'s own writer at work in `folder` (resolved): its gate decided and holds it."""
+    gate = _WRITING_IN_PLACE.get(str(folder))
+    return gate is not None and gate.kind is kind and gate._lock.handle is not None
 
 
 def training_lock_holder(path: Path) -> tuple[Path, str] | None:
@@ -281,6 +286,8 @@ class Gate:
             clean_stale_staging(self.path / name)
         self._decide()
         self.state = self._fingerprint()
+        if kind.layout == IN_PLACE:   # its own writer at work in it: only this gate lets outputs inside (`_keep`)
+            _WRITING_IN_PLACE[key] = self
 
     # ---------------------------------------------------------------- the checks
     def _check_path(self) -> Path:
@@ -311,7 +318,7 @@ class Gate:
         for folder in out.parents:
             keeper = folder.is_dir() and next((k for k in self.in_place if child.name in k.continued.keeps
                                                and k.wrote(folder)), None)
-            if keeper and not _held_here(folder):
+            if keeper and not _held_here(folder, keeper):
                 inside = "" if folder == out.parent else f" ('{child.name}' of '{folder}')"
                 if keeper.continued.keeps is EVERY_NAME:
                     raise WorkbenchError(f"--out '{self.path}' lies inside {keeper.continued.what}{inside}, which no "
@@ -444,6 +451,8 @@ class Gate:
 
     def release(self) -> None:
         """Drops this gate's hold on the lock (the lock goes when no gate of this process holds it)."""
+        if _WRITING_IN_PLACE.get(str(self.target)) is self:
+            del _WRITING_IN_PLACE[str(self.target)]
         self._lock = _Released
 
     def __enter__(self):
