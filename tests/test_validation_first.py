@@ -132,7 +132,7 @@ def test_a_full_disk_during_a_checkpoint_write_is_one_line_exit_1(capsys, monkey
         raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "
                               "\"No space left on device\" })")
 
-    monkeypatch.setattr("workbench.train.rundir.save_file", full)
+    monkeypatch.setattr("workbench.run_tensors.save_file", full)
     code, _, err = invoke(capsys, monkeypatch, "train", recipe, "--out", tmp_path / "run")
     assert code == 1, err
     assert err.count("error:") == 1 and "No space left on device" in err.strip().splitlines()[-1], err  # after the bar

@@ -38,8 +38,6 @@ from typing import TYPE_CHECKING
 
 import tomllib
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from workbench.defaults import EMBEDDED_DEFAULT, resolve_run, shipped_keepers
 from workbench.errors import WorkbenchError
@@ -64,6 +62,7 @@ from workbench.places import (  # noqa: F401  (the run's file names and kind: im
 )
 from workbench.precision import apply_precision
 from workbench.readers import read_json
+from workbench.run_tensors import read_tensors, repoint, trainable_sha256
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -115,13 +114,11 @@ def load_trained(looped, path: Path, groups: list[str]) -> None:
 
     Raises:
         WorkbenchError: a tensor the model expects is missing, the file holds one it does not
-            expect, or a shape / dtype differs; the message names the file and the tensor.
+            expect, or a shape / dtype differs; the message names the file and the tensor. A delta
+            file's missing or changed parent (`run_tensors.read_tensors`).
     """
     expected = trained_state(looped, groups)
-    try:
-        loaded = load_file(str(path))
-    except (SafetensorError, OSError) as err:  # a pickle renamed, a file cut short
-        raise WorkbenchError(f"{path}: not a readable safetensors file ({str(err).splitlines()[0][:120]})") from None
+    loaded, _ = read_tensors(path)   # a delta file's parents resolved and checked by digest
     missing = sorted(set(expected) - set(loaded))
     unexpected = sorted(set(loaded) - set(expected))
     if missing:
@@ -142,7 +139,11 @@ def load_trained(looped, path: Path, groups: list[str]) -> None:
 
 
 def verify_files(run_dir: Path) -> dict:
-    """Returns provenance.json after checking every file it lists (and every run file) by hash."""
+    """Returns provenance.json after checking every file it lists (and every run file) by hash.
+
+    trainable.safetensors is checked by its state's digest (`run_tensors.trainable_sha256`: a whole file's
+    SHA-256; a delta's parents resolved, each checked against the digest its child names).
+    """
     run_dir = Path(run_dir)
     prov_path = run_dir / PROVENANCE
     if not prov_path.is_file():
@@ -161,7 +162,7 @@ def verify_files(run_dir: Path) -> dict:
         path = run_dir / name
         if not path.is_file():
             raise WorkbenchError(f"{path}: file listed in {PROVENANCE} is missing")
-        if sha256_file(path) != digest:
+        if (trainable_sha256 if name == TRAINABLE else sha256_file)(path) != digest:
             raise WorkbenchError(f"{path}: SHA-256 differs from the one recorded in {PROVENANCE}")
     return prov
 
@@ -287,7 +288,10 @@ def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
     tmp.mkdir(parents=True)
     try:
         for name in [*prov["files"], PROVENANCE]:
-            shutil.copy2(run_dir / name, tmp / name)
+            if name == TRAINABLE:   # a delta's parent path is re-pointed from the new place; its digest holds
+                repoint(run_dir / name, tmp / name, dest)
+            else:
+                shutil.copy2(run_dir / name, tmp / name)
         if dest.exists():
             raise WorkbenchError(f"'{dest}' appeared while the run was copied; nothing replaced")
         gate.commit_dir(tmp)

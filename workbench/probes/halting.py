@@ -52,8 +52,6 @@ import numpy as np
 import pandas as pd
 import tomllib
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 
 from workbench.analysis.headlines.halting import headline
 from workbench.devices import device_of
@@ -70,6 +68,7 @@ from workbench.probes.common import (
     split_rows,
 )
 from workbench.probes.spec import ProbeSpec
+from workbench.run_tensors import read_tensors
 from workbench.runs import RECIPE, TRAINABLE, read_retrofit, verify_files
 from workbench.tasks.reader import answer_batches, answer_logprobs, reads_symbol
 
@@ -163,7 +162,8 @@ def load_head(model, run_dir) -> tuple[torch.nn.Module, str]:
     """Returns (a copy of the model's halting head holding a Stage 2 run's weights, that run's objective).
 
     The run directory is read through its checks first, as `load_run` reads one: every file's SHA-256
-    against provenance.json (`verify_files`) and the retrofit record's fields (`read_retrofit`).
+    against provenance.json (`verify_files`; a delta file's parents resolved and checked) and the retrofit
+    record's fields (`read_retrofit`).
 
     Raises:
         WorkbenchError: not a finished run directory, a file that differs from its recorded hash, an unreadable
@@ -172,11 +172,7 @@ def load_head(model, run_dir) -> tuple[torch.nn.Module, str]:
     run_dir = Path(run_dir)
     verify_files(run_dir)
     record, _ = read_retrofit(run_dir)
-    try:
-        tensors = load_file(str(run_dir / TRAINABLE))
-    except (SafetensorError, OSError) as err:  # recorded so at write time: the hash cannot tell
-        raise WorkbenchError(f"{run_dir / TRAINABLE}: not a readable safetensors file "
-                             f"({str(err).splitlines()[0][:120]})") from None
+    tensors, _ = read_tensors(run_dir / TRAINABLE)   # a delta file's parents resolved and checked by digest
     own = dict(model.named_parameters())
     differ = [n for n, v in tensors.items() if not n.startswith("halting.")
               and (n not in own or not torch.equal(own[n].detach().float().cpu(), v.float()))]

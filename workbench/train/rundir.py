@@ -11,7 +11,6 @@ is written to a temporary name and `os.replace`d.
 
 from __future__ import annotations
 
-import errno
 import importlib.metadata
 import json
 import os
@@ -20,29 +19,17 @@ import subprocess
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from workbench.errors import WorkbenchError
-from workbench.io import atomic_path, sha256_file, write_json_atomic
+from workbench.io import sha256_file, write_json_atomic
 from workbench.models.bases import weights_sha256
 from workbench.readers import read_json
+from workbench.run_tensors import save_tensors, trainable_sha256
 from workbench.runs import CHECKPOINTS, FORMAT, PROVENANCE, RUN_FILES, TRAINABLE, StateView, load_trained, trained_state
 from workbench.train.sharding import full  # an FSDP2-sharded model hashes its full tensors
 
 PACKAGES = ("torch", "transformers", "peft", "safetensors", "accelerate", "transformer-lens", "workbench")
-
-
-# ----------------------------------------------------------------------------- atomic files
-def save_tensors(path: Path, tensors: dict[str, torch.Tensor], metadata: dict | None = None) -> None:
-    """Writes a safetensors file atomically (contiguous CPU copies of the tensors)."""
-    with atomic_path(path) as tmp:
-        try:
-            save_file({k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
-        except SafetensorError as err:  # the machine's failure (a full disk): an OSError, one line and exit 1
-            first = str(err).splitlines()[0] if str(err) else "write failed"
-            code = errno.ENOSPC if "No space" in first or "StorageFull" in first else errno.EIO
-            raise OSError(code, "No space left on device" if code == errno.ENOSPC else first[:160], str(path)) from None
 
 
 # ----------------------------------------------------------------------------- what is saved
@@ -99,7 +86,8 @@ def write_provenance(run_dir: Path, manifests: dict, seeds: dict, extra: dict | 
     run_dir = Path(run_dir)
     record = {
         "format": FORMAT,
-        "files": {name: sha256_file(run_dir / name) for name in RUN_FILES if (run_dir / name).exists()},
+        "files": {name: (trainable_sha256 if name == TRAINABLE else sha256_file)(run_dir / name)
+                  for name in RUN_FILES if (run_dir / name).exists()},
         "manifests": manifests,
         "code_version": code_version(),
         "packages": package_versions(),

@@ -41,6 +41,7 @@ from workbench.loop.halting import oracle_labels
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.precision import resolve_precision
+from workbench.run_tensors import write_tensors
 from workbench.tasks import build_rows, task_row
 from workbench.tasks.manifest import row_ids_sha256, rows_sha256
 from workbench.tasks.reader import reads_symbol
@@ -529,7 +530,9 @@ class Trainer:
                                      f"{digest[:12]}...)")
             base_unchanged = True
         if self.acc.is_main_process:
-            rundir.save_tensors(self.run_dir / runs.TRAINABLE, runs.trained_state(self.looped, self.groups))
+            # A continued run writes only the tensors it changed and names its parent (`workbench.run_tensors`).
+            write_tensors(self.run_dir / runs.TRAINABLE, runs.trained_state(self.looped, self.groups),
+                          None if self.parent is None else self.parent.dir)
             t, e = self.recipe.task, self.recipe.eval
             manifests = {
                 "heldout": {"rows": len(self.heldout), "rows_sha256": rows_sha256(self.heldout),
