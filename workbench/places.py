@@ -29,7 +29,7 @@ PROVENANCE = "provenance.json"        # SHA-256 of every file, code and package 
 METRICS = "metrics.jsonl"             # one JSON object per logged step / evaluation
 CHECKPOINTS = "checkpoints"           # a run in progress (`workbench.train.rundir` writes them)
 RUN_FILES = (TRAINABLE, RETROFIT, RECIPE, METRICS)   # the files provenance.json records
-FORMAT = "workbench-run-v1"            # the format provenance.json names
+FORMAT = "workbench-run-v2"            # the format provenance.json names (v2: a continued run's tensors may be a delta)
 RUN_ENTRIES = (RECIPE, RETROFIT, TRAINABLE, PROVENANCE, CHECKPOINTS)  # any one of them makes a directory a run
 
 

@@ -4,7 +4,9 @@
     runs/<name>/
       trainable.safetensors   the trained tensors only (block + bridge for full-block runs; LoRA
                               tensors + bridge for LoRA runs; + memory / halting when present),
-                              named as in `LoopedLM.named_parameters()`; never the base again
+                              named as in `LoopedLM.named_parameters()`; never the base again. A run
+                              continued from a parent (v2) holds only the tensors it changed and names
+                              the parent by path and digest (`workbench.run_tensors`)
       retrofit.json           base spec + SHA-256 of its weights, split, re-entry, and under
                               "settings" exactly `looped.retrofit_config.to_dict()`
       recipe.toml             the resolved recipe, overrides included

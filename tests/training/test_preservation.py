@@ -6,9 +6,9 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
 
 from workbench.errors import WorkbenchError
+from workbench.run_tensors import read_tensors
 from workbench.runs import CHECKPOINTS, load_run, verify_files
 from workbench.tasks.guardrail import GUARDRAIL_VERSION, guardrail_rows
 from workbench.tasks.rehearsal import (
@@ -181,8 +181,8 @@ def test_stage2_adds_a_halting_head_to_a_parent_trained_without_one(finished_run
                           stages=[{"name": "halt", "kind": "halting", "depths": [1, 2], "steps": 2}])
     out = tmp_path / "halt"
     train(recipe, out=out, progress=False)
-    parent = load_file(str(finished_run / "trainable.safetensors"))
-    child = load_file(str(out / "trainable.safetensors"))
+    parent, _ = read_tensors(finished_run / "trainable.safetensors")
+    child, _ = read_tensors(out / "trainable.safetensors")   # the delta file resolved through its parent
     assert set(child) - set(parent) == {"halting.proj.weight", "halting.proj.bias"}
     assert all(torch.equal(child[k], parent[k]) for k in parent)
     (p,) = json.loads((out / "provenance.json").read_text())["lineage"]["parents"]
@@ -202,8 +202,8 @@ def test_a_child_adds_loop_codes_to_a_parent_without_them(finished_run, write_re
     out = tmp_path / "codes"
     train(recipe, out=out, progress=False)
     assert _metrics(out, "eval")[0]["acc"] == parent_eval       # zero codes: step 0 of the child is the parent
-    parent = load_file(str(finished_run / "trainable.safetensors"))
-    child = load_file(str(out / "trainable.safetensors"))
+    parent, _ = read_tensors(finished_run / "trainable.safetensors")
+    child, _ = read_tensors(out / "trainable.safetensors")
     assert set(child) - set(parent) == {"loop_codes.codes"}
     steps = _metrics(out, "train")
     assert all(s["move_rms"]["loop_codes"] > 0 for s in steps if s["loops"] >= 2)   # its own group, and it moves

@@ -64,12 +64,13 @@ def test_a_dense_control_rereads_its_committed_final_answers(specimen, kind):
 
 @pytest.mark.slow
 def test_the_halting_specimen_rereads_its_heads_continue_probabilities():
-    """The keeper's oracle-distilled head (Stage 2, committed tensors: the keeper's adapter and bridge plus the head)
+    """The keeper's oracle-distilled head (Stage 2, committed tensors: the head, a delta on the keeper's adapter and bridge)
     gives the committed continue probability at every loop on 16 rows, and the ACT / PonderNet runs hold the same
     frozen model (only their heads differ)."""
     from safetensors.torch import load_file
 
     from workbench.probes.common import read_final
+    from workbench.run_tensors import read_tensors
     from workbench.runs import load_run
     from workbench.tasks.manifest import read_manifest
 
@@ -85,7 +86,7 @@ def test_the_halting_specimen_rereads_its_heads_continue_probabilities():
         assert read.halt_probs["head"][i].tolist() == pytest.approx(want, abs=1e-5)
     keeper = load_file(str(ROOT / "training" / "keepers" / "smollm2-chase" / "trainable.safetensors"))
     for name in ("keeper-act", "keeper-pondernet", "keeper-oracle"):
-        heads = load_file(str(ROOT / "training" / "halting" / name / "trainable.safetensors"))
+        heads, _ = read_tensors(ROOT / "training" / "halting" / name / "trainable.safetensors")   # deltas on the keeper
         assert set(heads) - set(keeper) == {"halting.proj.weight", "halting.proj.bias"}
         assert all(heads[k].equal(v) for k, v in keeper.items())
 
