@@ -55,7 +55,7 @@ def store(run: Path, dry_run: bool) -> dict:
     """Rewrites one run's tensors as a delta on its parent; returns what was checked."""
     path = run / TRAINABLE
     if is_delta(path):
-        return {"run": str(run), "stored": "already a delta"}
+        return {"run": _shown(run), "stored": "already a delta"}
     recorded = verify_files(run)["files"][TRAINABLE]
     parent = lineage_parent(run)
     old_bytes = path.read_bytes()
@@ -63,7 +63,7 @@ def store(run: Path, dry_run: bool) -> dict:
     if state_sha256(old) != recorded:
         sys.exit(f"error: {path}: its tensors written whole do not reproduce its bytes; left as it is")
     inherited, _ = read_tensors(parent / TRAINABLE)
-    record = {"run": str(run.relative_to(ROOT)), "parent": str(parent.relative_to(ROOT)), "digest": recorded,
+    record = {"run": _shown(run), "parent": _shown(parent), "digest": recorded,
               "bytes_before": len(old_bytes), "tensors": len(old)}
     if dry_run:
         return record | {"stored": "would store", "own": sum(k not in inherited or not same_bytes(v, inherited[k])
@@ -81,6 +81,10 @@ def store(run: Path, dry_run: bool) -> dict:
         raise
     return record | {"stored": "delta", "own": len(own), "bytes_after": path.stat().st_size,
                      "file_sha256": sha256_file(path)}
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
 
 
 def main(argv: list[str]) -> None:

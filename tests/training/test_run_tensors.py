@@ -119,3 +119,25 @@ def test_a_committed_whole_keeper_and_a_committed_delta_head_both_verify():
     state, digest = read_tensors(head / TRAINABLE)
     assert set(state) - set(whole) == HEAD and digest == _recorded(head)
     assert all(same_bytes(state[k], v) for k, v in whole.items())
+
+
+def test_store_deltas_rewrites_a_whole_child_with_its_digest_and_provenance_unchanged_and_once(family, tmp_path):
+    """scripts/store_deltas.py on a child stored whole (as v1 wrote every committed head): the same provenance.json
+    verifies it before and after, it reads back byte for byte, and a second pass leaves it as it is."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("store_deltas", ROOT / "scripts" / "store_deltas.py")
+    store_deltas = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(store_deltas)
+    shutil.copytree(family["parent"].parent, tmp_path / "f")
+    child = tmp_path / "f" / "child"
+    state, digest = read_tensors(child / TRAINABLE)
+    save_file(state, str(child / TRAINABLE))                      # whole: the digest provenance records is its SHA-256
+    provenance = (child / PROVENANCE).read_bytes()
+    assert verify_files(child)["files"][TRAINABLE] == digest and header(child / TRAINABLE) == {}
+    record = store_deltas.store(child, dry_run=False)
+    assert record["stored"] == "delta" and record["own"] == len(HEAD) and record["bytes_after"] < 4096
+    assert set(load_file(str(child / TRAINABLE))) == HEAD and (child / PROVENANCE).read_bytes() == provenance
+    again, _ = read_tensors(child / TRAINABLE)
+    assert again.keys() == state.keys() and all(same_bytes(again[k], v) for k, v in state.items())
+    assert store_deltas.store(child, dry_run=False)["stored"] == "already a delta"
