@@ -16,8 +16,9 @@ from workbench.probes import NotApplicable
 from workbench.tasks.chase import TEMPLATES
 from workbench.tasks.reader import (
     answer_batches,
-    answer_logprobs,
     encode_prompts,
+    grade_answers,
+    read_positions,
     reads_symbol,
     row_candidates,
 )
@@ -97,7 +98,7 @@ def read_final(model, tokenizer, rows: list[dict], loops: int, batch_size: int =
     for idx, b in chunks:
         batch_rows = [rows[i] for i in idx]
         extra = {"candidates": shared_candidates(row_candidates(tokenizer, batch_rows).to(device))} if symbol[0] \
-            else {"positions": b["positions"]}
+            else {"positions": read_positions(b)}
         with _extra_heads(model, heads or {}, b["attention_mask"], T) as seen:
             r = model.read(b["input_ids"], attention_mask=b["attention_mask"], loops=T, **extra)
         if symbol[0]:
@@ -107,7 +108,7 @@ def read_final(model, tokenizer, rows: list[dict], loops: int, batch_size: int =
             ll = s.log_softmax(-1).gather(-1, answer[:, None, None].expand(-1, s.shape[1], 1)).squeeze(-1)
             text = [[row["symbols"][j] for j in top[k].tolist()] for k, row in enumerate(batch_rows)]
         else:
-            ll, ok, top, greedy = answer_logprobs(r.scores, b["targets"], b["valid"])
+            ll, ok, top, greedy = grade_answers(tokenizer, r.scores, b)
             conf, n = greedy.double().exp(), b["valid"].sum(-1).tolist()
             text = [[tokenizer.decode(top[k, t, : n[k]].tolist()).strip() for t in range(T)] for k in range(len(idx))]
         correct[idx], confidence[idx], logprob[idx] = ok.cpu().numpy(), conf.cpu().numpy(), ll.double().cpu().numpy()

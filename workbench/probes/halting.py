@@ -70,7 +70,7 @@ from workbench.probes.common import (
 from workbench.probes.spec import ProbeSpec
 from workbench.run_tensors import read_tensors
 from workbench.runs import RECIPE, TRAINABLE, read_retrofit, verify_files
-from workbench.tasks.reader import answer_batches, answer_logprobs, reads_symbol
+from workbench.tasks.reader import answer_batches, grade_answers, read_positions, reads_symbol
 
 THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RULES = {"oracle": "threshold", "act": "mass", "pondernet": "cdf"}
@@ -262,7 +262,7 @@ def _adaptive(model, tokenizer, rows: list[dict], picks: dict, read, rep: list[i
                                                             .to(device))})
                   for idx, e in batches(tokenizer, rows, batch_size, device)]
     else:
-        chunks = [(idx, b, {"positions": b["positions"]})
+        chunks = [(idx, b, {"positions": read_positions(b)})
                   for idx, b in answer_batches(model, tokenizer, rows, 1, batch_size)]
     records = []
     for name, policy in policies.items():
@@ -275,7 +275,7 @@ def _adaptive(model, tokenizer, rows: list[dict], picks: dict, read, rep: list[i
                 answer = torch.tensor([rows[i]["symbols"].index(rows[i]["answer"]) for i in idx])
                 right[idx] = (out.scores[:, -1].argmax(-1).cpu() == answer).numpy()
             else:
-                right[idx] = answer_logprobs(out.scores.unsqueeze(1), b["targets"], b["valid"])[1][:, 0].cpu().numpy()
+                right[idx] = grade_answers(tokenizer, out.scores.unsqueeze(1), b)[1][:, 0].cpu().numpy()
         wall = time.perf_counter() - start
         agree = float((used == expected).mean()) if name == "head" else float((used == policy.max_loops).mean())
         records.append({"policy": name, "tau": policy.tau, "t_min": policy.min_loops, "budget": policy.max_loops,

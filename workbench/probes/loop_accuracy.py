@@ -2,9 +2,10 @@
 
 One forward per row batch reads every loop. Symbol rows (chase, p-hop) go through the symbol
 reader (`read_rows`: the argmax over the row's symbols against x_d); multi-token answers (state
-tracking, arithmetic) through `read_answers` (exact: greedy decoding at loop t writes the answer
-and ends the line). Unlike the depth matrix, loop t is not tied to step t: this is accuracy by
-the number of loops spent, the fixed depths of the compute-accuracy curve.
+tracking, arithmetic, a user's free text) through `read_answers` (exact: greedy decoding at loop t
+writes the answer, `workbench.tasks.reader.writes_answer`). Unlike the depth matrix, loop t is not
+tied to step t: this is accuracy by the number of loops spent, the fixed depths of the
+compute-accuracy curve.
 
 Tables:
     loop_accuracy: row_id, depth, loop, predicted, correct — one row per (row_id, loop 1..T).

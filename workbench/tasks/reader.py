@@ -1,12 +1,18 @@
 """The one reader (retrofit paper Sec. 4.2): score the task's symbols at the read position of every loop.
 
 Rows whose answer is not one single-token symbol (RecurTrace's state tracking: six register
-values; arithmetic: an integer) are read exactly by `read_answers` instead: the prompt is
-followed by the answer's tokens (" " + answer + "\n", tokenized on their own, as greedy decoding
-appends them) and every loop is read at each answer position over the whole vocabulary. A row
-is correct at loop t when the argmax at every position is the next answer token, which is
-exactly when greedy decoding at loop t writes the answer and then ends the line (a causal
-model's prediction at a position never sees the tokens after it).
+values; arithmetic: an integer; a user's free-text answer) are read exactly by `read_answers`
+instead. What "the model answers A" means is defined once, by `writes_answer`: greedy decoding
+writes the row's prefix and A, then the row's `answer_end` when it gives one (the built-in tasks
+end their line, as they are trained), or else anything that does not continue A's last word:
+" Paris.", " Paris\n" and " Paris is" answer "Paris"; " Parisian" does not. It is read in one
+teacher-forced forward: the prompt is followed by the answer's tokens (prefix + A + end, tokenized
+on their own, as greedy decoding appends them) and every loop is read at each answer position
+over the whole vocabulary, and, when the row gives no end, at the answer's last token too. A row
+is correct at loop t when the argmax at every answer position is the next answer token and the
+argmax after the answer does not continue its last word: exactly when greedy decoding at loop t
+writes what `writes_answer` accepts (a causal model's prediction at a position never sees the
+tokens after it).
 
 Each candidate symbol is scored by the logit of its single token (" " + symbol, as it
 follows `Answer:`) at the last prompt token of loop t, through the model's one-pass read
@@ -22,6 +28,7 @@ the retrofit is trained on, and a chat wrapper would only add a fixed system pre
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -40,7 +47,8 @@ if TYPE_CHECKING:
     from workbench.loop.looped import LoopedLM
 
 ANSWER_PREFIX = " "  # a row may override it with an `answer_prefix` field (the guardrail's digits do)
-ANSWER_END = "\n"   # a multi-token answer is read up to and including the end of its line
+ANSWER_END = "\n"   # the built-in tasks' answers end their line, as they are trained (`answer_end`)
+WORD = re.compile(r"[\w\ufffd]")  # a word character; U+FFFD is part of a letter whose bytes a token splits
 READ_BYTES = 256 * 2 ** 20  # full-vocabulary scores one `read_answers` forward may hold
 
 
@@ -191,9 +199,39 @@ def reads_symbol(row: dict) -> bool:
     return row["answer"] in row["symbols"]
 
 
+def answer_end(row: dict) -> str:
+    """The text a row's answer must be followed by: its own `answer_end`; a built-in task's end of line (what it is
+    trained to write); "" for a user's row that gives none, whose answer ends where its last word does."""
+    if "answer_end" in row:
+        return row["answer_end"]
+    return "" if row.get("task") == "user" else ANSWER_END
+
+
+def ends_answer(answer: str, rest: str, end: str) -> bool:
+    """Whether `rest`, the text written right after `answer`, lets the answer stand: it starts with `end` when one is
+    given; else it does not continue the answer's last word ("", ".", "\n" and " is" do not; "ian" after "Paris"
+    does)."""
+    if end:
+        return rest.startswith(end)
+    return not (WORD.match(answer[-1:]) and WORD.match(rest[:1]))
+
+
+def writes_answer(text: str, row: dict) -> bool:
+    """Whether `text`, what greedy decoding writes after a row's prompt, answers the row: what "the model answers A"
+    means for every reader of a row read exactly.
+
+    The text starts with the row's prefix and A, and then the row's `answer_end` (`answer_end`), or, for a row whose
+    answer ends at its last word, anything that does not continue that word (`ends_answer`): " Paris.",
+    " Paris\n" and " Paris is" answer "Paris"; " Parisian" does not. `read_answers` decides the same from one
+    teacher-forced forward (`grade_answers`).
+    """
+    head = row.get("answer_prefix", ANSWER_PREFIX) + row["answer"]
+    return text.startswith(head) and ends_answer(row["answer"], text[len(head):], answer_end(row))
+
+
 def answer_token_ids(tokenizer, row: dict) -> list[int]:
-    """The token ids greedy decoding must write for the row's answer: prefix + answer + end of line."""
-    text = row.get("answer_prefix", ANSWER_PREFIX) + row["answer"] + ANSWER_END
+    """The token ids greedy decoding must write for the row's answer: prefix + answer + the row's end (`answer_end`)."""
+    text = row.get("answer_prefix", ANSWER_PREFIX) + row["answer"] + answer_end(row)
     return tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -202,7 +240,9 @@ def answer_batch(tokenizer, rows: list[dict]) -> dict:
 
     Returns {input_ids, attention_mask [B, S]; positions [B, K] (the position whose next-token
     prediction is answer token k; padded by repeating the last); targets [B, K] answer token ids;
-    valid [B, K] bool}, K the longest answer in tokens.
+    valid [B, K] bool; after [B] the position whose prediction follows the answer (its last token);
+    open [B] bool, the rows whose answer ends at its last word (no `answer_end`)}, K the longest
+    answer in tokens.
     """
     prompts = tokenizer([r["prompt"] for r in rows])["input_ids"]
     answers = [answer_token_ids(tokenizer, r) for r in rows]
@@ -214,13 +254,52 @@ def answer_batch(tokenizer, rows: list[dict]) -> dict:
     positions = torch.zeros((len(rows), K), dtype=torch.long)
     targets = torch.full((len(rows), K), pad, dtype=torch.long)
     valid = torch.zeros((len(rows), K), dtype=torch.bool)
+    after = torch.zeros(len(rows), dtype=torch.long)
     for i, (p, a, seq) in enumerate(zip(prompts, answers, seqs)):
         offset = S - len(seq)
         ids[i, offset:], mask[i, offset:] = torch.tensor(seq), 1
         first = offset + len(p) - 1                       # the last prompt token predicts answer token 0
         positions[i] = torch.tensor([first + min(k, len(a) - 1) for k in range(K)])
         targets[i, : len(a)], valid[i, : len(a)] = torch.tensor(a), True
-    return {"input_ids": ids, "attention_mask": mask, "positions": positions, "targets": targets, "valid": valid}
+        after[i] = first + len(a)
+    open_ = torch.tensor([answer_end(r) == "" for r in rows])
+    return {"input_ids": ids, "attention_mask": mask, "positions": positions, "targets": targets, "valid": valid,
+            "after": after, "open": open_}
+
+
+def read_positions(batch: dict) -> torch.Tensor:
+    """The positions a read of `answer_batch` scores, LongTensor: the answer positions [B, K], then, when a row's
+    answer ends at its last word, the position after it [B, K + 1] (`grade_answers` reads both)."""
+    if not bool(batch["open"].any()):
+        return batch["positions"]
+    return torch.cat([batch["positions"], batch["after"][:, None]], dim=1)
+
+
+def grade_answers(tokenizer, scores: torch.Tensor, batch: dict):
+    """`answer_logprobs` of a read at `read_positions(batch)`, scores [B, T, K or K + 1, V], with its exact match
+    [B, T] made `writes_answer`'s: a row without an `answer_end` also needs its next greedy token not to continue
+    its answer's last word."""
+    K = batch["positions"].shape[1]
+    logp, hit, top, greedy = answer_logprobs(scores[:, :, :K], batch["targets"], batch["valid"])
+    if scores.shape[2] > K:
+        after = scores[:, :, K].argmax(-1)                                          # [B, T]
+        hit = hit & _ends_word(tokenizer, batch, after).to(hit.device)
+    return logp, hit, top, greedy
+
+
+def _ends_word(tokenizer, batch: dict, after: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: whether greedy token `after` ends each open row's answer (`ends_answer`; rows with an end: True).
+
+    The token is decoded after the answer's tokens, not alone: a SentencePiece word's leading space shows only
+    in context."""
+    out = torch.ones(after.shape, dtype=torch.bool)
+    for i in torch.nonzero(batch["open"].cpu()).flatten().tolist():
+        answer = batch["targets"][i, batch["valid"][i]].tolist()
+        text = tokenizer.decode(answer, skip_special_tokens=True)
+        for t, token in enumerate(after[i].tolist()):
+            rest = tokenizer.decode(answer + [token], skip_special_tokens=True)[len(text):]
+            out[i, t] = ends_answer(text, rest, "")
+    return out
 
 
 def answer_logprobs(scores: torch.Tensor, targets: torch.Tensor, valid: torch.Tensor):
@@ -243,7 +322,7 @@ class AnswerRead:
     depths: np.ndarray  # [R]
     answers: list[str]
     predicted: list[list[str]]  # [R][T] greedy text at the answer positions (teacher forced), stripped
-    correct: np.ndarray  # [R, T] bool: greedy decoding at loop t writes the answer, then ends the line
+    correct: np.ndarray  # [R, T] bool: greedy decoding at loop t writes the answer (`writes_answer`)
     logprob: np.ndarray  # [R, T] log p(answer tokens) at loop t
     manifest_sha256: str
 
@@ -267,7 +346,7 @@ def answer_batches(model, tokenizer, rows: list[dict], loops: int, batch_size: i
     """Yields (row indices, `answer_batch` on the model's device), rows batched by prompt length; a batch is
     split further so that full-vocabulary scores at the answer positions stay under `READ_BYTES`."""
     device = device_of(model)
-    longest = max(len(answer_token_ids(tokenizer, r)) for r in rows)
+    longest = max(len(answer_token_ids(tokenizer, r)) + (answer_end(r) == "") for r in rows)
     step = max(1, min(batch_size, READ_BYTES // (4 * loops * longest * len(tokenizer))))
     order = np.argsort([len(tokenizer.encode(r["prompt"])) for r in rows], kind="stable")
     for start in tqdm(range(0, len(order), step), disable=not progress, desc="read answers"):
@@ -294,8 +373,9 @@ def read_answers(model: LoopedLM, tokenizer: PreTrainedTokenizerBase, rows: list
     logprob = np.zeros((len(rows), loops))
     predicted: list[list[str]] = [[] for _ in rows]
     for idx, b in answer_batches(model, tokenizer, rows, loops, batch_size, progress):
-        readout = model.read(b["input_ids"], attention_mask=b["attention_mask"], loops=loops, positions=b["positions"])
-        lp, ok, top, _ = answer_logprobs(readout.scores, b["targets"], b["valid"])
+        readout = model.read(b["input_ids"], attention_mask=b["attention_mask"], loops=loops,
+                             positions=read_positions(b))
+        lp, ok, top, _ = grade_answers(tokenizer, readout.scores, b)
         n_valid = b["valid"].sum(-1).tolist()
         for j, i in enumerate(idx):
             correct[i], logprob[i] = ok[j].cpu().numpy(), lp[j].double().cpu().numpy()

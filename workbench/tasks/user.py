@@ -12,6 +12,10 @@ from a generator function named as `module:function` (`task_rows`):
                    (len = depth when both are given; depth = len(chain) when only the chain is)
     id             optional str, unique, one line: the row id (default "user-<line number>")
     answer_prefix  optional str, default " ": the text between the prompt and the answer
+    answer_end     optional non-empty str: the text the model must write right after an answer read exactly
+                   (e.g. "\n", or "." for a number that "3.5" must not answer as "3"); without it the answer
+                   ends where its last word does (`workbench.tasks.reader.writes_answer`: " Paris.",
+                   " Paris\n" and " Paris is" answer "Paris"; " Parisian" does not)
     meta           optional JSON object, kept as is (the user's own labels; nothing reads it)
     corrupt        optional {"prompt": str, "answer": str}: a twin of the row that changes one fact the answer
                    depends on, with the same number of tokens and another answer among the candidates: what the
@@ -20,12 +24,13 @@ from a generator function named as `module:function` (`task_rows`):
 Any other field is refused, naming it (a misspelt `candidate` would otherwise be dropped unread).
 Each becomes a manifest row: row_id, task "user", prompt, answer, symbols (the candidates, or []
 when the answer is read exactly, token by token: `workbench.tasks.reader.read_answers`), depth,
-and chain, answer_prefix, meta when given.
+and chain, answer_prefix, answer_end, meta when given.
 
 **Candidates, when no row gives any**: if every answer (and chain entry) is one token after the
 prefix and the rows hold at least two distinct answers, every row's candidates are the sorted
 distinct answers and chain entries (the sidecar's meta says so); otherwise every answer is read
-exactly. Rows that give candidates hold the same number each; a file gives them on every row or
+exactly; so is every answer when a row gives an `answer_end` (it asks for the exact read). Rows that
+give candidates hold the same number each; a file gives them on every row or
 on none (the readers score one kind of row at a time).
 
 **Depth, when not given**: 0, which means "not given" everywhere: a probe that needs a depth
@@ -54,12 +59,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from workbench.errors import WorkbenchError
 from workbench.tasks.manifest import canonical_json
-from workbench.tasks.reader import ANSWER_PREFIX, answer_token_ids
+from workbench.tasks.reader import ANSWER_PREFIX, answer_end, answer_token_ids
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-FIELDS = ("prompt", "answer", "candidates", "depth", "chain", "id", "answer_prefix", "meta", "corrupt")
+FIELDS = ("prompt", "answer", "candidates", "depth", "chain", "id", "answer_prefix", "answer_end", "meta", "corrupt")
 TASK_OPTIONS = ("seed", "depths", "per_depth")  # what a generator function may take, by keyword
 UNKNOWN_MAX_LENGTH = 10 ** 9  # transformers' stand-in for "no max length" is larger than any real one
 
@@ -250,6 +255,12 @@ def _form(raw, n: int, bad) -> dict:
     prefix = raw.get("answer_prefix", ANSWER_PREFIX)
     if not isinstance(prefix, str) or "\n" in prefix:
         raise bad(n, f"answer_prefix must be a string without line breaks, got {_shown(prefix)}")
+    end = raw.get("answer_end")
+    if "answer_end" in raw and (not isinstance(end, str) or not end):
+        raise bad(n, f"answer_end must be a non-empty string, got {_shown(end)} (leave it out to end the answer "
+                     "where its last word ends)")
+    if "answer_end" in raw and "candidates" in raw:
+        raise bad(n, "answer_end is for an answer read exactly; an answer among candidates is read as one token")
     row: dict = {"prompt": raw["prompt"], "answer": raw["answer"], "task": "user"}
     if "id" in raw:
         rid = raw["id"]
@@ -286,6 +297,8 @@ def _form(raw, n: int, bad) -> dict:
     row["depth"] = depth if depth is not None else 0
     if "answer_prefix" in raw:
         row["answer_prefix"] = prefix
+    if "answer_end" in raw:
+        row["answer_end"] = end
     if "corrupt" in raw:
         twin = raw["corrupt"]
         if not isinstance(twin, dict) or sorted(twin) != ["answer", "prompt"] or not all(
@@ -308,14 +321,14 @@ def _form(raw, n: int, bad) -> dict:
 
 
 def _default_candidates(rows: list[dict], tokenizer) -> list[str]:
-    """The sorted distinct answers and chain entries when every one is a single token after every row's prefix
-    and there are at least two distinct answers; else [] (every answer read exactly)."""
+    """The sorted distinct answers and chain entries when every one is a single token after every row's prefix,
+    there are at least two distinct answers and no row gives an `answer_end`; else [] (every answer read exactly)."""
     answers = {r["answer"] for r in rows}
     symbols = sorted(answers | {x for r in rows for x in r.get("chain", [])}
                      | {r["corrupt"]["answer"] for r in rows if "corrupt" in r})
     prefixes = {r.get("answer_prefix", ANSWER_PREFIX) for r in rows}
-    if len(answers) < 2 or not all(len(tokenizer.encode(p + s, add_special_tokens=False)) == 1
-                                   for p in prefixes for s in symbols):
+    if len(answers) < 2 or any("answer_end" in r for r in rows) or not all(
+            len(tokenizer.encode(p + s, add_special_tokens=False)) == 1 for p in prefixes for s in symbols):
         return []
     return symbols
 
@@ -328,16 +341,17 @@ def _tokens(row: dict, n: int, tokenizer, limit: int | None, bad) -> None:
         got = tokenizer.encode(prefix + c, add_special_tokens=False)
         if len(got) != 1:
             raise bad(n, f"candidate '{c}' is not one token of tokenizer '{name}' ({prefix + c!r} -> {len(got)} tokens)")
+    written = prefix + row["answer"] + (answer_end(row) if not row["symbols"] else "")
     prompt = tokenizer.encode(row["prompt"], add_special_tokens=False)
-    full = tokenizer.encode(row["prompt"] + prefix + row["answer"], add_special_tokens=False)
-    answer = tokenizer.encode(prefix + row["answer"], add_special_tokens=False)
+    full = tokenizer.encode(row["prompt"] + written, add_special_tokens=False)
+    answer = tokenizer.encode(written, add_special_tokens=False)
     if full[: len(prompt)] != prompt:
         end = tokenizer.decode(prompt[-1:])
         raise bad(n, f"the answer does not start at a token boundary after the prompt: the prompt's last token "
-                     f"{end!r} changes when {prefix + row['answer']!r} follows it; end the prompt where a token ends "
+                     f"{end!r} changes when {written!r} follows it; end the prompt where a token ends "
                      "(not inside a word the answer completes)")
     if full[len(prompt):] != answer:
-        raise bad(n, f"{prefix + row['answer']!r} tokenizes differently after the prompt than on its own, so the "
+        raise bad(n, f"{written!r} tokenizes differently after the prompt than on its own, so the "
                      "read would score other tokens than the text holds")
     if "corrupt" in row:
         twin = row["corrupt"]
@@ -360,7 +374,7 @@ def _tokens(row: dict, n: int, tokenizer, limit: int | None, bad) -> None:
 def _ordered(row: dict) -> dict:
     """The manifest row with its keys in one order (the JSONL is canonical anyway: sorted keys)."""
     return {k: row[k] for k in ("row_id", "task", "depth", "prompt", "answer", "symbols", "chain", "answer_prefix",
-                                "corrupt", "meta") if k in row}
+                                "answer_end", "corrupt", "meta") if k in row}
 
 
 def _shown(value) -> str:
