@@ -261,9 +261,9 @@ def test_a_module_that_cannot_be_imported_is_one_line(capsys, monkeypatch, tmp_p
 # ----------------------------------------------------------------------------- probes say what they need
 def test_every_shipped_probe_declares_the_fields_it_needs():
     for name in PROBES:
-        needs = get_probe(name).needs
-        assert needs and "prompt" in needs, name
-        assert set(needs) <= {"prompt", "answer", "symbols", "chain", "depth", "table", "start"}, name
+        fields = get_probe(name).fields
+        assert fields and "prompt" in fields, name
+        assert set(fields) <= {"prompt", "answer", "symbols", "chain", "depth", "table", "start"}, name
 
 
 def test_the_shipped_rows_meet_every_probes_needs(tok):

@@ -43,7 +43,8 @@ def probe(
     ui = Output(quiet, as_json)
     summary = run_battery(checkpoint, battery, out, rows=rows, only=parse_only(only), overwrite=overwrite, seed=seed,
                           precision=precision, finish=lambda staging: write_report(staging, shown_as=out), device=device,
-                          progress=ui.progress)
+                          progress=ui.progress,
+                          announce=lambda skipped: ui.say(*(f"not applicable: {n}: {r}" for n, r in skipped.items())))
     if ui.human:
         print_summary(summary)
     ui.wrote(out, f"results: {out} ({summary['wall_s']:.0f} s)")

@@ -42,6 +42,7 @@ from workbench.errors import WorkbenchError
 from workbench.probes.common import default_loops
 from workbench.probes.patching import (
     COMPONENTS,
+    CORRUPT_TWIN,
     CORRUPTIONS,
     POSITIONS,
     _check_positions,
@@ -107,7 +108,7 @@ def run(model, tokenizer, rows: list[dict], corruptions=CORRUPTIONS, positions=P
         check_pairs: pairs (taken in turn from each corruption) on which the exact grid also runs, for the
             agreement and the cost; 0 skips the check (no agreement is then claimed).
     """
-    require_pairs(rows, "attribution")
+    require_pairs(rows)
     layers, components = block_layers(model, layers), check_components(components)
     positions = _check_positions(positions)
     if not isinstance(check_pairs, int) or check_pairs < 0:
@@ -219,5 +220,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="attribution", parts=("agreement", "check", "cost", "grid", "pairs"), run=run, summarize=summarize,
-    needs=("prompt", "symbols"),
+    needs=("prompt", "symbols", CORRUPT_TWIN),
 )

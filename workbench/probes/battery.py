@@ -49,9 +49,11 @@ from workbench.models.native import native_family
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
+from workbench.probes.spec import ProbeSpec
 from workbench.readers import read_toml
 from workbench.runs import UNTRAINED, load_checkpoint
 from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
+from workbench.tasks.reader import answer_token_ids, reads_symbol
 
 SELECTION_KEYS = ("manifest", "depths", "per_depth")
 BATTERY_KEYS = ("manifest", "batch_size", "name")
@@ -136,24 +138,46 @@ def check_options(name: str, options: dict) -> None:
 
 
 # ----------------------------------------------------------------------------- running
+def unmet(spec: ProbeSpec, model, rows: list[dict]) -> str | None:
+    """Why probe `spec` does not apply to `model` and `rows`, or None: a capability the model lacks (its own
+    reason), then the fields some row lacks ("needs depth, table"), then the first unmet `Need` of `spec.needs`.
+    Nothing is run: every probe of a battery is asked before the first runs."""
+    missing = lacking(model, spec.requires)
+    if missing:   # e.g. a native looped model: nothing retrofit-only applies
+        return model.unsupported.get(missing[0], f"the model lacks {missing[0]}")
+    fields = spec.lacking(rows)
+    if fields:
+        return f"needs {', '.join(fields)}"
+    return next((reason for need in spec.conditions if (reason := need.why(model, rows)) is not None), None)
+
+
+def check_positions(manifests: dict, model, tokenizer) -> None:
+    """Raises WorkbenchError naming the first row of any manifest whose prompt (and answer, when it is read
+    exactly) is longer than the model's positions: refused before any probe, not found by one minutes in."""
+    limit = model.config.max_position_embeddings
+    for path, manifest in manifests.items():
+        for row in manifest.rows:
+            n = len(tokenizer(row["prompt"])["input_ids"])
+            n += 0 if reads_symbol(row) else len(answer_token_ids(tokenizer, row))
+            if n > limit:
+                raise WorkbenchError(f"manifest '{path}' row '{row['row_id']}' is {n} tokens, longer than the model's "
+                                     f"{limit} positions; shorten its prompt")
+
+
 def run_probe(name: str, model, tokenizer, rows: list[dict], options: dict, context: dict) -> dict[str, pd.DataFrame]:
     """Runs one probe with `options` (unknown ones are errors) plus the `context` values it accepts.
 
     Returns {table name: DataFrame}.
 
     Raises:
-        NotApplicable: the model lacks a capability the probe requires (`ProbeSpec.requires`: the model's
-            reason), or "needs <field>, ..." when a row lacks a field the probe declares (`ProbeSpec.needs`),
-            before it runs; or the probe's own reason.
+        NotApplicable: `unmet`'s reason (a capability, a field or a `Need` the probe declares), before it runs;
+            or the probe's own reason.
     """
     module = get_probe(name)
     check_options(name, options)
-    missing = lacking(model, module.requires)
-    if missing:   # e.g. a native looped model: nothing retrofit-only applies
-        raise NotApplicable(model.unsupported.get(missing[0], f"the model lacks {missing[0]}"))
-    fields = module.lacking(rows)
-    if fields:
-        raise NotApplicable(f"needs {', '.join(fields)}")
+    reason = unmet(module, model, rows)
+    if reason is not None:
+        raise NotApplicable(reason)
     params = inspect.signature(module.run).parameters
     kwargs = {k: v for k, v in context.items() if k in params and v is not None}
     kwargs.update(options)
@@ -172,7 +196,7 @@ EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is 
 def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | os.PathLike, rows: str | None = None,
                 only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
                 progress: bool = True, precision: str = "fp32", finish: Callable[[Path], None] | None = None,
-                device: str | None = None) -> dict:
+                device: str | None = None, announce: Callable[[dict[str, str]], None] | None = None) -> dict:
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:
@@ -188,6 +212,12 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
         finish: called with the staging directory once tables and summary.json are in it, before it
             replaces `out` (the probe command writes the report there: computation never draws).
         device: "auto" (None), "cpu", "cuda" or "cuda:N" (`workbench.devices`), recorded in the summary.
+        announce: called with {probe: reason} of the probes that do not apply, once every probe is asked
+            (`unmet`) and before the first runs.
+
+    Raises:
+        WorkbenchError: bad input (a battery, a manifest, --out, a row longer than the model's positions),
+            before any probe runs.
     """
     start = time.perf_counter()
     run_on = resolve_device(device)   # before anything is read or written: a bad name is one line
@@ -213,6 +243,11 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
         todo = {**{n: o for n, o in todo.items() if n in EXACT_PROBES},
                 **{n: o for n, o in todo.items() if n not in EXACT_PROBES}}
     model, tok, info = load_checkpoint(checkpoint)
+    check_positions(manifests, model, tok)
+    chosen = {name: chosen_rows(o, manifests) for name, o in todo.items()}
+    skipped = {name: reason for name in todo if (reason := unmet(get_probe(name), model, chosen[name])) is not None}
+    if announce is not None and skipped:
+        announce(skipped)
     model.to(run_on)
     context = {"batch_size": spec["batch_size"], "seed": seed, "progress": progress, "base": info["base"],
                "support": info["support"]}
@@ -228,8 +263,9 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
         for name in tqdm(todo, desc="probes", disable=not progress):
             if used != "fp32" and name not in EXACT_PROBES and model.precision != used:
                 apply_precision(model, used)
-            summary["probes"][name], summary["probe_runs"][name] = _one(name, todo[name], manifests, model, tok,
-                                                                         context, staging)
+            summary["probes"][name], summary["probe_runs"][name] = _one(name, todo[name], chosen[name],
+                                                                         skipped.get(name), model, tok, context,
+                                                                         staging)
         summary["wall_s"] = round(time.perf_counter() - start, 1)
         write_json_atomic(staging / "summary.json", summary)
         failed = None
@@ -271,17 +307,23 @@ def battery_rows(rows: list[dict], depths=None, per_depth: int | None = None) ->
     return out
 
 
-def _one(name, options, manifests, model, tok, context, staging) -> tuple[dict, dict]:
+def chosen_rows(options: dict, manifests: dict) -> list[dict]:
+    """A probe's rows: its manifest's, with its `depths` and `per_depth` selection (`battery_rows`)."""
+    return battery_rows(manifests[options["manifest"]].rows, options.get("depths"), options.get("per_depth"))
+
+
+def _one(name, options, chosen, skipped, model, tok, context, staging) -> tuple[dict, dict]:
     options = dict(options)
     manifest = options.pop("manifest")
     selection = {k: options.pop(k) for k in ("depths", "per_depth") if k in options}
-    chosen = battery_rows(manifests[manifest].rows, selection.get("depths"), selection.get("per_depth"))
     record = {"rows": {"manifest": manifest, "n": len(chosen), "rows_sha256": rows_sha256(chosen),
                        "row_ids_sha256": row_ids_sha256(chosen), "chance": chance(chosen), **selection},
               "options": options}
     unknown = sum(r["depth"] == 0 for r in chosen)
     if unknown:   # rows that give no depth: the battery's per-depth selection did not apply to them
         record["rows"]["depth_not_given"] = unknown
+    if skipped is not None:   # asked before the first probe ran (`unmet`)
+        return {"status": "not_applicable", "reason": skipped}, {**record, "tables": []}
     t0 = time.perf_counter()
     try:
         tables = run_probe(name, model, tok, chosen, options, context)
@@ -313,4 +355,4 @@ def _created_by() -> str:
         return "workbench"
 
 
-__all__ = ["PROBES", "load_battery", "plan", "run_battery", "run_probe"]
+__all__ = ["PROBES", "load_battery", "plan", "run_battery", "run_probe", "unmet"]

@@ -13,6 +13,7 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.probes import NotApplicable
+from workbench.probes.spec import Need
 from workbench.tasks.chase import TEMPLATES
 from workbench.tasks.reader import (
     answer_batches,
@@ -39,20 +40,40 @@ def iterate_from(row: dict, x: str, j: int) -> str:
     return x
 
 
-def require_chase(rows: list[dict], probe: str) -> None:
-    """Raises NotApplicable unless every row is a function-table row (chase or p-hop, which is a chase over
-    two-letter codes) with its table: the probe needs f."""
+def function_table_rows(model, rows: list[dict]) -> str | None:
+    """`FUNCTION_TABLE`'s test: None when every row is a function-table row (chase or p-hop, which is a chase over
+    two-letter codes) with its table, else the reason."""
     bad = [r["row_id"] for r in rows if r.get("task") not in ("chase", "phop") or "table" not in r]
-    if bad:
-        raise NotApplicable(f"the {probe} probe needs function-table rows (chase, phop); row '{bad[0]}' is not one")
+    return f"needs function-table rows (chase, phop); row '{bad[0]}' is not one" if bad else None
 
 
-def require_symbols(rows: list[dict], probe: str) -> None:
-    """Raises NotApplicable when a row's answer is not one single-token symbol (state tracking, arithmetic)."""
+def one_token_answers(model, rows: list[dict]) -> str | None:
+    """`ONE_TOKEN`'s test: None when every row's answer is one single-token symbol, else the reason (state
+    tracking, arithmetic and a user's free text are read exactly, token by token)."""
     bad = [r["row_id"] for r in rows if not reads_symbol(r)]
-    if bad:
-        raise NotApplicable(f"the {probe} probe reads single-token symbols per loop; row '{bad[0]}' has a "
-                            "multi-token answer (loop_accuracy and halting read those)")
+    return (f"needs one-token answers; row '{bad[0]}' is read exactly, token by token (loop_accuracy and halting "
+            "read those)") if bad else None
+
+
+FUNCTION_TABLE = Need("function-table rows", function_table_rows)   # the probe needs f
+ONE_TOKEN = Need("one-token answers", one_token_answers)             # the probe scores each loop over the symbols
+
+
+def require(need: Need, model, rows: list[dict]) -> None:
+    """Raises NotApplicable with `need`'s reason when the rows or model do not meet it (a probe called directly)."""
+    reason = need.why(model, rows)
+    if reason is not None:
+        raise NotApplicable(reason)
+
+
+def require_chase(rows: list[dict]) -> None:
+    """Raises NotApplicable unless every row is a function-table row with its table (`FUNCTION_TABLE`)."""
+    require(FUNCTION_TABLE, None, rows)
+
+
+def require_symbols(rows: list[dict]) -> None:
+    """Raises NotApplicable when a row's answer is not one single-token symbol (`ONE_TOKEN`)."""
+    require(ONE_TOKEN, None, rows)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pandas as pd
 
 from workbench.analysis.headlines.depth_matrix import BARS, diagonal, frontier_table, headline, rounded
-from workbench.probes.common import require_symbols
+from workbench.probes.common import ONE_TOKEN, require_symbols
 from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import read_rows
 
@@ -30,7 +30,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, support: i
         support: the trained support; default the rows' max depth.
         bars: frontier bars.
     """
-    require_symbols(rows, "depth_matrix")
+    require_symbols(rows)
     T = loops or max(r["depth"] for r in rows)
     frame = read_rows(model, tokenizer, rows, loops=T, batch_size=batch_size, progress=progress).frame()
     return {"depth_matrix": frame, "depth_matrix__frontier": frontier_table(frame, support, bars)}
@@ -67,5 +67,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="depth_matrix", parts=("frontier",), run=run, summarize=summarize,
-    needs=("prompt", "answer", "symbols", "chain", "depth"),
+    needs=("prompt", "answer", "symbols", "chain", "depth", ONE_TOKEN),
 )

@@ -41,7 +41,7 @@ import pandas as pd
 from workbench.analysis.headlines.dynamics import CLASSES, headline
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
-from workbench.probes.common import check_loops, require_symbols
+from workbench.probes.common import ONE_TOKEN, check_loops, require_symbols
 from workbench.probes.passes import read_passes
 from workbench.probes.spec import ProbeSpec
 
@@ -58,7 +58,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, layers=Non
         band: the classification band.
         support: the trained support, marking passes beyond it (the battery passes the checkpoint's).
     """
-    require_symbols(rows, "dynamics")
+    require_symbols(rows)
     T = check_loops(model, loops or max(3, model.max_loops))
     if T < 3:
         raise WorkbenchError(f"dynamics needs at least 3 passes (two steps), got loops={T}")
@@ -158,5 +158,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="dynamics", parts=("heads", "rows"), run=run, summarize=summarize,
-    needs=("prompt", "answer", "symbols"),
+    needs=("prompt", "answer", "symbols", ONE_TOKEN),
 )

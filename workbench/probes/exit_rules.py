@@ -43,7 +43,7 @@ import pandas as pd
 from workbench.analysis.headlines.exit_rules import ABOVE, RULES, headline, stop_depth
 from workbench.analysis.stats import paired_counts
 from workbench.errors import WorkbenchError
-from workbench.probes.common import check_loops, default_loops, require_symbols, split_rows
+from workbench.probes.common import ONE_TOKEN, check_loops, default_loops, require_symbols, split_rows
 from workbench.probes.halting import RULES as HEAD_RULES
 from workbench.probes.halting import THRESHOLDS as HEAD_THRESHOLDS
 from workbench.probes.halting import _depths as head_depths
@@ -67,7 +67,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, rules=RULE
         match_within: a rule is matched to a reference only when its closest calibration mean loops lie within
             this many loops of the reference's.
     """
-    require_symbols(rows, "exit_rules")
+    require_symbols(rows)
     unknown = [r for r in [*rules, *(grids or {})] if r not in RULES]
     if unknown:
         raise WorkbenchError(f"exit rule '{unknown[0]}' is unknown; accepted: {', '.join(RULES)}")
@@ -239,5 +239,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="exit_rules", parts=("matched", "rows", "test"), run=run, summarize=summarize,
-    needs=("prompt", "answer", "symbols"),
+    needs=("prompt", "answer", "symbols", ONE_TOKEN),
 )

@@ -17,7 +17,7 @@ import pandas as pd
 
 from workbench.analysis.headlines.gradient_audit import headline
 from workbench.errors import WorkbenchError
-from workbench.probes.common import require_chase
+from workbench.probes.common import FUNCTION_TABLE, require_chase
 from workbench.probes.spec import ProbeSpec
 from workbench.train.audit import gradient_audit
 
@@ -31,7 +31,7 @@ def run(model, tokenizer, rows: list[dict], n_rows: int = 4, eps: float = 1e-3, 
             rounding, divided by eps, sets a floor on the relative error of about 1e-2 on tiny models).
         seed: the random direction.
     """
-    require_chase(rows, "gradient_audit")
+    require_chase(rows)
     batch = spread(rows, n_rows)
     if max(r["depth"] for r in batch) < 2:
         raise WorkbenchError("the gradient audit needs rows of depth >= 2 (loop 1 never reaches the re-entry)")
@@ -71,6 +71,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="gradient_audit", parts=("fd",), run=run, summarize=summarize,
-    needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start"),
+    needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start", FUNCTION_TABLE),
     requires=("trained_adapters",),
 )

@@ -57,17 +57,17 @@ from workbench.analysis.headlines.halting import headline
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.halting import HaltPolicy, halt_depth
-from workbench.probes import NotApplicable
 from workbench.probes.common import (
     batches,
     check_loops,
     default_loops,
     read_final,
+    require,
     row_candidates,
     shared_candidates,
     split_rows,
 )
-from workbench.probes.spec import ProbeSpec
+from workbench.probes.spec import Need, ProbeSpec
 from workbench.run_tensors import read_tensors
 from workbench.runs import RECIPE, TRAINABLE, read_retrofit, verify_files
 from workbench.tasks.reader import answer_batches, grade_answers, read_positions, reads_symbol
@@ -76,6 +76,14 @@ THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RULES = {"oracle": "threshold", "act": "mass", "pondernet": "cdf"}
 SELECT = ("likelihood", "accuracy")
 LIKELIHOOD_TOL = 0.01  # nats per row: "does not lose held-out likelihood", fixed before any run read it
+
+
+def halting_head(model, rows: list[dict]) -> str | None:
+    """`HALTING_HEAD`'s test: None when the model has a halting head, else the reason."""
+    return "the model has no halting head (retrofit with halting=True to train one)" if model.halting is None else None
+
+
+HALTING_HEAD = Need("a halting head", halting_head)
 
 
 def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds=THRESHOLDS, t_min: int = 1,
@@ -95,8 +103,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds
         NotApplicable: the model has no halting head.
         WorkbenchError: an unknown `select`, or a floor outside 1..T.
     """
-    if model.halting is None:
-        raise NotApplicable("the model has no halting head (retrofit with halting=True to train one)")
+    require(HALTING_HEAD, model, rows)
     if select not in SELECT:
         raise WorkbenchError(f"halting: select = {select!r} is not one of {', '.join(SELECT)}")
     T = check_loops(model, loops or default_loops(model, rows, at_least=2))
@@ -302,5 +309,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="halting", parts=("adaptive", "chosen", "difficulty", "rows"), run=run, summarize=summarize,
-    needs=("prompt", "answer", "symbols"),
+    needs=("prompt", "answer", "symbols", HALTING_HEAD),
 )

@@ -31,7 +31,7 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
-from workbench.probes.common import batches, check_loops, iterate, line_spans, require_chase
+from workbench.probes.common import FUNCTION_TABLE, batches, check_loops, iterate, line_spans, require_chase
 from workbench.probes.spec import ProbeSpec
 
 
@@ -44,7 +44,7 @@ def run(model, tokenizer, rows: list[dict], layers=None, ratio: float = 3.0, min
         ratio, min_frac: the retrieval-head rule.
         n_null: draws of the circular-shift null.
     """
-    require_chase(rows, "heads")
+    require_chase(rows)
     attn = getattr(model.config, "_attn_implementation", "eager")
     if attn != "eager":  # other implementations may leave the causal mask to the kernel
         raise WorkbenchError(f"the heads probe needs eager attention; this model was loaded with '{attn}'")
@@ -164,5 +164,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="heads", parts=("summary",), run=run, summarize=summarize,
-    needs=("prompt", "depth", "table", "start"),
+    needs=("prompt", "depth", "table", "start", FUNCTION_TABLE),
 )

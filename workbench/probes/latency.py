@@ -28,7 +28,15 @@ import torch
 
 from workbench.analysis.headlines.latency import headline
 from workbench.devices import device_of
-from workbench.probes.common import check_loops, default_loops, row_candidates, shared_candidates, token_lengths
+from workbench.probes.common import (
+    ONE_TOKEN,
+    check_loops,
+    default_loops,
+    require_symbols,
+    row_candidates,
+    shared_candidates,
+    token_lengths,
+)
 from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import encode_prompts
 
@@ -42,6 +50,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, batch_size
         batch_size: rows in the fixed batch.
         repeats: timed calls per measurement (the median is kept).
     """
+    require_symbols(rows)   # the forced read scores candidates: rows read exactly have none
     T = check_loops(model, loops or default_loops(model, rows))
     lengths = token_lengths(tokenizer, rows)
     common = Counter(lengths).most_common(1)[0][0]
@@ -116,6 +125,6 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="latency", run=run, summarize=summarize,
-    needs=("prompt", "symbols"),
+    needs=("prompt", "symbols", ONE_TOKEN),
     requires=("dense_loop_cost",),
 )

@@ -56,6 +56,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import (
+    ONE_TOKEN,
     batches,
     check_loops,
     default_loops,
@@ -90,7 +91,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, fit_fracti
     Raises:
         WorkbenchError: the coda lens at t = T is not the model's output (beyond `tolerance`).
     """
-    require_symbols(rows, "lens_agreement")
+    require_symbols(rows)
     T = check_loops(model, loops or default_loops(model, rows))
     if horizon < 0 or max_causal < 0 or check_rows < 1:
         raise WorkbenchError(f"lens_agreement needs horizon >= 0, max_causal >= 0 and check_rows >= 1, got "
@@ -339,5 +340,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="lens_agreement", parts=("causal", "identity", "pairs", "summary"), run=run, summarize=summarize,
-    needs=("prompt", "answer", "symbols"),
+    needs=("prompt", "answer", "symbols", ONE_TOKEN),
 )

@@ -32,7 +32,7 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
-from workbench.probes.common import batches, check_loops, iterate, require_chase, split_rows
+from workbench.probes.common import FUNCTION_TABLE, batches, check_loops, iterate, require_chase, split_rows
 from workbench.probes.spec import ProbeSpec
 
 TARGETS = {"x_prev": -1, "x_t": 0, "x_next": 1}
@@ -50,7 +50,7 @@ def run(model, tokenizer, rows: list[dict], layers=(), targets=tuple(TARGETS), t
         n_perm: label permutations for the null.
         C: inverse regularisation strength of the logistic regression.
     """
-    require_chase(rows, "linear_probe")
+    require_chase(rows)
     layers = _layers(model, layers)
     bad = [t for t in targets if t not in TARGETS]
     if bad:
@@ -143,5 +143,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="linear_probe", run=run, summarize=summarize,
-    needs=("prompt", "depth", "table", "start"),
+    needs=("prompt", "depth", "table", "start", FUNCTION_TABLE),
 )

@@ -35,6 +35,7 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name, stack_loops
 from workbench.probes.common import (
+    ONE_TOKEN,
     batches,
     check_loops,
     default_loops,
@@ -57,7 +58,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, fit_fracti
         ridge: ridge strength, relative to the mean squared norm of the centred fit states.
         top_k: top tokens over the whole vocabulary per (row, loop, lens).
     """
-    require_symbols(rows, "logit_lens")
+    require_symbols(rows)
     T = check_loops(model, loops or default_loops(model, rows))
     fit_rows, eval_rows = split_rows(rows, fit_fraction, seed)
     states, readouts = collect(model, tokenizer, rows, T, batch_size, progress)
@@ -198,5 +199,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="logit_lens", parts=("top",), run=run, summarize=summarize,
-    needs=("prompt", "answer", "symbols"),
+    needs=("prompt", "answer", "symbols", ONE_TOKEN),
 )

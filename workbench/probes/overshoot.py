@@ -17,7 +17,7 @@ from __future__ import annotations
 import pandas as pd
 
 from workbench.analysis.headlines.overshoot import headline
-from workbench.probes.common import check_loops, iterate, require_chase
+from workbench.probes.common import FUNCTION_TABLE, check_loops, iterate, require_chase
 from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import read_rows
 
@@ -38,7 +38,7 @@ def run(model, tokenizer, rows: list[dict], extra: int = 5, batch_size: int = 16
     Args:
         extra: loops past each row's depth to run and classify (the paper: depth 3, loops 4..8).
     """
-    require_chase(rows, "overshoot")
+    require_chase(rows)
     T = check_loops(model, max(r["depth"] for r in rows) + extra)
     result = read_rows(model, tokenizer, rows, loops=T, batch_size=batch_size, progress=progress)
     records = []
@@ -76,5 +76,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="overshoot", parts=("cost",), run=run, summarize=summarize,
-    needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start"),
+    needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start", FUNCTION_TABLE),
 )

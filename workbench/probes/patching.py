@@ -65,9 +65,8 @@ from workbench.analysis.headlines.patching import first_recovering, headline
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
-from workbench.probes import NotApplicable
-from workbench.probes.common import check_loops, default_loops, iterate, line_spans
-from workbench.probes.spec import ProbeSpec
+from workbench.probes.common import check_loops, default_loops, iterate, line_spans, require
+from workbench.probes.spec import Need, ProbeSpec
 from workbench.tasks.chase import TEMPLATES
 from workbench.tasks.reader import ANSWER_PREFIX, candidate_ids
 
@@ -242,15 +241,21 @@ def _user_pair(tokenizer, pair_id: int, row: dict) -> Pair | None:
                 row["symbols"].index(row["answer"]), row["symbols"].index(twin["answer"]), twin["answer"], [])
 
 
-def require_pairs(rows: list[dict], probe: str) -> None:
-    """Raises NotApplicable unless every row is a chase row whose corrupted twins the probe can build, or brings
-    its own twin (`corrupt`)."""
+def corrupt_twins(model, rows: list[dict]) -> str | None:
+    """`CORRUPT_TWIN`'s test: None when every row is a chase row whose corrupted twins the probe can build, or
+    brings its own twin (`corrupt`), else the reason."""
     bad = [r["row_id"] for r in rows if "corrupt" not in r and (
         r.get("task") not in ("chase", "phop") or "table" not in r or r.get("surface", "symbolic") not in TEMPLATES)]
-    if bad:
-        raise NotApplicable(f"the {probe} probe corrupts one fact of a function-table row (an entry, the start), or "
-                            f"reads a row's own corrupt twin; row '{bad[0]}' is neither (give it a corrupt field: "
-                            "docs/cli.md)")
+    return (f"needs a corrupted twin: a function-table row whose one fact it corrupts (an entry, the start), or a "
+            f"row's own corrupt twin; row '{bad[0]}' is neither (give it a corrupt field: docs/cli.md)") if bad else None
+
+
+CORRUPT_TWIN = Need("a corrupted twin", corrupt_twins)   # patching, attribution and paths write clean into it
+
+
+def require_pairs(rows: list[dict]) -> None:
+    """Raises NotApplicable unless every row has a corrupted twin the probe can build or read (`CORRUPT_TWIN`)."""
+    require(CORRUPT_TWIN, None, rows)
 
 
 # ----------------------------------------------------------------------------- the runs
@@ -380,7 +385,7 @@ def run(model, tokenizer, rows: list[dict], corruptions=CORRUPTIONS, positions=P
         batch_size: grid cells run together as replicas of one prompt.
         seed: the corrupted symbols.
     """
-    require_pairs(rows, "patching")
+    require_pairs(rows)
     layers, components = block_layers(model, layers), check_components(components)
     positions = _check_positions(positions)
     pairs, skipped = corrupt_pairs(tokenizer, rows, [c for c in corruptions], seed)
@@ -473,5 +478,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="patching", parts=("grid", "pairs", "steps"), run=run, summarize=summarize,
-    needs=("prompt", "symbols"),
+    needs=("prompt", "symbols", CORRUPT_TWIN),
 )

@@ -40,6 +40,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.probes.common import default_loops
 from workbench.probes.patching import (
+    CORRUPT_TWIN,
     check_choices,
     corrupt_pairs,
     loops_of,
@@ -103,7 +104,7 @@ def run(model, tokenizer, rows: list[dict], corruptions=("entry", "start"), rout
         loops: T for rows without a depth (default the model's own count); a row with a depth is read at it.
         seed: the corrupted symbols (the same twins as patching's with the same seed).
     """
-    require_pairs(rows, "paths")
+    require_pairs(rows)
     routes = check_choices(routes, ROUTES, "paths route")
     pairs, skipped = corrupt_pairs(tokenizer, rows, list(corruptions), seed)
     if not pairs:
@@ -157,5 +158,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="paths", parts=("pairs", "routes"), run=run, summarize=summarize,
-    needs=("prompt", "symbols"),
+    needs=("prompt", "symbols", CORRUPT_TWIN),
 )

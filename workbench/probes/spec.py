@@ -24,10 +24,11 @@ class ProbeSpec:
             battery refuses a table the probe does not declare (`tables`).
         summarize: tables -> the numbers for summary.json, with "headline" (the probe's headline, computed by its
             module of `workbench.analysis.headlines`).
-        needs: the row fields `run` reads (`prompt`, `answer`, `symbols`, `chain`, `depth`, `table`, `start`, ...).
-            The battery (through `workbench.probes.battery.run_probe`) records the probe "not applicable: needs
-            <field>" when a chosen row lacks one, instead of running it (`lacking`); the probe's own checks
-            (`require_symbols`, `require_chase`) still test the values. Empty: no check.
+        needs: the row fields `run` reads (`prompt`, `answer`, `symbols`, `chain`, `depth`, `table`, `start`, ...),
+            then the `Need`s its rows and model must meet (one-token answers, function-table rows, a corrupted twin,
+            a halting head). The battery asks every probe before the first runs (`workbench.probes.battery.unmet`)
+            and records it "not applicable: needs <field>, ..." or the first unmet `Need`'s reason instead of
+            running it; the probe's own checks (`require_symbols`, `require_chase`) still guard a direct call.
         requires: the model capabilities `run` needs (`workbench.models.looped.CAPABILITIES`); on a model that
             lacks one the probe is "not applicable", with the model's own reason (`LoopedModel.unsupported`).
     """
@@ -36,7 +37,7 @@ class ProbeSpec:
     run: Callable
     summarize: Callable
     parts: tuple[str, ...] = ()
-    needs: tuple[str, ...] = ()
+    needs: tuple[str | Need, ...] = ()
     requires: tuple[str, ...] = ()
 
     @property
@@ -47,7 +48,31 @@ class ProbeSpec:
     def lacking(self, rows: list[dict]) -> list[str]:
         """The fields of `needs` that some row lacks, in `needs` order: absent or None, or for `depth` below 1
         (depth 0 is a row from a user's file that gives none, `workbench.tasks.user`)."""
-        return [f for f in self.needs if any(lacks(r, f) for r in rows)]
+        return [f for f in self.fields if any(lacks(r, f) for r in rows)]
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The row fields of `needs`."""
+        return tuple(n for n in self.needs if isinstance(n, str))
+
+    @property
+    def conditions(self) -> tuple[Need, ...]:
+        """The `Need`s of `needs`, in order."""
+        return tuple(n for n in self.needs if isinstance(n, Need))
+
+
+@dataclass(frozen=True)
+class Need:
+    """A condition beyond a field that a probe's rows or model must meet, checked before any probe runs.
+
+    Attributes:
+        name: what is needed, as a user reads it ("one-token answers").
+        why: `why(model, rows)` -> None when met, else the reason the probe is not applicable, opening with
+            "needs <name>" or the model's own sentence; it reads no model output (no forward).
+    """
+
+    name: str
+    why: Callable[[object, list[dict]], str | None]
 
 
 def lacks(row: dict, field: str) -> bool:

@@ -42,6 +42,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import (
+    FUNCTION_TABLE,
     check_loops,
     iterate,
     iterate_from,
@@ -98,7 +99,7 @@ def run(model, tokenizer, rows: list[dict], k0s=(1, 2), horizon: int = 3, sites=
         layer: the block layer of the "block_resid" site (absolute index); default the block's middle.
         seed: pairs rows within their group.
     """
-    require_chase(rows, "splice")
+    require_chase(rows)
     layer = _check_options(model, [*sites, *all_sites], spans, layer, k0s, horizon)
     combos = [(site, span) for site in sites for span in spans if span != "all" or site in all_sites]
     if not combos:
@@ -212,5 +213,5 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 SPEC = ProbeSpec(
     name="splice", parts=("verdict",), run=run, summarize=summarize,
-    needs=("prompt", "symbols", "depth", "table", "start"),
+    needs=("prompt", "symbols", "depth", "table", "start", FUNCTION_TABLE),
 )
