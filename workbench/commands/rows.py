@@ -44,7 +44,10 @@ def rows(
     task: str = typer.Option(None, "--task", help="chase (the default), phop, state, state_query, arith, or "
                              "module:function (your generator of rows in the --from format)."),
     source: Path = typer.Option(None, "--from", help="Your own rows: a .jsonl of prompt, answer and optional "
-                                "candidates, depth, chain, id (docs/cli.md), each checked."),
+                                "candidates, depth, chain, id, answer_prefix, answer_end (docs/cli.md), each "
+                                "checked. An answer not read among candidates is read exactly: the model answers A when "
+                                "greedy decoding writes A, then the row's answer_end, or anything that does not "
+                                "continue A's last word ('Paris.', 'Paris is' answer Paris; 'Parisian' does not)."),
     alphabet: int = typer.Option(None, "--alphabet", help="Symbols N (chase: 8, 16, 24; phop: 32). Default 16 / 32."),
     depths: str = typer.Option(None, "--depths", help="'1-14' or '1,2,5' (required for the built-in tasks)."),
     per_depth: int = typer.Option(None, "--per-depth", help=f"Rows at each depth (built-in tasks: {PER_DEPTH})."),
