@@ -137,3 +137,16 @@ def test_a_row_past_the_models_positions_anywhere_in_a_manifest_is_refused_befor
                                              r"model's 1024 positions; shorten its prompt$"):
         run_battery(UNTRAINED, None, tmp_path / "out", rows=str(path), progress=False, only=["loop_accuracy"])
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow   # the report is drawn: about 8 s
+def test_probe_prints_what_does_not_apply_first(free_rows, tmp_path):
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    result = CliRunner().invoke(app, ["probe", "--checkpoint", UNTRAINED, "--rows", str(free_rows[0]), "--only",
+                                      "latency,loop_accuracy", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    first = result.stdout.splitlines()[0]
+    assert first.startswith("not applicable: latency: needs one-token answers; row 'user-1' is read exactly"), first
