@@ -11,8 +11,7 @@ from workbench.errors import WorkbenchError
 from workbench.models.looped import CAPABILITIES
 from workbench.probes import PROBES, NotApplicable, battery, get_probe
 from workbench.probes.battery import run_battery, run_probe
-from workbench.probes.common import FUNCTION_TABLE, ONE_TOKEN
-from workbench.probes.halting import HALTING_HEAD
+from workbench.probes.common import FUNCTION_TABLE, HALTING_HEAD, ONE_TOKEN
 from workbench.probes.patching import CORRUPT_TWIN
 from workbench.tasks import build_rows
 from workbench.tasks.manifest import write_manifest

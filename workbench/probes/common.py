@@ -55,8 +55,14 @@ def one_token_answers(model, rows: list[dict]) -> str | None:
             "read those)") if bad else None
 
 
+def halting_head(model, rows: list[dict]) -> str | None:
+    """`HALTING_HEAD`'s test: None when the model has a halting head, else the reason."""
+    return "the model has no halting head (retrofit with halting=True to train one)" if model.halting is None else None
+
+
 FUNCTION_TABLE = Need("function-table rows", function_table_rows)   # the probe needs f
 ONE_TOKEN = Need("one-token answers", one_token_answers)             # the probe scores each loop over the symbols
+HALTING_HEAD = Need("a halting head", halting_head)                  # the halting probe reads its stops
 
 
 def require(need: Need, model, rows: list[dict]) -> None:

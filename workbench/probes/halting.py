@@ -58,6 +58,7 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.halting import HaltPolicy, halt_depth
 from workbench.probes.common import (
+    HALTING_HEAD,
     batches,
     check_loops,
     default_loops,
@@ -67,7 +68,7 @@ from workbench.probes.common import (
     shared_candidates,
     split_rows,
 )
-from workbench.probes.spec import Need, ProbeSpec
+from workbench.probes.spec import ProbeSpec
 from workbench.run_tensors import read_tensors
 from workbench.runs import RECIPE, TRAINABLE, read_retrofit, verify_files
 from workbench.tasks.reader import answer_batches, grade_answers, read_positions, reads_symbol
@@ -76,14 +77,6 @@ THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 RULES = {"oracle": "threshold", "act": "mass", "pondernet": "cdf"}
 SELECT = ("likelihood", "accuracy")
 LIKELIHOOD_TOL = 0.01  # nats per row: "does not lose held-out likelihood", fixed before any run read it
-
-
-def halting_head(model, rows: list[dict]) -> str | None:
-    """`HALTING_HEAD`'s test: None when the model has a halting head, else the reason."""
-    return "the model has no halting head (retrofit with halting=True to train one)" if model.halting is None else None
-
-
-HALTING_HEAD = Need("a halting head", halting_head)
 
 
 def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds=THRESHOLDS, t_min: int = 1,
