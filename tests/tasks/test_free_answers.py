@@ -75,6 +75,9 @@ def test_loop_accuracy_agrees_with_the_greedy_text_of_every_loop_and_row(tok):
     want = [[writes_answer(w, r) for w in written[r["prompt"]]] for r in rows]
     assert got.to_numpy().tolist() == want == [[True, False, True, False], [True, True, False, False]]
     assert model.forwards == 1                                  # every loop and row from one teacher-forced forward
+    shown = frame.pivot(index="row_id", columns="loop", values="predicted").loc[["paris", "new-york"]]
+    # what greedy decoding writes at the answer's positions, up to its first wrong token: never text after it
+    assert shown.to_numpy().tolist() == [["Paris", "Paris", "Paris", "Lyon"], ["New York", "New York", "New Yorker", "Los"]]
 
 
 def test_a_built_in_tasks_answer_still_ends_its_line_beside_a_users_row(tok):

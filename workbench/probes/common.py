@@ -19,6 +19,7 @@ from workbench.tasks.reader import (
     answer_batches,
     encode_prompts,
     grade_answers,
+    greedy_texts,
     read_positions,
     reads_symbol,
     row_candidates,
@@ -136,8 +137,7 @@ def read_final(model, tokenizer, rows: list[dict], loops: int, batch_size: int =
             text = [[row["symbols"][j] for j in top[k].tolist()] for k, row in enumerate(batch_rows)]
         else:
             ll, ok, top, greedy = grade_answers(tokenizer, r.scores, b)
-            conf, n = greedy.double().exp(), b["valid"].sum(-1).tolist()
-            text = [[tokenizer.decode(top[k, t, : n[k]].tolist()).strip() for t in range(T)] for k in range(len(idx))]
+            conf, text = greedy.double().exp(), greedy_texts(tokenizer, top, b)
         correct[idx], confidence[idx], logprob[idx] = ok.cpu().numpy(), conf.cpu().numpy(), ll.double().cpu().numpy()
         for k, i in enumerate(idx):
             predicted[i] = text[k]

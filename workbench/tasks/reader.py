@@ -287,6 +287,16 @@ def grade_answers(tokenizer, scores: torch.Tensor, batch: dict):
     return logp, hit, top, greedy
 
 
+def greedy_texts(tokenizer, top: torch.Tensor, batch: dict) -> list[list[str]]:
+    """[B][T] the text greedy decoding writes at the answer positions, stripped: the argmax tokens [B, T, K] up to
+    and including the first that differs from the answer (past it teacher forcing reads text greedy decoding never
+    wrote), all of them when none does."""
+    wrong = (top != batch["targets"][:, None]) & batch["valid"][:, None]                   # [B, T, K]
+    lengths = torch.where(wrong.any(-1), wrong.int().argmax(-1) + 1, batch["valid"].sum(-1)[:, None])
+    return [[tokenizer.decode(top[i, t, :n].tolist()).strip() for t, n in enumerate(row)]
+            for i, row in enumerate(lengths.tolist())]
+
+
 def _ends_word(tokenizer, batch: dict, after: torch.Tensor) -> torch.Tensor:
     """[B, T] bool: whether greedy token `after` ends each open row's answer (`ends_answer`; rows with an end: True).
 
@@ -321,7 +331,7 @@ class AnswerRead:
     row_ids: list[str]
     depths: np.ndarray  # [R]
     answers: list[str]
-    predicted: list[list[str]]  # [R][T] greedy text at the answer positions (teacher forced), stripped
+    predicted: list[list[str]]  # [R][T] what greedy decoding writes at the answer positions, stripped (`greedy_texts`)
     correct: np.ndarray  # [R, T] bool: greedy decoding at loop t writes the answer (`writes_answer`)
     logprob: np.ndarray  # [R, T] log p(answer tokens) at loop t
     manifest_sha256: str
@@ -376,10 +386,10 @@ def read_answers(model: LoopedLM, tokenizer: PreTrainedTokenizerBase, rows: list
         readout = model.read(b["input_ids"], attention_mask=b["attention_mask"], loops=loops,
                              positions=read_positions(b))
         lp, ok, top, _ = grade_answers(tokenizer, readout.scores, b)
-        n_valid = b["valid"].sum(-1).tolist()
+        texts = greedy_texts(tokenizer, top, b)
         for j, i in enumerate(idx):
             correct[i], logprob[i] = ok[j].cpu().numpy(), lp[j].double().cpu().numpy()
-            predicted[i] = [tokenizer.decode(top[j, t, : n_valid[j]].tolist()).strip() for t in range(loops)]
+            predicted[i] = texts[j]
     return AnswerRead(row_ids=[r["row_id"] for r in rows], depths=np.array([r["depth"] for r in rows]),
                       answers=[r["answer"] for r in rows], predicted=predicted, correct=correct, logprob=logprob,
                       manifest_sha256=rows_sha256(rows))
