@@ -46,7 +46,7 @@ def _replace(lines: list[str], header: str, new: list[str], after: str | None = 
 
 
 BLOCK = re.compile(r"(<!-- ledger: ([^>]*?) -->\n)(.*?)(<!-- /ledger -->)", re.S)
-VERDICT = re.compile(r"\*\*(not\s+reproduced|not\s+comparable|reproduced)\*\*")
+VERDICT = re.compile(r"\*\*(not\s+reproduced|not\s+comparable|not\s+shown|reproduced)\*\*")
 
 
 def _block(rows: dict[str, dict], ids: list[str]) -> str:

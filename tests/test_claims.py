@@ -246,22 +246,32 @@ def test_dense_control_claims_pool_every_depth_and_compare_latency_per_depth(tmp
 
 def _halting_specimen(root: Path, chosen: dict[str, list[tuple[int, bool]]], fixed_acc: dict[int, float],
                       best: int, depths: list[int] | None = None, name: str = "spec") -> None:
-    """A halting battery's two tables: the curve's fixed depths and the chosen methods row by row."""
+    """A halting battery's tables: the curve's fixed depths, the chosen methods row by row (with the untrained
+    confidence exit, stopping half the rows at loop 1 and half at the budget unless planted), every row's answer at
+    every fixed depth, and the manifest whose prompts state each row's depth."""
     folder = root / name / "halting"
     folder.mkdir(parents=True)
     n = len(next(iter(chosen.values())))
     depths = depths or [1] * n
+    budget = max(fixed_acc)
+    chosen = {"confidence": [(1 if i % 2 else budget, False) for i in range(n)], **chosen}
     curve = [{"method": "fixed_k", "threshold": float("nan"), "mean_loops": float(k), "accuracy": a, "n": n,
               "chosen": k == best} for k, a in fixed_acc.items()]
     pd.DataFrame.from_records(curve).to_parquet(folder / "halting.parquet")
     rows = [{"method": m, "threshold": 0.5, "row_id": f"r{i}", "depth": depths[i], "loops": loops, "correct": ok}
             for m, per in chosen.items() for i, (loops, ok) in enumerate(per)]
     pd.DataFrame.from_records(rows).to_parquet(folder / "halting__chosen.parquet")
-    # every row's answer at every fixed depth, the first round(acc * n) rows right (the chosen fixed_k rows agree)
+    # every row's answer at every fixed depth: round(acc * n) rows right, the first ones at the best depth (the chosen
+    # fixed_k rows agree) and the last ones at every other depth, so the best depth and another disagree both ways
     per_loop = [{"row_id": f"r{i}", "depth": depths[i], "split": "reported", "head": "head", "loop": k,
-                 "continue_prob": 0.5, "correct_answer": i < round(a * n)} for k, a in fixed_acc.items() for i in range(n)]
+                 "continue_prob": 0.5, "correct_answer": i < round(a * n) if k == best else i >= n - round(a * n)}
+                for k, a in fixed_acc.items() for i in range(n)]
     pd.DataFrame.from_records(per_loop).to_parquet(folder / "halting__rows.parquet")
-    (folder / "summary.json").write_text("{}")
+    manifest = root / f"{name}-manifest.jsonl"
+    manifest.write_text("".join(json.dumps({"row_id": f"r{i}", "depth": d, "answer": "A",
+                                            "prompt": f"Start at B and apply the table {d} times.\nAnswer:"}) + "\n"
+                                for i, d in enumerate(depths)))
+    (folder / "summary.json").write_text(json.dumps({"manifests": {manifest.name: {}}}))
 
 
 def test_halting_claims_pair_the_head_with_the_best_fixed_depth_and_count_collapse(tmp_path):
@@ -384,8 +394,9 @@ def _stage1_diagonal(root: Path, name: str, right: dict[int, int], n: int = 8) -
 
 
 def test_a_halting_claim_on_a_stage1_model_that_does_not_park_is_not_comparable(tmp_path):
-    # the fixed-depth curve peaks at k = 2 (12/12) and falls to 3/12 at the budget k = 4
-    _halting_specimen(tmp_path, {"fixed_k": [(2, True)] * 12, "head": [(2, True)] * 12}, {1: 0.25, 2: 1.0, 4: 0.25}, 2)
+    # the fixed-depth curve peaks at k = 2 (11/12) and falls to 3/12 at the budget k = 4, one row right there alone
+    _halting_specimen(tmp_path, {"fixed_k": [(2, i < 11) for i in range(12)], "head": [(2, True)] * 12},
+                      {1: 0.25, 2: 11 / 12, 4: 0.25}, 2)
     # the Stage 1 model parks on 1 of 3 cells where iterate and park differ; the coincident cell does not count
     _overshoot_specimen(tmp_path, "stage1", [(1, 2, "B", "B", "C"), (1, 3, "C", "D", "C"), (1, 4, "A", "A", "F"),
                                              (1, 5, "E", "E", "E")])
@@ -399,10 +410,12 @@ def test_a_halting_claim_on_a_stage1_model_that_does_not_park_is_not_comparable(
     claims = _claims_file(tmp_path, id="h", measure="halting_fixed_peak", test="falls_after_peak",
                           stage1="stage1", park_bar=0.3, **BASE)
     [row] = build_ledger(claims, tmp_path)
-    assert row["verdict"] == "reproduced" and "exact McNemar p = 0.00391): falls after its peak" in row["comparison"]
-    # its null, a model whose curve rises and stays flat, does not fall
-    assert row["nulls"] == [{"null": "a model that parks (its curve rises and stays flat)", "verdict": "not reproduced",
-                             "reading": "k = 4 reads as k = 2: not reproduced"}]
+    assert row["verdict"] == "reproduced" and "alone right on 9, the budget alone on 1, exact McNemar p = 0.0215): falls" \
+        in row["comparison"]
+    # its null, a model that holds each row's first right answer, does not fall: the row right at loop 1 alone stays
+    assert row["nulls"] == [{"null": "a model that parks (each row holds the first answer it got right)",
+                             "verdict": "not reproduced",
+                             "reading": "right on 12/12 at k = 4 against the model's k = 2 11/12: not reproduced"}]
     # parking is half the gate: a Stage 1 model that parks on a wrong answer (depth 4 lost) is not comparable
     _stage1_diagonal(tmp_path, "stage1", {1: 8, 2: 8, 3: 8, 4: 2})
     [row] = build_ledger(claims, tmp_path)
@@ -559,15 +572,15 @@ def test_a_declared_gap_is_not_comparable_with_its_measured_cost(tmp_path):
                                       "2-core CPU; then a read")
     md = ledger_markdown([row])
     assert "Rule: r. Reading: the dense arm does not generate" in md and "Comparable when it generates;" in md
-    assert counts_table([row]) == ["| paper | reproduced | not reproduced | not comparable | claims |",
-                                   "|---|---|---|---|---|", "| 000 (retrofit paper) | 0 | 0 | 1 | 1 |"]
+    assert counts_table([row]) == ["| paper | reproduced | not reproduced | not comparable | not shown | claims |",
+                                   "|---|---|---|---|---|---|", "| 000 (retrofit paper) | 0 | 0 | 1 | 0 | 1 |"]
 
 
 def test_the_verdict_counts_per_paper_add_up_to_the_ledger():
     rows = build_ledger()
     lines = counts_table(rows)
     assert len(lines) == 4 and lines[2].startswith("| 000 (retrofit paper) |") and lines[3].startswith("| 002 (")
-    total = sum(int(line.split("|")[5]) for line in lines[2:])
+    total = sum(int(line.split("|")[6]) for line in lines[2:])
     assert total == len(rows) and "\n".join(lines) in (LEDGER_DIR / "LEDGER.md").read_text()
     assert {r["verdict"] for r in rows} == {"reproduced", "not reproduced", "not comparable"}
     for r in rows:   # a not-comparable row says why, and what would make it comparable where the data file says
@@ -619,18 +632,34 @@ def test_probe_claims_read_splices_heads_drift_and_the_finite_difference_check(t
 
 
 def test_early_exit_and_the_block_recommendation_claims(tmp_path):
+    stops = [1, 1, 2, 2, 2, 2, 3, 3, 3, 1]
+    _halting_specimen(tmp_path, {"fixed_k": [(8, i < 4) for i in range(10)], "head": [(t, i < 5) for i, t in
+                                                                                      enumerate(stops)]},
+                      dict.fromkeys(range(1, 9), 0.4), best=8, depths=[3] * 10)
     folder = tmp_path / "spec" / "halting"
-    folder.mkdir(parents=True)
-    (folder / "summary.json").write_text("{}")
-    pd.DataFrame({"policy": ["head", "fixed_8"], "tau": [0.5, 0.0], "t_min": [1, 1], "budget": [8, 8], "rows": [10, 10],
-                  "row_loops": [20, 80], "accuracy": [0.5, 0.4], "agree": [1.0, 1.0],
-                  "wall_s": [3.0, 2.5]}).to_parquet(folder / "halting__adaptive.parquet")
-    pd.DataFrame({"method": "head", "threshold": 0.5, "row_id": [f"r{i}" for i in range(10)], "depth": 1,
-                  "loops": [1, 1, 2, 2, 2, 2, 3, 3, 3, 1], "correct": True}).to_parquet(folder / "halting__chosen.parquet")
-    [row] = build_ledger(_claims_file(tmp_path, id="e", measure="early_exit_saving", test="wall_below_fixed", bar=1.0,
-                                      **BASE), tmp_path)
+    adaptive = pd.DataFrame({"policy": ["head", "fixed_8", "fixed_3"], "tau": [0.5, 0.0, 0.0], "t_min": [1, 1, 1],
+                             "budget": [8, 8, 3], "rows": [10, 10, 10], "row_loops": [20, 80, 30],
+                             "accuracy": [0.5, 0.4, 0.4], "agree": [1.0, 1.0, 1.0], "wall_s": [3.0, 2.5, 1.0]})
+    adaptive.to_parquet(folder / "halting__adaptive.parquet")
+    claim = dict(id="e", measure="early_exit_saving", test="wall_below_fixed", bar=1.0, **BASE)
+    [row] = build_ledger(_claims_file(tmp_path, **claim), tmp_path)
     # a quarter of the loops but more wall-clock: no real saving
     assert row["verdict"] == "not reproduced" and "wall-clock 1.20x the fixed budget's at 0.25x its loops" in row["why"]
+    nulls = {n["null"]: n for n in row["nulls"]}
+    # every stopping null, timed where the run timed it (k = 3), else at the budget's 2.5 s / 80 row-loops; the prompt
+    # states depth 3 on every row, so the prompt-reading policy is k = 3 (the last 4 rows right at every depth but 8)
+    assert nulls["a fixed depth k = 3 (no head)"]["reading"] == "30 row-loops, 1.0 s (timed), accuracy 0.400: not reproduced"
+    assert nulls["the prompt-reading policy (stops at the depth the prompt states)"]["reading"] == \
+        "30 row-loops, 0.9 s (at the budget rate), accuracy 0.400: not reproduced"
+    assert nulls["a random stop drawn from the head's stops (seed 0)"]["reading"].startswith("20 row-loops, 0.6 s")
+    # on timings where the head is faster, the random stop drawn from its stops is as fast: it fails only because it
+    # loses the budget's accuracy, which the head keeps
+    adaptive.assign(wall_s=[1.5, 2.5, 1.0], accuracy=[0.5, 0.45, 0.4]).to_parquet(folder / "halting__adaptive.parquet")
+    [row] = build_ledger(_claims_file(tmp_path, **claim), tmp_path)
+    assert row["verdict"] == "reproduced", row["why"]
+    random = next(n for n in row["nulls"] if n["null"].startswith("a random stop"))
+    assert random == {"null": "a random stop drawn from the head's stops (seed 0)", "verdict": "not reproduced",
+                      "reading": "20 row-loops, 0.6 s (at the budget rate), accuracy 0.400: not reproduced"}
     sel = tmp_path / "sel"
     sel.mkdir()
     (sel / "block_selection.json").write_text(json.dumps({"recommended": [12, 18], "window": 6, "prelude_end": 8,
@@ -793,10 +822,12 @@ def test_staying_low_needs_a_model_that_reads_its_own_rows(tmp_path):
     _verbal_specimen(tmp_path / "keeper", verbal_right=3, symbolic_right=16)   # low on verbal, 1.00 on its own rows
     [row] = build_ledger(_claims_file(tmp_path / "keeper", **claim), tmp_path / "keeper")
     assert row["verdict"] == "reproduced" and "competence 1.00 against the floor 0.71" in row["comparison"]
-    # its null: always the most frequent target (A on 6 of 16 verbal rows), which also reads nothing else
-    [null] = row["nulls"]
+    # its nulls: always the most frequent target (A on 6 of 16 verbal rows), and a uniform guess over the 8 answers
+    null, guess = row["nulls"]
     assert null["null"] == "the majority answer" and null["verdict"] == "not reproduced"
     assert "relay 6/16 (37.5%)" in null["reading"]
+    assert guess["verdict"] == "not reproduced" and "relay 2/16 (12.5%)" in guess["reading"]
+    assert "symbolic rows at depths 2-2 0.12" in guess["reading"]
     _verbal_specimen(tmp_path / "broken", verbal_right=3, symbolic_right=3)    # as low on its own rows
     [row] = build_ledger(_claims_file(tmp_path / "broken", **claim), tmp_path / "broken")
     assert row["verdict"] == "not reproduced" and "low because the model reads nothing" in row["comparison"]
@@ -857,7 +888,9 @@ def test_beating_the_best_fixed_depth_where_the_oracle_cannot_is_not_comparable(
     assert row["verdict"] == "not comparable"
     assert "the oracle (the first right loop of every row) reads 0.500 against the best fixed depth's 0.500" in row["why"]
     names = [n["null"] for n in row["nulls"]]
-    assert names == ["a head that always stops at loop 1", "a head that always stops at loop 4"]
+    assert names == ["the prompt-reading policy (stops at the depth the prompt states)",
+                     "a random stop drawn from the head's stops (seed 0)", "a fixed depth k = 1 (no head)",
+                     "a fixed depth k = 2 (no head)", "a fixed depth k = 3 (no head)", "the untrained confidence exit"]
     assert all(n["verdict"] == "not reproduced" for n in row["nulls"])
 
 
@@ -927,9 +960,13 @@ def test_speed_and_early_exit_rules_fail_the_policy_that_computes_nothing(tmp_pa
     fast_broken = {"depths": [{"depth": 1, "a_s": 0.0, "b_s": 0.02, "b_over_a": math.inf}], "trained": {1: 0.2}}
     assert TESTS["a_faster_every_depth"]({}, fast_broken)[0] == "not reproduced"
     assert TESTS["a_faster_every_depth"]({}, {**fast_broken, "trained": {1: 0.9}})[0] == "reproduced"
-    exit_ = {"wall_ratio": 0.6, "loop_ratio": 0.5, "accuracy": 0.8, "budget_accuracy": 0.7, "modal_share": 0.5}
+    exit_ = {"wall_ratio": 0.6, "loop_ratio": 0.5, "accuracy": 0.8, "budget_accuracy": 0.7, "stops": (2, 3, 4, 2)}
     assert TESTS["wall_below_fixed"]({"bar": 1.0}, exit_)[0] == "reproduced"
-    assert TESTS["wall_below_fixed"]({"bar": 1.0}, {**exit_, "modal_share": 1.0})[0] == "not reproduced"  # fixed k
+    fixed = {**exit_, "stops": (5, 5, 5, 5)}                  # a fixed depth: every row at one loop
+    assert TESTS["wall_below_fixed"]({"bar": 1.0}, fixed)[0] == "not reproduced"
+    # the modal share is read from the stops: one written beside them changes nothing
+    assert TESTS["wall_below_fixed"]({"bar": 1.0}, {**fixed, "modal_share": 0.5})[0] == "not reproduced"
+    assert TESTS["wall_below_fixed"]({"bar": 1.0}, {**exit_, "stops": (5, 5, 5, 4)})[1].count("75% of rows at") == 1
     assert TESTS["wall_below_fixed"]({"bar": 1.0}, {**exit_, "accuracy": 0.6})[0] == "not reproduced"
 
 

@@ -21,7 +21,7 @@ def claims(
     as_json: bool = JSON,
 ) -> None:
     """Print the claims ledger: each paper claim, the paper's number, ours, the comparison and a verdict."""
-    from workbench.analysis.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, build_ledger, write_ledger
+    from workbench.analysis.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, VERDICTS, build_ledger, write_ledger
     from workbench.analysis.claims.ledger import LEDGER_OUTPUT
     from workbench.gate import gate_output
 
@@ -36,7 +36,7 @@ def claims(
                f"{'':<15} paper: {r['paper_value']}",
                f"{'':<15} ours:  {r['ours']}  ({r['specimen']}, {r['rows']} rows)",
                f"{'':<15} {r['why']}")
-    counts = {v: sum(r["verdict"] == v for r in rows) for v in ("reproduced", "not reproduced", "not comparable")}
+    counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
     ui.say(", ".join(f"{n} {v}" for v, n in counts.items()))
     if gate is not None:
         gate.recheck()

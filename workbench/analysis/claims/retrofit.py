@@ -25,7 +25,7 @@ from workbench.analysis.claims.ledger import (
     measure,
     verdict_test,
 )
-from workbench.analysis.headlines import ranges
+from workbench.analysis.claims.nulls import CHANCE, ENTRY, MAJORITY_KIND, SEED, chance, random_entries
 from workbench.analysis.stats import fisher, paired_counts
 from workbench.analysis.stats import frontier as stats_frontier
 from workbench.defaults import INSTALL_BAR
@@ -291,22 +291,21 @@ def patching_steps(specimen: Path, claim: dict) -> dict:
     curves = {int(k): g.set_index("loop") for k, g in f.groupby("step")}
     if not curves:
         raise Missing("the patching results hold no entry edit")
-    first, last = min(curves), max(curves)
-    # its nulls: every step read with one step's own curve, the first's (a model that makes every step at loop 1)
-    # and the last's (one that makes them all at the end): the steps then share one entry loop
-    nulls = {f"every step entering where step {s} does ({what})": {**_steps(dict.fromkeys(curves, curves[s])),
-                                                                   "text": f"step {s}'s curve ("
-                                                                   + ", ".join(f"{v:.2f}" for v in curves[s]["recovered"])
-                                                                   + f" at loops {ranges(list(curves[s].index))}) "
-                                                                   "at every step"}
-             for s, what in ((first, "made at once"), (last, "made at the last loop"))}
+    # its null: each step entering at a loop drawn at random (`nulls.random_entries`), knowing nothing of which
+    # loop reads which entry; a curve copied from the model's own steps would fail the rule by construction
+    drawn = random_entries(curves)
+    entry = {k: int(at.index[at["recovered"] > 0][0]) for k, at in drawn.items()}
+    nulls = {f"each step entering at a random loop (seed {SEED})": {
+        **_steps(drawn), "kind": ENTRY,
+        "text": "entering at loops " + ", ".join(f"{entry[k]} (step {k})" for k in sorted(entry))}}
     return _steps(curves) | {"nulls": nulls}
 
 
 def _steps(curves: dict[int, pd.DataFrame]) -> dict:
     """`patching_steps`' reading of {step k: its recovered share by loop}."""
     per = {k: {"at": _share(at, k), "before": _share(at, k - 1) if k > 1 else None} for k, at in curves.items()}
-    return {"per": per, "rows": max(int(at["n"].max()) for at in curves.values()),
+    return {"per": per, "curves": {k: tuple(at["recovered"].round(6)) for k, at in curves.items()},
+            "rows": max(int(at["n"].max()) for at in curves.values()),
             "text": "; ".join(f"step {k}: loop {k} {v['at']['value']:.2f} [{v['at']['low']:.2f}, {v['at']['high']:.2f}]"
                               + (f", loop {k - 1} {v['before']['value']:.2f} [{v['before']['low']:.2f}, "
                                  f"{v['before']['high']:.2f}]" if v["before"] else "") + f" ({v['at']['n']} pairs)"
@@ -392,11 +391,12 @@ def finite_difference(specimen: Path, claim: dict) -> dict:
 def verbal_zero_shot(specimen: Path, claim: dict) -> dict:
     """Final-answer accuracy on the verbal surfaces read without verbal training: the depth matrices of the
     specimen's `results` folders (one per surface, `claim["surfaces"]`), pooled over depths."""
-    per, major = {}, {}
+    per, major, guess = {}, {}, {}
     for surface, results in claim["surfaces"].items():
         f = _table(specimen, "depth_matrix", results)
         f = f[f["loop"] == f["depth"]]
         per[surface], major[surface] = (int(f["correct"].sum()), len(f)), (_majority(f), len(f))
+        [guess[surface]] = chance([per[surface]], f["target"].nunique())
     sym = _table(specimen, "depth_matrix")       # the floor: the same model on its own symbolic rows
     sym = sym[(sym["loop"] == sym["depth"]) & sym["depth"].isin(claim["competence_depths"])]
     competence, null_competence = float(sym["correct"].mean()), _majority(sym) / len(sym)
@@ -405,8 +405,11 @@ def verbal_zero_shot(specimen: Path, claim: dict) -> dict:
                              f"{claim['competence_depths'][-1]} {c:.2f}")
     return {"counts": list(per.values()), "rows": sum(n for _, n in per.values()), "competence": competence,
             "text": text(per, competence),
-            "nulls": {MAJORITY: {"counts": list(major.values()), "competence": null_competence,
-                                              "text": text(major, null_competence)}}}
+            "nulls": {MAJORITY: {"kind": MAJORITY_KIND, "counts": list(major.values()), "competence": null_competence,
+                                 "text": text(major, null_competence)},
+                      "chance (a uniform guess over the answers each surface reads)": {
+                          "kind": CHANCE, "counts": list(guess.values()), "competence": 1 / sym["target"].nunique(),
+                          "text": text(guess, 1 / sym["target"].nunique())}}}
 
 
 # ----------------------------------------------------------------------------- tests
