@@ -764,29 +764,43 @@ def test_the_window_ablation_claim_needs_a_separated_winner_inside_the_span(tmp_
         assert row["verdict"] == verdict and fragment in row["comparison"], (name, row["comparison"])
 
 
-def _steps_specimen(root: Path, first_loop: dict[int, int]) -> Path:
-    """A specimen whose patching__steps table recovers 0.95 from loop first_loop[k] on, 0.02 before it."""
+def _steps_specimen(root: Path, first_loop: dict[int, int], before: tuple[float, float, float] = (0.02, -0.05, 0.1)) \
+        -> Path:
+    """A specimen whose patching__steps table recovers 0.95 from loop first_loop[k] on, and `before` (the share, its
+    interval's low and high) at the loops before it."""
     folder = root / "battery-patching-steps"
     folder.mkdir(parents=True)
-    rows = [dict(step=k, loop=t, recovered=0.95 if t >= first else 0.02, low=(0.9 if t >= first else -0.05),
-                 high=(1.0 if t >= first else 0.1), n=16) for k, first in first_loop.items() for t in range(1, 5)]
+    rows = [dict(step=k, loop=t, recovered=0.95 if t >= first else before[0], low=(0.9 if t >= first else before[1]),
+                 high=(1.0 if t >= first else before[2]), n=16) for k, first in first_loop.items() for t in range(1, 5)]
     pd.DataFrame(rows).to_parquet(folder / "patching__steps.parquet")
     (folder / "summary.json").write_text("{}")
     return root
 
 
-@pytest.mark.parametrize("policy, first, verdict", [
-    ("one lookup per loop", {1: 1, 2: 2, 3: 3, 4: 4}, "reproduced"),
-    ("answer made at the last loop", {1: 4, 2: 4, 3: 4, 4: 4}, "not reproduced"),
-    ("every edit read at loop 1 (a one-pass model)", {1: 1, 2: 1, 3: 1, 4: 1}, "not reproduced"),
-    ("one step late", {1: 1, 2: 3, 3: 3, 4: 4}, "not reproduced"),
+STEPWISE = {1: 1, 2: 2, 3: 3, 4: 4}
+
+
+@pytest.mark.parametrize("policy, first, before, verdict", [
+    ("one lookup per loop", STEPWISE, (0.02, -0.05, 0.1), "reproduced"),
+    ("answer made at the last loop", {1: 4, 2: 4, 3: 4, 4: 4}, (0.02, -0.05, 0.1), "not reproduced"),
+    ("every edit read at loop 1 (a one-pass model)", {1: 1, 2: 1, 3: 1, 4: 1}, (0.02, -0.05, 0.1), "not reproduced"),
+    ("one step late", {1: 1, 2: 3, 3: 3, 4: 4}, (0.02, -0.05, 0.1), "not reproduced"),
+    # the interval clause: loop k - 1 below the bar but its interval reaching it cannot show the step waits a loop
+    ("loop k - 1 at 0.40, interval up to 0.60", STEPWISE, (0.40, 0.20, 0.60), "not reproduced"),
+    ("loop k - 1 at 0.40, interval up to 0.45", STEPWISE, (0.40, 0.35, 0.45), "reproduced"),
 ])
-def test_each_step_at_its_loop_fails_the_trivial_policies(tmp_path, policy, first, verdict):
+def test_each_step_at_its_loop_fails_the_trivial_policies(tmp_path, policy, first, before, verdict):
     from workbench.analysis.claims import MEASURES, TESTS
 
     claim = {"bar": 0.5, "results": "battery-patching-steps"}
-    ours = MEASURES["patching_steps"](_steps_specimen(tmp_path, first), claim)
-    assert TESTS["each_step_at_its_loop"](claim, ours)[0] == verdict, policy
+    ours = MEASURES["patching_steps"](_steps_specimen(tmp_path, first, before), claim)
+    verdict_, how = TESTS["each_step_at_its_loop"](claim, ours)
+    assert verdict_ == verdict, policy
+    assert ("step 2 already at loop 1: 0.60" in how) == (before[2] == 0.60)
+    # its null, each step entering at a seeded random loop, fails the rule without copying the model's curves
+    [(name, null)] = ours["nulls"].items()
+    assert name == "each step entering at a random loop (seed 0)" and null["kind"] == "random entry"
+    assert TESTS["each_step_at_its_loop"](claim, null)[0] == "not reproduced"
 
 
 # ----------------------------------------------------------------------------- floors: every rule fails a null

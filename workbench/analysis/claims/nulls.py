@@ -15,7 +15,9 @@ The generators, per rule kind (`REQUIRED` names what each verdict test must read
 
 `admit` refuses a null that cannot tell the rule anything: one with 0 discordant rows against the comparator (it
 is the comparator), a copy of the model's own reading (or of one of its curves), a modal share written in rather
-than read from the null's stops, and a rule kind read without a null it requires. A refused null is a fault of the
+than read from the null's stops, and a rule kind read without a null it requires. A policy that merely comes out
+as the model does (a head that stops where the prompt says) is admitted: that is a finding, which the gates
+read. A refused null is a fault of the
 measure that built it, so the ledger is not written (`RefusedNull`).
 """
 
@@ -69,15 +71,15 @@ def stop_policies(head: pd.DataFrame, rows: pd.DataFrame, prompts: pd.Series, un
     Args:
         head: the model's head at its chosen threshold, row by row.
         rows: every fixed depth's correctness on the same rows.
-        prompts: each row's prompt, by row id (the prompt-reading policy stops at the depth it states, at the
-            budget where it states none).
+        prompts: each row's prompt, by row id (the prompt-reading policy stops at the depth it states, and at once,
+            loop 1, where it states none: it reads nothing else).
         untrained: the untrained exit of the same table (None: the table holds none, and the row is refused).
         untrained_name: the exit's method name.
         comparator: the fixed depth the rule compares with (left out: it is the comparator).
         seed: the random stop's seed.
     """
     budget = int(max(rows.columns))
-    stated = np.array([min(stated_depth(prompts[i]) or budget, budget) for i in head.index])
+    stated = np.array([min(stated_depth(prompts[i]) or 1, budget) for i in head.index])
     out = {"the prompt-reading policy (stops at the depth the prompt states)": (PROMPT, _at(head, rows, stated)),
            f"a random stop drawn from the head's stops (seed {seed})":
            (RANDOM, _at(head, rows, np.random.default_rng(seed).permutation(head["loops"].to_numpy())))}
@@ -146,9 +148,6 @@ def admit(test: str, ours: dict, nulls: dict[str, dict]) -> None:
             raise RefusedNull(f"the null '{name}' is refused: {why}")
 
 
-COPY = ("stops", "right")   # a stopping policy's rows: where each stops and whether it is right there
-
-
 def refusal(ours: dict, reading: dict) -> str | None:
     """Why `admit` refuses one null against the model's reading `ours`, or None."""
     for key in ("compared", "fall"):
@@ -161,13 +160,5 @@ def refusal(ours: dict, reading: dict) -> str | None:
     copied = [k for k, c in reading.get("curves", {}).items() if c in model_curves]
     if copied:
         return f"step {copied[0]}'s curve is one of the model's own curves (a copy of the model's reading)"
-    if all(k in reading and k in ours for k in COPY) and all(_equal(reading[k], ours[k]) for k in COPY):
-        return "it stops every row where the model does, right on the same rows (a copy of the model's own reading)"
     return None
 
-
-def _equal(a, b) -> bool:
-    try:
-        return bool(a == b)
-    except (TypeError, ValueError):   # arrays and frames: compared by value
-        return bool(np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object)))

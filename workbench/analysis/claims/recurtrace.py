@@ -252,7 +252,6 @@ def _head_reading(head: pd.DataFrame, b: pd.Series, k: int, by_k: dict, rows: pd
     envelope, policy, mix = envelope_mix(by_k, loops)
     track = _depth_tracking(head)
     return {"compared": p, "head_loops": loops, "best_k": k, "rows": len(a),
-            "stops": tuple(int(v) for v in head["loops"]), "right": tuple(bool(v) for v in a),
             "head_acc": float(a.mean()), "diff": diff, "envelope": envelope, "envelope_policy": policy,
             "envelope_diff": _envelope_interval(a, rows, mix), "tracking": track,
             "text": f"{name} {p['a_correct']}/{p['n']} at {loops:.2f} loops vs "
@@ -335,7 +334,7 @@ def early_exit_saving(specimen: Path, claim: dict) -> dict:
     head = _pick(chosen, "head")
     out = {"loop_ratio": float(loops), "wall_ratio": float(wall), "agree": float(h["agree"]), "rows": int(h["rows"]),
            "accuracy": float(h["accuracy"]), "budget_accuracy": float(x["accuracy"]),
-           "stops": tuple(int(v) for v in head["loops"]), "right": tuple(bool(v) for v in head["correct"]),
+           "stops": tuple(int(v) for v in head["loops"]),
            "text": f"head (tau = {h['tau']:g}) {int(h['row_loops'])} row-loops in {h['wall_s']:.1f} s vs {fixed} "
                    f"{int(x['row_loops'])} in {x['wall_s']:.1f} s: {loops:.2f}x the loops, {wall:.2f}x the wall-clock "
                    f"at accuracy {h['accuracy']:.3f} vs {x['accuracy']:.3f} ({h['agree']:.0%} of rows stop where the "
@@ -353,7 +352,7 @@ def early_exit_saving(specimen: Path, claim: dict) -> dict:
         out["nulls"][name] = {
             "kind": kind, "loop_ratio": row_loops / x["row_loops"], "wall_ratio": wall_s / x["wall_s"],
             "accuracy": float(p["correct"].mean()), "budget_accuracy": float(x["accuracy"]),
-            "stops": tuple(int(v) for v in p["loops"]), "right": tuple(bool(v) for v in p["correct"]),
+            "stops": tuple(int(v) for v in p["loops"]),
             "text": f"{row_loops} row-loops, {wall_s:.1f} s ({'timed' if timed in f.index else 'at the budget rate'}), "
                     f"accuracy {p['correct'].mean():.3f}"}
     _prompt_gate(out, chosen, policies)
