@@ -7,6 +7,8 @@ the paper's number and ours into a verdict:
 
 - reproduced: ours meets the paper's claim under the stated test;
 - not reproduced: ours misses it (the comparison says by how much);
+- not shown: the rows read cannot decide the rule (its interval could not exclude the margin even for a model at
+  parity with the same discordance);
 - not comparable: the specimen or its results are missing, or the setting cannot answer it (a *gate*
   failed: the loops read lie past the trained support, the Stage 1 model does not park, an arm has not
   installed a depth, the control never reaches its horizon, ...). Ours is still measured and shown, with
@@ -26,9 +28,10 @@ In parts: `ledger` (the machinery: the claims file, the registries `MEASURES` an
 the result readers, the ledger built and written), `rules` (the verdict tests no paper owns), `retrofit` (paper
 000's measures and tests), `arms_rows` (its arms compared: final answers and latency, with the majority-answer
 null), `recurtrace` (paper 002's), `selection_rows` (both papers' block-selection rows) and `halting_checks` (the
-constant-depth envelope and a Stage 2 head's training record, which the halting rows lean on). Importing the
-package imports every part, which fills the registries. Every measure returns its nulls beside its reading (a
-policy that knows nothing, through the same test and gates: `ledger.run_nulls`).
+constant-depth envelope and a Stage 2 head's training record, which the halting rows lean on) and `nulls` (one null
+generator per rule kind, and `admit`, which every null passes). Importing the package imports every part, which
+fills the registries. Every measure returns its nulls beside its reading (a policy that knows nothing, through the
+same test and gates: `ledger.run_nulls`).
 """
 
 from workbench.analysis.claims import (  # noqa: F401  (they fill the registries)
