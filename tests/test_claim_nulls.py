@@ -175,3 +175,33 @@ def test_an_interval_these_rows_cannot_decide_reads_not_shown():
     verdict, how = TESTS["head_matches_fixed_with_fewer_loops"](claim, reading(12, 23, 148))
     assert verdict == "not shown" and "a head at parity with these 35 discordant rows would read a lower bound of -5" in how
     assert TESTS["head_matches_fixed_with_fewer_loops"](claim, reading(2, 8, 163))[0] == "not reproduced"
+
+
+def test_a_collapse_outside_the_papers_regime_is_not_comparable(tmp_path):
+    """`min_loop1`: the paper explains collapse by most rows being solved at loop 1; where fewer are, the row's
+    verdict is the setting's. The untrained exit here stops half the rows at loop 1 (no collapse of its own)."""
+    heads = {"fixed_k": [(4, i < 10) for i in range(20)], "act": [(1, i < 5) for i in range(20)]}
+    claim = dict(id="c", measure="halting_collapse", test="collapses_to_one", methods=["act"], min_loop1=0.5, **BASE)
+    for at_one, verdict in ((0.25, "not comparable"), (0.75, "reproduced")):
+        root = tmp_path / str(at_one)
+        _halting_specimen(root, heads, {1: at_one, 2: 0.3, 3: 0.4, 4: 0.5}, best=4)
+        [row] = build_ledger(_claims_file(root, **claim), root)
+        assert row["verdict"] == verdict, row["why"]
+        assert ("only 5/20 rows are right at loop 1" in row["why"]) == (verdict == "not comparable")
+
+
+def test_the_method_ordering_counts_every_head_read_with_the_rows_floor(tmp_path):
+    """`rank_heads`: every learned head read with the row's own floor, against the constant-depth envelope at its
+    mean loops, with the number of heads compared and where the row's head ranks."""
+    fixed = [(4, i < 10) for i in range(20)]
+    chosen = {"fixed_k": fixed, "head": [(2, i < 4) for i in range(20)], "head+floor2": [(2, i < 4) for i in range(20)],
+              "act": [(3, True)] * 20, "act+floor2": [(3, True)] * 20, "oracle": [(1, True)] * 20}
+    _halting_specimen(tmp_path, chosen, {1: 0.1, 2: 0.3, 3: 0.4, 4: 0.5}, best=4)
+    claims = _claims_file(tmp_path, id="b", measure="halting_head_vs_fixed", test="head_beats_fixed",
+                          method="head+floor2", rank_heads=True, **BASE)
+    [row] = build_ledger(claims, tmp_path)
+    # act+floor2 right on every row at 3 loops (envelope 0.400): +60.0 points; head+floor2 at 2 loops 0.200 vs 0.300,
+    # on rows that disagree both ways (an interval that is not clear of 0)
+    assert "2 heads compared against the constant-depth envelope at each one's mean loops: 1 above it with " \
+           "intervals clear of 0 (act+floor2 +60.0 [" in row["ours"]
+    assert "0 below it; head+floor2 ranks 2 of 2 (-10.0 [-41.5, +21.5])" in row["ours"]
