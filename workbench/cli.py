@@ -79,6 +79,7 @@ def _catch_signals() -> None:
 def run() -> None:
     """Entry point: runs the app, turning WorkbenchError into one line and exit status 2."""
     _catch_signals()
+    stdout = sys.stdout   # a --json command sends stdout to stderr until its result (`Output`): put back here
     try:
         code = app(standalone_mode=False)  # a command's typer.Exit(code) comes back here, not as an exception
     except WorkbenchError as err:
@@ -108,5 +109,7 @@ def run() -> None:
         if type(err).__name__ == "Abort":
             sys.exit(130)
         raise
+    finally:
+        sys.stdout = stdout
     if isinstance(code, int) and code != 0:
         sys.exit(code)

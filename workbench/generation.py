@@ -31,6 +31,7 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.lenses import check_prompts  # one rule for prompts, lens and generate alike
 from workbench.tasks.reader import encode_prompts
+from workbench.texts import check_fits, context_limit
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -143,13 +144,11 @@ def generate(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBas
     asked = check_loops(model, loops)
     check_settings(max_new_tokens, temperature, top_k, seed, batch_size)
     lengths = [len(tokenizer(p)["input_ids"]) for p in prompts]
-    limit = model.config.max_position_embeddings
-    for i, n in enumerate(lengths):
-        if n == 0:
-            raise WorkbenchError(f"prompt {i + 1} encodes to no tokens")
-        if n + max_new_tokens > limit:
-            raise WorkbenchError(f"prompt {i + 1} is {n} tokens; with max_new_tokens={max_new_tokens} that passes the "
-                                 f"model's {limit} positions; give a shorter prompt or fewer new tokens")
+    empty = next((i for i, n in enumerate(lengths) if n == 0), None)
+    if empty is not None:
+        raise WorkbenchError(f"prompt {empty + 1} encodes to no tokens")
+    check_fits([n + max_new_tokens for n in lengths], context_limit(tokenizer, model.config),
+               extra=f" with max_new_tokens={max_new_tokens}", fix="give a shorter prompt or fewer new tokens")
     use_cache = bool(cache)
     stops = eos_ids(model, tokenizer) if stop_at_eos else []
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stops[0] if stops else 0)

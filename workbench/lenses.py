@@ -40,6 +40,7 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.io import write_bytes_atomic
 from workbench.probes.logit_lens import collect, fit_tuned
+from workbench.texts import check_fits, context_limit
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -183,11 +184,7 @@ def lens(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBase, p
         _check_tuned(maps, model)
     tokens = [tokenizer(p)["input_ids"] for p in prompts]
     where = [resolve_positions(asked, len(ids), i) for i, ids in enumerate(tokens)]
-    limit = model.config.max_position_embeddings
-    long = next((i for i, ids in enumerate(tokens) if len(ids) > limit), None)
-    if long is not None:
-        raise WorkbenchError(f"prompt {long + 1} is {len(tokens[long])} tokens, longer than the model's {limit} "
-                             "positions; give a shorter prompt")
+    check_fits([len(ids) for ids in tokens], context_limit(tokenizer, model.config))
     records: list[tuple] = []
     order = sorted(range(len(prompts)), key=lambda i: (len(where[i]), len(tokens[i])))
     groups = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]

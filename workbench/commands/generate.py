@@ -10,6 +10,7 @@ import typer
 from workbench.commands.lens import MODEL_HELP, read_prompts
 from workbench.commands.output import JSON, QUIET, Output
 from workbench.devices import DEVICE_HELP
+from workbench.errors import WorkbenchError
 
 SHOWN = {"\n": "⏎", "\r": "␍", "\t": "⇥"}   # how a continuation's control characters print
 
@@ -25,7 +26,8 @@ def generate(
                                         "up to the model's max_loops, and a native model's own count)."),
     max_new_tokens: int = typer.Option(32, "--max-new-tokens", help="Tokens generated per prompt at most."),
     sample: bool = typer.Option(False, "--sample", help="Sample (seeded) instead of greedy decoding."),
-    temperature: float = typer.Option(1.0, "--temperature", help="With --sample: softmax(logits / temperature)."),
+    temperature: Optional[float] = typer.Option(None, "--temperature", help="With --sample: softmax(logits / "
+                                                "temperature) (default 1.0)."),
     top_k: Optional[int] = typer.Option(None, "--top-k", help="With --sample: draw from the k most probable tokens."),
     seed: int = typer.Option(0, "--seed", help="With --sample: the seed (a private generator; the same seed gives "
                              "the same text)."),
@@ -45,6 +47,11 @@ def generate(
     ui = Output(quiet, as_json)
     texts = read_prompts(prompt, prompts_file)
     asked = None if loops is None else parse_loops(loops)   # every input checked before the model loads
+    given = [name for name, value in (("--temperature", temperature), ("--top-k", top_k)) if value is not None]
+    if given and not sample:   # greedy decoding takes the most probable token: the option would do nothing
+        raise WorkbenchError(f"{' and '.join(given)} shape{'s' * (len(given) == 1)} sampling; add --sample (greedy "
+                             "decoding, the default, takes the most probable token)")
+    temperature = 1.0 if temperature is None else temperature
     check_settings(max_new_tokens, temperature, top_k, seed, 8)
     run_on = resolve_device(device)
     from workbench.runs import load_model

@@ -17,17 +17,13 @@ MODEL_HELP = ("A run directory or a shipped keeper's name (smollm2-chase), a nat
 
 
 def read_prompts(prompt: list[str] | None, prompts_file: Path | None) -> list[str]:
-    """The --prompt texts, then the --prompts file's lines (one prompt a line, `\\n` inside a line is a newline)."""
+    """The --prompt texts, then the --prompts file's lines (one prompt a line, `\\n` inside a line is a newline),
+    read by `workbench.texts.read_lines`: a BOM dropped, CRLF read as LF, at most 64 MiB."""
     out = list(prompt or [])
     if prompts_file is not None:
-        path = Path(prompts_file)
-        if not path.is_file():
-            raise WorkbenchError(f"--prompts '{path}' is not a file (one prompt a line)")
-        try:
-            lines = path.read_bytes().decode("utf-8").split("\n")
-        except UnicodeDecodeError as err:
-            raise WorkbenchError(f"--prompts '{path}' is not UTF-8 text (byte {err.start})") from None
-        out += [line.replace("\\n", "\n") for line in lines if line.strip()]
+        from workbench.texts import read_lines
+
+        out += [line.replace("\\n", "\n") for _, line in read_lines(prompts_file, "--prompts")]
     from workbench.lenses import check_prompts
 
     return check_prompts(out)

@@ -6,7 +6,8 @@ Every command takes `quiet: bool = QUIET, as_json: bool = JSON` and prints throu
   or --json;
 - the paths written (`wrote`): stdout, with --quiet one path a line and nothing else, with --json under the
   object's "wrote";
-- the result (`result`): with --json one JSON object on stdout, the only thing there; otherwise nothing;
+- the result (`result`): with --json one JSON object on stdout, the only thing there (what anything else
+  prints while the command runs goes to stderr); otherwise nothing;
 - progress (`progress`, `step`): bars and step titles on stderr, only where stderr is a terminal and not
   with --quiet (on a pipe or in a log file: nothing).
 
@@ -42,6 +43,12 @@ class Output:
         # a command called as a function (tests) gets typer's OptionInfo defaults, not booleans
         self.quiet = self.quiet is True or self.silent
         self.as_json = self.as_json is True and not self.silent
+        self.stdout = sys.stdout
+        if self.as_json:
+            # Whatever a library prints while the command runs goes to stderr: DeepSpeed's logger, made on a
+            # model's first load, writes its accelerator line to the sys.stdout of that moment. stdout keeps
+            # the one JSON object (`result`); `workbench.cli.run` puts sys.stdout back whatever happens.
+            sys.stdout = sys.stderr
 
     @property
     def human(self) -> bool:
@@ -78,6 +85,7 @@ class Output:
     def result(self, record: dict) -> None:
         """With --json, prints `record` and the paths written ("wrote") as one JSON object on stdout."""
         if self.as_json:
+            sys.stdout = self.stdout
             typer.echo(json.dumps({**record, "wrote": self.written}, indent=1, default=str))
 
 

@@ -68,6 +68,7 @@ def rows(
     as_json: bool = JSON,
 ) -> None:
     """Write a frozen row manifest: F.jsonl and F.manifest.json."""
+    ui = Output(quiet, as_json)
     from workbench.tasks import TASKS, build_rows
     from workbench.tasks.manifest import ROWS_OUTPUT, sidecar_path, write_manifest
 
@@ -100,9 +101,10 @@ def rows(
     if user:
         from workbench.tasks.user import Deferred, read_user_rows, task_rows
 
-        tokenizer = Deferred(lambda: _tokenizer(model))   # loaded once every row's form is checked
-        made = (read_user_rows(source, tokenizer) if source is not None
-                else task_rows(task, tokenizer, seed=seed, depths=wanted, per_depth=per_depth))
+        loaded = Deferred(lambda: _tokenizer_and_config(model))   # loaded once every row's form is checked
+        tokenizer, config = Deferred(lambda: loaded.get()[0]), Deferred(lambda: loaded.get()[1])
+        made = (read_user_rows(source, tokenizer, config) if source is not None
+                else task_rows(task, tokenizer, seed=seed, depths=wanted, per_depth=per_depth, config=config))
         generated, meta = made.rows, {**made.meta, "tokenizer": model}
     else:
         per_depth = PER_DEPTH if per_depth is None else per_depth
@@ -117,10 +119,20 @@ def rows(
     for gate in gates:
         gate.recheck()
     sidecar = write_manifest(generated, out, meta=meta)
-    ui = Output(quiet, as_json)
     ui.wrote(out, f"{sidecar['rows']} rows -> {out} (rows_sha256 {sidecar['rows_sha256'][:16]})")
     ui.wrote(sidecar_path(out), "")   # the sidecar beside it: its own line only with --quiet
     ui.result(sidecar)
+
+
+def _tokenizer_and_config(spec: str):
+    """The model's tokenizer and config: the config's positions bound a row's length (`workbench.texts`)."""
+    from workbench.models.bases import tokenizer_and_config
+    from workbench.models.native import load_looped, native_family
+
+    if native_family(spec) is not None:
+        looped, tok = load_looped(spec)[:2]
+        return tok, looped.config
+    return tokenizer_and_config(spec)
 
 
 def _tokenizer(spec: str):

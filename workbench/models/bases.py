@@ -14,7 +14,9 @@ import json
 import logging
 import os
 import shutil
+from functools import partial
 from pathlib import Path
+from unittest import mock
 
 import torch
 from transformers import (
@@ -164,9 +166,10 @@ def _gguf_architecture(path: Path) -> str:
 def _load_gguf(path: Path, dtype: torch.dtype, attn: str):
     _check_architecture(_gguf_architecture(path), str(path))
     log.info("dequantizing %s (once; later loads use the safetensors cache)", path.name)
-    model = AutoModelForCausalLM.from_pretrained(
-        path.parent, gguf_file=path.name, dtype=dtype, attn_implementation=attn, use_kernels=False
-    )
+    with _bar_on_terminals_only():
+        model = AutoModelForCausalLM.from_pretrained(
+            path.parent, gguf_file=path.name, dtype=dtype, attn_implementation=attn, use_kernels=False
+        )
     tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     # A GGUF-loaded model refuses save_pretrained; rebuild it from its config.
     config = model.config
@@ -179,6 +182,14 @@ def _load_gguf(path: Path, dtype: torch.dtype, attn: str):
         clean = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
     clean.load_state_dict(model.state_dict())
     return clean, tok
+
+
+def _bar_on_terminals_only():
+    """transformers' GGUF conversion draws its bar whatever stderr is (a log file, a pipe); tqdm's `disable=None`
+    draws it only on a terminal, as every other bar of the workbench."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils  # noqa: PLC0415 - only a GGUF load needs it
+
+    return mock.patch.object(gguf_utils, "tqdm", partial(gguf_utils.tqdm, disable=None))
 
 
 def _save_atomically(model: PreTrainedModel, tok, target: Path) -> None:
@@ -204,6 +215,16 @@ def load_tokenizer(spec: str = EMBEDDED_DEFAULT):
         tok.padding_side = "left"
         return tok
     return load_base(spec)[1]
+
+
+def tokenizer_and_config(spec: str = EMBEDDED_DEFAULT):
+    """Returns a base spec's `(tokenizer, config)`: what checks a prompt's tokens and length without a model kept (the
+    embedded default's from its cache, a directory's from its files; others load the base once)."""
+    cached = cache_dir() / EMBEDDED_DEFAULT
+    if spec == EMBEDDED_DEFAULT and (cached / "config.json").exists():
+        return load_tokenizer(spec), AutoConfig.from_pretrained(cached)
+    model, tok = load_base(spec)
+    return tok, model.config
 
 
 def _load_tiny(name: str, dtype: torch.dtype, attn: str):

@@ -6,10 +6,13 @@ without it, so it is imported only where an image is made. Nothing here download
 
 from __future__ import annotations
 
+import threading
+import time
 import warnings
 
 from workbench.errors import WorkbenchError
 
+START_S = 60   # a browser that has not drawn a first image by then is not going to
 NO_BROWSER = ("install it with `make browser` in a checkout (Debian's package, needs root) or put a chromium on PATH; "
               "--format html needs no browser")
 
@@ -40,17 +43,49 @@ class Browser:
         except ImportError:
             raise WorkbenchError("static export (pdf, svg, png) needs kaleido, which is not installed "
                                  "(pip install -e '.[dev]'); --format html needs no browser") from None
+        failed: list[BaseException] = []
+        hook = threading.excepthook
+        # kaleido starts the browser on a thread of its own: a browser that fails there ends that thread (its
+        # traceback on stderr) and every later export would wait on it forever. The thread's error is kept
+        # instead, and a first image must come back within START_S.
+        threading.excepthook = lambda args: failed.append(args.exc_value)
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
+                kaleido.Kaleido()   # finds the browser and opens nothing: a missing one is refused here, at once
                 kaleido.start_sync_server(silence_warnings=True)
+                _first_image(kaleido, failed)
         except browser_errors() as err:
+            if failed:   # the server's thread has ended: stopping it returns at once (a stuck one would not)
+                kaleido.stop_sync_server(silence_warnings=True)
             first = str(err).splitlines()[0][:160] if str(err) else type(err).__name__
             raise WorkbenchError(f"static export (pdf, svg, png) needs Chromium, which kaleido could not start ({first}); "
                                  f"{NO_BROWSER}") from None
+        finally:
+            threading.excepthook = hook
         return self
 
     def __exit__(self, *exc) -> None:
         import kaleido  # noqa: PLC0415 -- optional (the dev extra); imported by __enter__
 
         kaleido.stop_sync_server(silence_warnings=True)
+
+
+def _first_image(kaleido, failed: list[BaseException]) -> None:
+    """Draws an empty figure through the started server, waiting at most START_S; raises what kept it from drawing.
+
+    Raises:
+        TimeoutError: no image within START_S (an OSError: one of `browser_errors`).
+        Exception: the server thread's own error, as kaleido raised it.
+    """
+    drawn: list = []
+    call = threading.Thread(target=lambda: drawn.append(kaleido.calc_fig_sync({"data": [], "layout": {}})),
+                            daemon=True)   # left waiting on a dead server, it ends with the process
+    call.start()
+    deadline = time.monotonic() + START_S
+    while call.is_alive() and not failed and time.monotonic() < deadline:
+        call.join(0.1)
+    if failed:
+        raise failed[0]
+    if not drawn:
+        raise TimeoutError(f"no image within {START_S} s")

@@ -54,6 +54,7 @@ from workbench.readers import read_toml
 from workbench.runs import UNTRAINED, load_checkpoint
 from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
 from workbench.tasks.reader import answer_token_ids, reads_symbol
+from workbench.texts import context_limit
 
 SELECTION_KEYS = ("manifest", "depths", "per_depth")
 BATTERY_KEYS = ("manifest", "batch_size", "name")
@@ -154,14 +155,14 @@ def unmet(spec: ProbeSpec, model, rows: list[dict]) -> str | None:
 def check_positions(manifests: dict, model, tokenizer) -> None:
     """Raises WorkbenchError naming the first row of any manifest whose prompt (and answer, when it is read
     exactly) is longer than the model's positions: refused before any probe, not found by one minutes in."""
-    limit = model.config.max_position_embeddings
+    limit = context_limit(tokenizer, model.config)
     for path, manifest in manifests.items():
         for row in manifest.rows:
             n = len(tokenizer(row["prompt"])["input_ids"])
             n += 0 if reads_symbol(row) else len(answer_token_ids(tokenizer, row))
-            if n > limit:
+            if limit is not None and n > limit:
                 raise WorkbenchError(f"manifest '{path}' row '{row['row_id']}' is {n} tokens, longer than the model's "
-                                     f"{limit} positions; shorten its prompt")
+                                     f"{limit}-token context; shorten its prompt")
 
 
 def run_probe(name: str, model, tokenizer, rows: list[dict], options: dict, context: dict) -> dict[str, pd.DataFrame]:

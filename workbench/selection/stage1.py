@@ -24,7 +24,6 @@ import math
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -41,6 +40,7 @@ from workbench.models.bases import decoder_layers, weights_sha256
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.guardrail import guardrail_rows
 from workbench.tasks.reader import read_rows
+from workbench.texts import numbered_lines, read_text
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -293,11 +293,8 @@ def load_corpus(path=None) -> list[str]:
     if path is None:
         text = importlib.resources.files("workbench").joinpath("data/corpus.txt").read_text(encoding="utf-8")
     else:
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as err:
-            raise WorkbenchError(f"corpus '{path}' cannot be read ({err.strerror}); give a text file, one text per line") from err
-    texts = [line.strip() for line in text.splitlines() if line.strip()]
+        text = read_text(path, "corpus")   # the one reader of a user's text: a BOM dropped, CRLF read as LF
+    texts = [line.strip() for _, line in numbered_lines(text)]
     if len(texts) < HELDOUT_EVERY:
         raise WorkbenchError(f"corpus '{path or 'built-in'}' has {len(texts)} texts; need at least {HELDOUT_EVERY}")
     return texts

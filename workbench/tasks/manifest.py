@@ -18,6 +18,7 @@ from typing import Iterable, NamedTuple
 from workbench.errors import WorkbenchError
 from workbench.gate import FILES, OutputKind
 from workbench.io import write_bytes_atomic
+from workbench.texts import read_json_lines
 
 SIDECAR_SUFFIX = ".manifest.json"
 
@@ -123,21 +124,12 @@ def read_manifest(path: str | os.PathLike) -> Manifest:
     """
     path = Path(path)
     side = sidecar_path(path)
-    for p in (path, side):
-        if not p.exists():
-            raise WorkbenchError(f"manifest file '{p}' does not exist")
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise WorkbenchError(f"manifest '{path}' is not UTF-8 text (byte {err.start})") from None
-    rows = []
-    # split on "\n" only: str.splitlines would also split inside text at U+2028 and friends
-    for n, line in enumerate(text.split("\n")[:-1], 1):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            raise WorkbenchError(f"manifest '{path}' line {n} is not JSON: {err.msg}") from None
-    bad_row = next((n for n, r in enumerate(rows, 1) if not isinstance(r, dict)), None)
+    if path.is_file() and not side.exists():   # a user's own rows, not yet checked and frozen
+        raise WorkbenchError(f"'{path}' has no sidecar '{side.name}': it is not a frozen manifest; check and freeze "
+                             f"your rows with `workbench rows --from {path} --out FROZEN.jsonl` and give that")
+    lines = read_json_lines(path, "manifest")   # the one reader of a user's text
+    rows = [value for _, value in lines]
+    bad_row = next((n for n, r in lines if not isinstance(r, dict)), None)
     if bad_row is not None:
         raise WorkbenchError(f"manifest '{path}' line {bad_row} is not a JSON object")
     _check_rows(rows, path)

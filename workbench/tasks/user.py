@@ -48,7 +48,6 @@ and prompt + answer fit the tokenizer's model max length when it has one.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import inspect
 import json
@@ -58,15 +57,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from workbench.errors import WorkbenchError
-from workbench.tasks.manifest import canonical_json
+from workbench.io import sha256_file
 from workbench.tasks.reader import ANSWER_PREFIX, answer_end, answer_token_ids
+from workbench.texts import context_limit, read_json_lines
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 FIELDS = ("prompt", "answer", "candidates", "depth", "chain", "id", "answer_prefix", "answer_end", "meta", "corrupt")
 TASK_OPTIONS = ("seed", "depths", "per_depth")  # what a generator function may take, by keyword
-UNKNOWN_MAX_LENGTH = 10 ** 9  # transformers' stand-in for "no max length" is larger than any real one
 
 
 class Deferred:
@@ -90,7 +89,7 @@ class UserRows(NamedTuple):
     meta: dict
 
 
-def read_user_rows(path: str | os.PathLike, tokenizer: PreTrainedTokenizerBase) -> UserRows:
+def read_user_rows(path: str | os.PathLike, tokenizer: PreTrainedTokenizerBase, config=None) -> UserRows:
     """Returns a user's JSONL file as checked manifest rows (module docstring) and their sidecar meta.
 
     Args:
@@ -98,32 +97,19 @@ def read_user_rows(path: str | os.PathLike, tokenizer: PreTrainedTokenizerBase) 
             `chain`, `id`, `answer_prefix`, `meta`).
         tokenizer: the tokenizer of the model that will read the rows; every token check is against it (or a
             `Deferred` one, loaded once every row's form is checked).
+        config: that model's config (or a `Deferred` one): its positions bound a row's length with the tokenizer's
+            own maximum (`workbench.texts.context_limit`).
     Raises:
         WorkbenchError: one line naming the first bad row's line number and what is wrong.
     """
     path = Path(path)
-    if not path.is_file():
-        raise WorkbenchError(f"rows file '{path}' does not exist")
-    data = path.read_bytes()
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        raise WorkbenchError(f"rows file '{path}' is not UTF-8 text (byte {err.start})") from None
-    records = []
-    for n, line in enumerate(text.split("\n"), 1):   # "\n" only: U+2028 inside a string is not a line break
-        if not line.strip():
-            continue
-        try:
-            records.append((n, json.loads(line)))
-        except json.JSONDecodeError as err:
-            raise WorkbenchError(f"rows file '{path}' line {n}: not JSON: {err.msg} (column {err.colno})") from None
-    rows, meta = check_user_rows(records, tokenizer, f"rows file '{path}'", "line")
-    return UserRows(rows, {"task": "user", "from": str(path), "source_sha256": hashlib.sha256(data).hexdigest(),
-                           **meta})
+    records = read_json_lines(path, "rows file")   # the one reader of a user's text: `workbench.texts`
+    rows, meta = check_user_rows(records, tokenizer, f"rows file '{path}'", "line", config)
+    return UserRows(rows, {"task": "user", "from": str(path), "source_sha256": sha256_file(path), **meta})
 
 
 def task_rows(spec: str, tokenizer: PreTrainedTokenizerBase, seed: int | None = None, depths: list[int] | None = None,
-              per_depth: int | None = None, strict: bool = True) -> UserRows:
+              per_depth: int | None = None, strict: bool = True, config=None) -> UserRows:
     """Returns the rows of a user's generator function `module:function` (imported by name), checked as a file's.
 
     The function is called with those of `seed`, `depths`, `per_depth` that are given (not None) and that its
@@ -131,6 +117,7 @@ def task_rows(spec: str, tokenizer: PreTrainedTokenizerBase, seed: int | None = 
 
     Args:
         strict: refuse a given option the function does not take (the CLI); else leave it out (`build_rows`).
+        config: the model's config, as `read_user_rows`'s.
     Raises:
         WorkbenchError: a malformed spec, a module or function that cannot be had, an option it needs that is
             not given, an error inside it, or a bad row (naming its row number, from 1).
@@ -161,7 +148,7 @@ def task_rows(spec: str, tokenizer: PreTrainedTokenizerBase, seed: int | None = 
     except Exception as err:  # the user's own code: its error in one line (`workbench --debug` shows the traceback)
         said = (str(err).splitlines() or [""])[0][:200]
         raise WorkbenchError(f"task '{spec}' failed: {type(err).__name__}" + (f": {said}" if said else "")) from err
-    rows, meta = check_user_rows(list(enumerate(made, 1)), tokenizer, f"task '{spec}'", "row")
+    rows, meta = check_user_rows(list(enumerate(made, 1)), tokenizer, f"task '{spec}'", "row", config)
     return UserRows(rows, {"task": spec, **kwargs, **meta})
 
 
@@ -182,7 +169,8 @@ def load_task(spec: str):
 
 
 # ----------------------------------------------------------------------------- the checks
-def check_user_rows(records: list[tuple[int, Any]], tokenizer, source: str, unit: str = "line") -> tuple[list[dict], dict]:
+def check_user_rows(records: list[tuple[int, Any]], tokenizer, source: str, unit: str = "line",
+                    config=None) -> tuple[list[dict], dict]:
     """Returns (manifest rows, meta) from (line number, user row) pairs; raises naming the first bad one.
 
     The form of every row is checked first (types, fields, ids, candidates across rows), then each row against
@@ -224,8 +212,7 @@ def check_user_rows(records: list[tuple[int, Any]], tokenizer, source: str, unit
         what = "answers and chain entries" if any("chain" in r for r in rows) else "answers"
         candidates = (f"none given: the {len(shared)} distinct {what} of the rows, sorted, each one token"
                       if shared else "none given: every answer read exactly, token by token")
-    limit = getattr(tokenizer, "model_max_length", None)
-    limit = limit if isinstance(limit, int) and limit < UNKNOWN_MAX_LENGTH else None
+    limit = context_limit(tokenizer, config.get() if isinstance(config, Deferred) else config)
     for n, row in zip(lines, rows):
         _tokens(row, n, tokenizer, limit, bad)
     missing = sum(r["depth"] == 0 for r in rows)
@@ -314,9 +301,9 @@ def _form(raw, n: int, bad) -> dict:
         if not isinstance(raw["meta"], dict):
             raise bad(n, f"meta must be a JSON object, got {_shown(raw['meta'])}")
         try:
-            row["meta"] = json.loads(canonical_json(raw["meta"]))
-        except (TypeError, ValueError):
-            raise bad(n, "meta holds a value JSON cannot write") from None
+            row["meta"] = json.loads(json.dumps(raw["meta"], sort_keys=True, allow_nan=False))   # NaN is not JSON: never written
+        except (TypeError, ValueError, RecursionError):
+            raise bad(n, "meta holds a value JSON cannot write (NaN, Infinity, or not a JSON type)") from None
     return row
 
 
@@ -368,7 +355,8 @@ def _tokens(row: dict, n: int, tokenizer, limit: int | None, bad) -> None:
     if limit is not None:
         total = len(tokenizer(row["prompt"])["input_ids"]) + len(answer_token_ids(tokenizer, row))
         if total > limit:
-            raise bad(n, f"prompt and answer are {total} tokens, over tokenizer '{name}''s model max length {limit}")
+            raise bad(n, f"prompt and answer are {total:,} tokens, past the model's context of {limit:,} tokens; give "
+                         "a shorter prompt")
 
 
 def _ordered(row: dict) -> dict:
