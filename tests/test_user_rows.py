@@ -157,14 +157,20 @@ def test_a_bad_row_is_one_line_naming_its_line_and_nothing_is_written(capsys, mo
     assert stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["mine.jsonl"]   # no manifest, no sidecar
 
 
-def test_a_prompt_over_the_tokenizers_max_length_is_refused(capsys, monkeypatch, tmp_path, tok):
-    monkeypatch.setattr(tok, "model_max_length", 16)
-    monkeypatch.setattr("workbench.commands.rows._tokenizer", lambda spec: tok)
+@pytest.mark.parametrize("tokenizer_max, positions", [(16, None), (16, 4096), (10 ** 30, 16)])
+def test_a_prompt_past_the_models_context_is_refused(capsys, monkeypatch, tmp_path, tok, tokenizer_max, positions):
+    """The smaller of the tokenizer's own maximum and the config's positions bounds a row; a tokenizer that sets no
+    maximum (transformers' 1e30) leaves the positions to say (issue 55: 20,005 tokens passed against 8,192)."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(tok, "model_max_length", tokenizer_max)
+    config = SimpleNamespace(max_position_embeddings=positions)
+    monkeypatch.setattr("workbench.commands.rows._tokenizer_and_config", lambda spec: (tok, config))
     source, out = tmp_path / "mine.jsonl", tmp_path / "out.jsonl"
     long = "Of all the great old cities of central Europe, the largest and the capital of Germany is"
     write_jsonl(source, with_line3(capital(2, prompt=long)))
     code, _, err = invoke(capsys, monkeypatch, "rows", "--from", source, "--out", out)
-    assert_clean_error(code, err, "line 3: ", "model max length 16")
+    assert_clean_error(code, err, "line 3: ", "past the model's context of 16 tokens")
     assert not out.exists()
 
 
