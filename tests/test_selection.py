@@ -246,7 +246,7 @@ def test_load_corpus_builtin_and_file(tmp_path):
     path = tmp_path / "c.txt"
     path.write_text("one\n\ntwo\nthree\nfour\n")
     assert load_corpus(path) == ["one", "two", "three", "four"]
-    with pytest.raises(WorkbenchError, match="cannot be read"):
+    with pytest.raises(WorkbenchError, match="does not exist"):
         load_corpus(tmp_path / "missing.txt")
 
 
