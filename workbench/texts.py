@@ -69,7 +69,7 @@ def decode(data: bytes, where: str) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise WorkbenchError(f"{where} {_at(data, err.start)}: byte 0x{data[err.start]:02x} is not UTF-8; save the file "
+        raise WorkbenchError(f"{where} {_at(data, err.start)}: byte 0x{data[err.start]:02x} is not UTF-8; save it "
                              "as UTF-8") from None
     return text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
 
