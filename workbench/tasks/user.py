@@ -43,7 +43,9 @@ generator, its row number) and what is wrong: JSON, fields and their types, uniq
 against the tokenizer: each candidate is one token, the answer is among its candidates, the
 answer starts at a token boundary right after the prompt (the tokens of prompt + prefix +
 answer begin with exactly the prompt's tokens, and the rest are the tokens the reader scores),
-and prompt + answer fit the tokenizer's model max length when it has one.
+and prompt + answer fit the model's context (`workbench.texts.context_limit`: the smaller of the tokenizer's
+own maximum and the config's positions). The file itself is read by `workbench.texts` (BOM, CRLF, UTF-8,
+64 MiB, JSON read strictly: no key twice, no NaN).
 """
 
 from __future__ import annotations
