@@ -9,6 +9,7 @@ sampling options without `--sample`, and anything but the JSON object on stdout 
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,7 +102,8 @@ def test_a_file_that_grows_past_the_limit_while_read_is_refused(tmp_path, monkey
 
 # ----------------------------------------------------------------------------- JSON read strictly
 @pytest.mark.parametrize("line, fragment", [
-    ('{"prompt": "a", "answer": "b", "answer": "c"}', "key 'answer' is given twice"),
+    ('{"prompt": "a", "answer": "b", "answer": "c"}', 'key "answer" is given twice'),
+    ('{"prompt": "a", "meta": {"x\\ny": 1, "x\\ny": 2}}', 'key "x\\ny" is given twice'),   # one line still
     ('{"prompt": "a", "answer": "b", "meta": {"x": NaN}}', "NaN is not a JSON number"),
     ('{"prompt": "a", "answer": "b", "meta": {"x": -Infinity}}', "-Infinity is not a JSON number"),
     ('{"prompt": "a", "answer": "b", "meta": {"x": 1e999}}', "too large for a number"),
@@ -109,13 +111,13 @@ def test_a_file_that_grows_past_the_limit_while_read_is_refused(tmp_path, monkey
     ('{"prompt": "a", "meta": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested deeper than 64"),  # past recursion
 ])
 def test_json_lines_are_read_strictly(line, fragment):
-    with pytest.raises(WorkbenchError, match=fragment) as err:
+    with pytest.raises(WorkbenchError, match=re.escape(fragment)) as err:
         json_line(line, "rows file 'f' line 3")
     assert str(err.value).startswith("rows file 'f' line 3: ") and "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("fragment, line", [
-    ("key 'answer' is given twice", '{"prompt": "The capital of France is", "answer": "Paris", "answer": "Rome"}'),
+    ('key "answer" is given twice', '{"prompt": "The capital of France is", "answer": "Paris", "answer": "Rome"}'),
     ("NaN is not a JSON number", '{"prompt": "The capital of France is", "answer": "Paris", "meta": {"x": NaN}}'),
 ])
 def test_rows_from_refuses_a_duplicate_key_and_nan_and_writes_nothing(capsys, monkeypatch, tmp_path, fragment, line):

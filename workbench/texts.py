@@ -128,7 +128,7 @@ def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
     seen: dict = {}
     for key, value in pairs:
         if key in seen:   # json.loads would keep the last value and drop the first without a word
-            raise _Refused(f"key '{key}' is given twice in one object")
+            raise _Refused(f"key {json.dumps(key, ensure_ascii=False)[:60]} is given twice in one object")
         seen[key] = value
     return seen
 
