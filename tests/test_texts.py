@@ -271,6 +271,19 @@ def test_figures_png_without_a_browser_ends_in_one_line(tmp_path, browser):
     assert "make browser" in lines[0] and not (tmp_path / "figs").exists()
 
 
+@pytest.mark.slow  # a fresh process waits out START_S, set to 3 s here
+def test_a_browser_that_never_answers_is_given_up_on_and_the_process_ends(tmp_path):
+    """A browser that starts and never answers: kaleido's threads would wait on it forever, and hold the exit."""
+    hang = tmp_path / "chromium"
+    hang.write_text("#!/bin/sh\nexec sleep 90\n")   # ends by itself, after the 60 s a held exit would take
+    hang.chmod(0o755)
+    script = ("import workbench.plots.browser as b\nb.START_S = 3\ntry:\n    b.Browser().__enter__()\n"
+              "except Exception as err:\n    print(err)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "BROWSER_PATH": str(hang), "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0 and "could not start (no image within 3 s)" in done.stdout, done.stderr
+
+
 def test_the_limit_is_stated_in_the_docs():
     assert MAX_BYTES == 64 * 2**20
     assert "64 MiB" in (ROOT / "docs" / "cli.md").read_text()

@@ -6,6 +6,10 @@ without it, so it is imported only where an image is made. Nothing here download
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 import warnings
@@ -46,13 +50,13 @@ class Browser:
         failed: list[BaseException] = []
         hook = threading.excepthook
         # kaleido starts the browser on a thread of its own: a browser that fails there ends that thread (its
-        # traceback on stderr) and every later export would wait on it forever. The thread's error is kept
-        # instead, and a first image must come back within START_S.
+        # traceback on stderr) and every later export would wait on it forever. A first image is drawn in a
+        # child process first (one that hangs is killed), then through the server, whose thread's error is kept.
         threading.excepthook = lambda args: failed.append(args.exc_value)
         try:
+            _first_image_elsewhere()
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                kaleido.Kaleido()   # finds the browser and opens nothing: a missing one is refused here, at once
                 kaleido.start_sync_server(silence_warnings=True)
                 _first_image(kaleido, failed)
         except browser_errors() as err:
@@ -69,6 +73,31 @@ class Browser:
         import kaleido  # noqa: PLC0415 -- optional (the dev extra); imported by __enter__
 
         kaleido.stop_sync_server(silence_warnings=True)
+
+
+def _first_image_elsewhere() -> None:
+    """Draws an empty figure in a process of its own, killed after START_S: a browser that starts but never answers
+    holds kaleido's threads, and with them this process's exit, so it is tried where it can be left behind.
+
+    Raises:
+        OSError: the image did not come back (the child's last line says why), or not within START_S.
+    """
+    draw = "import kaleido; kaleido.calc_fig_sync({'data': [], 'layout': {}})"
+    # its own session: on a timeout (or Ctrl-C) the child and the browser it started are killed together
+    with subprocess.Popen([sys.executable, "-c", draw], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as child:
+        try:
+            _, err = child.communicate(timeout=START_S)
+        except BaseException as stopped:
+            os.killpg(child.pid, signal.SIGKILL)
+            child.communicate()
+            if isinstance(stopped, subprocess.TimeoutExpired):
+                raise TimeoutError(f"no image within {START_S} s") from None
+            raise
+    if child.returncode != 0:
+        last = (err.strip().splitlines() or [f"exit status {child.returncode}"])[-1]
+        name, _, said = last.partition(": ")   # "choreographer....ChromeNotFoundError: No browser found ..."
+        raise OSError(said if said and name.endswith("Error") else last)
 
 
 def _first_image(kaleido, failed: list[BaseException]) -> None:
