@@ -2,6 +2,8 @@
 
 kaleido is the `dev` extra, not a dependency: plots, the HTML report and HTML exports work
 without it, so it is imported only where an image is made. Nothing here downloads a browser.
+A browser that is missing, fails or never answers ends in one line (`NO_BROWSER`) within `START_S`:
+the first image is drawn in a child process that is killed then, never on a thread that would wait.
 """
 
 from __future__ import annotations
