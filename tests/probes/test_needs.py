@@ -133,7 +133,7 @@ def test_a_row_past_the_models_positions_anywhere_in_a_manifest_is_refused_befor
     write_manifest(rows, path)
     monkeypatch.setattr(battery, "run_probe", lambda *a: pytest.fail("a probe ran"))
     with pytest.raises(WorkbenchError, match=rf"^manifest '{path}' row 'user-7' is \d+ tokens, longer than the "
-                                             r"model's 1024 positions; shorten its prompt$"):
+                                             r"model's 1024-token context; shorten its prompt$"):
         run_battery(UNTRAINED, None, tmp_path / "out", rows=str(path), progress=False, only=["loop_accuracy"])
     assert not (tmp_path / "out").exists()
 
