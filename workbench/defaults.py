@@ -45,6 +45,11 @@ MAX_DROP_POINTS = 3.0   # the guardrail's hard stop: percentage points below the
 ORACLE_MARGIN = 0.01    # the halting oracle's delta and per-loop cost (`workbench.loop.halting.oracle_labels`)
 ORACLE_DEPTH_COST = 0.0
 REHEARSAL_SOURCES = ("corpus", "patterns", "numbers")   # the rehearsal texts' sources (`workbench.tasks.rehearsal`)
+# The names the recipe schema accepts for what the task generators (which import torch) define: each generator
+# reads its names from here, so a name added there is a recipe value at once.
+TASK_NAMES = ("chase", "phop", "state", "state_query", "arith")     # `workbench.tasks.build_rows`
+CHASE_SURFACES = ("symbolic", "relay", "pointer")                  # `workbench.tasks.chase.TEMPLATES`
+SYMBOL_SET_NAMES = ("letters", "names")                            # `workbench.tasks.chase.SYMBOL_SETS`
 INSTALL_BAR = 0.71      # a depth counts as installed at this final-loop accuracy (the frontier's registered bar)
 
 # The one order of the probes: `workbench.probes.PROBES` lists them in it, the headlines are printed in it and the

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, fields
 from workbench.errors import WorkbenchError
 
 LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+REENTRIES = ("bridge", "inject")   # the re-entry designs (`workbench.loop.reentry.REENTRY_DESIGNS`)
+HALTING_POOLING = ("mean", "last")  # how the halting head pools the loop state (`workbench.loop.halting`)
 MAX_LOOPS = 64  # the most loops a retrofit allocates hook points for (as the identity check's bound)
 
 

@@ -15,10 +15,10 @@ from torch import nn
 
 from workbench.defaults import ORACLE_DEPTH_COST, ORACLE_MARGIN
 from workbench.errors import WorkbenchError
-from workbench.loop.config import RetrofitConfig
+from workbench.loop.config import HALTING_POOLING, RetrofitConfig
 from workbench.loop.positions import last_real_token
 
-POOLING = ("mean", "last")
+POOLING = HALTING_POOLING
 
 
 class HaltingHead(nn.Module):

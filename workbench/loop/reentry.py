@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from workbench.errors import WorkbenchError
+from workbench.loop.config import REENTRIES
 
 
 class SplitBridge(nn.Module):
@@ -88,7 +89,7 @@ class LoopCodes(nn.Module):
         return u + self.codes[t - 2].to(u.dtype)
 
 
-REENTRY_DESIGNS = {"bridge": SplitBridge, "inject": AdditiveInjection}
+REENTRY_DESIGNS = dict(zip(REENTRIES, (SplitBridge, AdditiveInjection)))
 
 
 def make_reentry(design: str, d_model: int) -> nn.Module:

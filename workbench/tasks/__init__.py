@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Iterable
 
+from workbench.defaults import TASK_NAMES
 from workbench.errors import WorkbenchError
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.recurtrace import recurtrace_rows
@@ -34,7 +35,7 @@ from workbench.tasks.user import task_rows
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-TASKS = ("chase", "phop", "state", "state_query", "arith")
+TASKS = TASK_NAMES
 DEFAULT_ALPHABET = {"chase": 16, "phop": 32}
 
 

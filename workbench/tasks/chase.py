@@ -19,6 +19,7 @@ import string
 from dataclasses import dataclass
 from typing import Iterable
 
+from workbench.defaults import CHASE_SURFACES, SYMBOL_SET_NAMES
 from workbench.errors import WorkbenchError
 from workbench.tasks.reader import candidate_ids
 from workbench.tasks.seeding import SPLITS, row_rng
@@ -31,8 +32,8 @@ NAMES = (
     "Ben", "Max", "Eve", "Kai", "Sam", "Tom", "Ann", "Joe", "Amy", "Dan", "Tim", "Leo", "Mia",
     "Ian", "Kim", "Roy", "Jim", "Bob", "Ted", "Ada", "Ivy", "Jon", "Meg", "Ron", "Ken", "Lucy",
 )
-SYMBOL_SETS = {"letters": LETTERS, "names": NAMES}
-SURFACES = ("symbolic", "relay", "pointer")
+SYMBOL_SETS = dict(zip(SYMBOL_SET_NAMES, (LETTERS, NAMES)))
+SURFACES = CHASE_SURFACES
 
 # The one place the wording lives: a header line, one line per table entry, the question.
 TEMPLATES = {

@@ -1,15 +1,16 @@
 """Training recipes: one TOML file each, read into the typed `Recipe`, with `--set` overrides.
 
 A recipe is the whole record of a run (docs/architecture.md, run directories): every key is declared once here, in
-the dataclass of its table, with its one default and the values it accepts; every key a user writes must be one of
-them (a misspelled option is an error naming it and the nearest known key, never silently ignored), and the
-resolved recipe, overrides included, is written back into the run directory as `recipe.toml` (`Recipe.to_dict`).
-[model] and [lora] declare RetrofitConfig's and LoraSettings' own fields, read from them (`MIRRORED`); a default
-shared with code that imports torch (the guardrail's max_drop, the oracle's margin) is read from `workbench.defaults`.
+the table it sits in, with its one default and the values it accepts (its type and bounds, or its names: a pydantic
+field, `workbench.train.schema`); every key a user writes must be one of them (a misspelled option is an error naming
+it and the nearest known key, never silently ignored), every value is checked when the recipe is read, before anything
+loads, and the resolved recipe, overrides included, is written back into the run directory as `recipe.toml`
+(`Recipe.to_dict`). [model] and [lora] declare RetrofitConfig's and LoraSettings' own fields under their names and
+defaults (`MIRRORED`); a default shared with code that imports torch (the guardrail's max_drop, the oracle's margin)
+is read from `workbench.defaults`.
 
     recipe = Recipe.from_toml("training/smollm2_lora_chase.toml", ["optim.lr=3e-4"])
     recipe.optim.lr, recipe.stages[0].kind, recipe.to_dict() == tomllib.loads(dumps(recipe))
-
 Stages run in order. Each is one of:
   - `chain`: per-loop cross-entropy on the active loops of each row (loop t against x_t, t <= d,
     over the task's candidate symbols, read through `looped.read`), intermediate loops weighted
@@ -36,28 +37,39 @@ import copy
 import difflib
 import functools
 import os
-import typing
-from dataclasses import MISSING, dataclass, field, fields, is_dataclass, make_dataclass
+from dataclasses import fields
+from typing import Annotated, Literal
 
 import tomli_w
 import tomllib
+from pydantic import Field, TypeAdapter, ValidationError
 
-from workbench.defaults import EMBEDDED_DEFAULT, MAX_DROP_POINTS, ORACLE_DEPTH_COST, ORACLE_MARGIN, REHEARSAL_SOURCES
+from workbench.defaults import (
+    CHASE_SURFACES,
+    EMBEDDED_DEFAULT,
+    MAX_DROP_POINTS,
+    ORACLE_DEPTH_COST,
+    ORACLE_MARGIN,
+    REHEARSAL_SOURCES,
+    SYMBOL_SET_NAMES,
+    TASK_NAMES,
+)
 from workbench.errors import WorkbenchError
-from workbench.loop.config import MAX_LOOPS, LoraSettings, RetrofitConfig
+from workbench.loop.config import HALTING_POOLING, MAX_LOOPS, REENTRIES, LoraSettings, RetrofitConfig
 from workbench.readers import read_toml
-from workbench.train.declared import (
-    above,
-    at_least,
-    check_keys,
-    declared,
-    finite,
-    one_of,
-    plain,
+from workbench.train.schema import (
+    Count,
+    Flag,
+    Number,
+    OneOf,
+    Real,
+    Text,
+    default,
+    is_table,
+    items,
+    keys_of,
+    refusal,
     table,
-    type_hints,
-    typed,
-    within,
 )
 
 STAGE_KINDS = ("chain", "sampled", "park", "halting", "direct", "scratchpad")
@@ -67,24 +79,20 @@ OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "linear")
 HALTING_OBJECTIVES = ("oracle", "act", "pondernet")
 MAX_STEPS = 10 ** 8
-
-
-def _known_task(key: str, value: str) -> None:
-    from workbench.tasks import TASKS  # noqa: PLC0415 - the task generators import torch: only when a recipe is checked
-
-    one_of(*TASKS)(key, value)
-
-
-def _two_betas(key: str, betas: list) -> None:
-    if len(betas) != 2 or not all(0 <= b < 1 for b in betas):
-        raise WorkbenchError(f"recipe key '{key}' = {betas} must be two numbers in [0, 1)")
-
+SEED = Count(0, 2 ** 63 - 1)   # torch.manual_seed's range that is not negative
+# A free string: a name, a label, a path or a model name, each read where it is used (the base by the model loader,
+# init_from by the run reader), so the schema checks only that it is text.
+Label = Text
+# "A:B", or "auto" (workbench.selection.stage1.resolve_block); the base's depth bounds A and B when it loads
+BLOCK = Annotated[Text, Field(pattern=r"^(auto|\s*-?\d+\s*:\s*-?\d+\s*)$", description="A:B (e.g. 10:16) or auto")]
 
 # ------------------------------------------------------------------ the tables mirrored from the retrofit's own
-# [model] and [lora] declare RetrofitConfig's and LoraSettings' fields under their names, with their types and
-# defaults, read from those dataclasses (one source: a field added there is a recipe key at its default, and reaches
-# the retrofit through `workbench.train.trainer.retrofit_config`, with no edit here or there). What the recipe states
-# otherwise is in the three tables below: the one place a name, a default or a check differs.
+# [model] and [lora] declare RetrofitConfig's and LoraSettings' fields under their names, at their defaults, and reach
+# the retrofit through `workbench.train.trainer.retrofit_config` by name; tests/training/test_recipes.py holds every
+# field of the two dataclasses to a key here (same name, type and default) or to an entry below saying where it
+# comes from instead. max_loops is the one default the recipe states itself: 8, not RetrofitConfig's 16, since every
+# committed run was trained and recorded at 8 (its recipe.toml and retrofit.json), while a retrofit built in Python
+# keeps the documented 16 (docs/api.md).
 MIRRORED = {
     # table: (the dataclass it mirrors, {each of its fields the recipe does not take by name: where it comes from})
     "model": (RetrofitConfig, {"block": "model.block, a string, 'A:B' or 'auto' (resolved by the trainer: "
@@ -92,15 +100,7 @@ MIRRORED = {
                                "lora": "the [lora] table: LoraSettings when lora.enabled, else None"}),
     "lora": (LoraSettings, {"targets": "not a recipe key: an adapter always takes LoraSettings' targets"}),
 }
-# Where a recipe's default differs from its dataclass's. max_loops 8, not RetrofitConfig's 16: every committed run
-# was trained and recorded at 8 (its recipe.toml and retrofit.json), while a retrofit built in Python keeps the
-# documented 16 (docs/api.md). A key given its default here comes after those taken as they are.
-MIRRORED_DEFAULTS = {"model": {"max_loops": 8}, "lora": {}}
-MIRRORED_CHECKS = {
-    "model": {"reentry": (one_of("bridge", "inject"),), "memory_window": (within(1, MAX_LOOPS),),
-              "memory_heads": (within(1, 64),), "max_loops": (within(1, MAX_LOOPS),)},
-    "lora": {"r": (within(1, 4096),), "alpha": (within(0.0, 1e6, low_ok=False),), "dropout": (within(0.0, 0.999),)},
-}
+RECIPE_MAX_LOOPS = 8
 
 
 def mirrored_keys(name: str) -> tuple[str, ...]:
@@ -109,158 +109,156 @@ def mirrored_keys(name: str) -> tuple[str, ...]:
     return tuple(f.name for f in fields(source) if f.name not in otherwise)
 
 
-def _mirror(name: str, doc: str, before: list, after: list):
-    """The frozen table `name`: its own keys `before`, then the mirrored dataclass's fields (in its order, those given
-    a default in MIRRORED_DEFAULTS last), then its own keys `after`; each own key a (name, type, declared(...))."""
-    source, _ = MIRRORED[name]
-    hints, defaults, checks = typing.get_type_hints(source), MIRRORED_DEFAULTS[name], MIRRORED_CHECKS[name]
-    taken = [f for f in fields(source) if f.name in mirrored_keys(name)]
-    spec = []
-    for f in [f for f in taken if f.name not in defaults] + [f for f in taken if f.name in defaults]:
-        if hints[f.name] not in (bool, int, float, str) or f.default is MISSING:
-            raise TypeError(f"{source.__name__}.{f.name} cannot be a recipe key as it is (a bool, int, float or str "
-                            f"with a default): say where the recipe gives it in MIRRORED['{name}']")
-        spec.append((f.name, hints[f.name], declared(defaults.get(f.name, f.default), *checks.get(f.name, ()))))
-    cls = make_dataclass(f"{name.capitalize()}Table", before + spec + after, frozen=True)
-    cls.__module__, cls.__doc__ = __name__, doc
-    return cls
-
-
 # ------------------------------------------------------------------ the tables
-ModelTable = _mirror(
-    "model", "[model]: the base and the retrofit made of it (`workbench.train.trainer.retrofit_config`): "
-    "RetrofitConfig's fields but block and lora (`MIRRORED`), the base and the attention implementation.",
-    before=[("base", str, declared(EMBEDDED_DEFAULT)),
-            ("block", str, declared("10:16"))],             # "A:B", or "auto" (workbench.selection.stage1.resolve_block)
-    after=[("attn", str, declared("eager"))])
+@table
+class ModelTable:
+    """[model]: the base and the retrofit made of it (`workbench.train.trainer.retrofit_config`): RetrofitConfig's
+    fields but block and lora (`MIRRORED`), the base and the attention implementation."""
+
+    base: Label = EMBEDDED_DEFAULT
+    block: BLOCK = "10:16"
+    reentry: OneOf(REENTRIES) = RetrofitConfig.reentry
+    memory: Flag = RetrofitConfig.memory
+    memory_window: Count(1, MAX_LOOPS) = RetrofitConfig.memory_window
+    memory_heads: Count(1, 64) = RetrofitConfig.memory_heads
+    halting: Flag = RetrofitConfig.halting
+    halting_pooling: OneOf(HALTING_POOLING) = RetrofitConfig.halting_pooling
+    loop_codes: Flag = RetrofitConfig.loop_codes
+    max_loops: Count(1, MAX_LOOPS) = RECIPE_MAX_LOOPS
+    attn: Literal["eager", "sdpa"] = "eager"        # the attention implementations a run records (`workbench.runs`)
 
 
-@dataclass(frozen=True)
+@table
 class TrainTable:
     """[train]: what trains and how it is computed."""
 
-    block: bool = declared(True)                    # full-block budget: the looped block's own weights train
-    precision: str = declared("fp32", one_of("fp32", "bf16"))  # bf16: frozen weights bf16, trainables fp32
-    compile: bool = declared(False)                 # torch.compile every decoder layer; off: 0.86x on a whole run (docs/gpu.md)
+    block: Flag = True                              # full-block budget: the looped block's own weights train
+    precision: Literal["fp32", "bf16"] = "fp32"     # bf16: frozen weights bf16, trainables fp32
+    compile: Flag = False                           # torch.compile every decoder layer; off: 0.86x on a whole run (docs/gpu.md)
 
 
-@dataclass(frozen=True)
+@table
 class GuardrailTable:
     """[guardrail]: the capability guardrail at loop 1 (workbench.tasks.guardrail)."""
 
-    enabled: bool = declared(True)                  # scored before training and at every evaluation
-    max_drop: float = declared(MAX_DROP_POINTS, above(0.0))  # points below the base that stop the run (paper Sec. 4.3)
-    every: int = declared(0, at_least(0))           # also score every N steps (0: only at evaluations)
+    enabled: Flag = True                            # scored before training and at every evaluation
+    max_drop: Real(0.0) = MAX_DROP_POINTS           # points below the base that stop the run (paper Sec. 4.3)
+    every: Count(0) = 0                             # also score every N steps (0: only at evaluations)
 
 
-@dataclass(frozen=True)
+@table
 class PreserveTable:
     """[preserve]: KL(base || model) at loop 1 on rehearsal text (workbench.tasks.rehearsal)."""
 
-    kl_weight: float = declared(0.0, above(0.0))    # 0 = off
-    rows: int = declared(8, at_least(1))            # rehearsal texts per step
-    positions: int = declared(8, at_least(1))       # positions read per text
-    sources: list[str] = declared(list(REHEARSAL_SOURCES), one_of(*REHEARSAL_SOURCES))
+    kl_weight: Real(0.0) = 0.0                      # 0 = off
+    rows: Count(1) = 8                              # rehearsal texts per step
+    positions: Count(1) = 8                         # positions read per text
+    sources: list[OneOf(REHEARSAL_SOURCES)] = items(REHEARSAL_SOURCES)
 
 
-LoraTable = _mirror(
-    "lora", "[lora]: one adapter on the block's projections (`LoraSettings`: its fields but targets), when enabled.",
-    before=[("enabled", bool, declared(False))], after=[])
+@table
+class LoraTable:
+    """[lora]: one adapter on the block's projections (`LoraSettings`: its fields but targets), when enabled."""
+
+    enabled: Flag = False
+    r: Count(1, 4096) = LoraSettings.r
+    alpha: Count(1, 10 ** 6) = LoraSettings.alpha
+    dropout: Real(0.0, 0.999) = LoraSettings.dropout
 
 
-@dataclass(frozen=True)
+@table
 class TaskTable:
     """[task]: the generator of training and held-out rows (`workbench.tasks`)."""
 
-    name: str = declared("chase", _known_task)
-    alphabet: int = declared(8, within(2, 64))
-    symbol_set: str = declared("letters")
-    surface: str = declared("symbolic")
-    permutation: bool = declared(False)
+    name: OneOf(TASK_NAMES) = "chase"
+    alphabet: Count(2, 64) = 8
+    symbol_set: OneOf(SYMBOL_SET_NAMES) = "letters"
+    surface: OneOf(CHASE_SURFACES) = "symbolic"
+    permutation: Flag = False
 
 
-@dataclass(frozen=True)
+@table
 class OptimTable:
     """[optim]: the main optimizer (`workbench.train.optim.make_optimizer`) and its schedule."""
 
-    name: str = declared("adamw", one_of(*OPTIMIZERS))
-    lr: float = declared(1e-4, above(0.0, strict=True))
-    prelude_lr_mult: float = declared(10.0, within(0.0, 1e6, low_ok=False))  # W_p's own group (retrofit paper Sec. 5.1)
-    loop_codes_lr_mult: float = declared(10.0, within(0.0, 1e6, low_ok=False))  # the loop codes' own group
-    weight_decay: float = declared(0.0, within(0.0, 1e3))
-    betas: list[float] = declared([0.9, 0.999], _two_betas)
-    eps: float = declared(1e-8, within(0.0, 1.0, low_ok=False))
-    momentum: float = declared(0.9, within(0.0, 1.0))  # sgd only
-    grad_clip: float = declared(1.0, within(0.0, 1e9))
-    warmup_steps: int = declared(0, within(0, 10 ** 9))
-    schedule: str = declared("constant", one_of(*SCHEDULES))
-    batch_size: int = declared(8, within(1, 65536))
+    name: OneOf(OPTIMIZERS) = "adamw"
+    lr: Real(above=0.0) = 1e-4
+    prelude_lr_mult: Real(above=0.0, high=1e6) = 10.0      # W_p's own group (retrofit paper Sec. 5.1)
+    loop_codes_lr_mult: Real(above=0.0, high=1e6) = 10.0   # the loop codes' own group
+    weight_decay: Real(0.0, 1e3) = 0.0
+    betas: Annotated[list[Number(0.0, below=1.0)], Field(min_length=2, max_length=2)] = items([0.9, 0.999])
+    eps: Real(above=0.0, high=1.0) = 1e-8
+    momentum: Real(0.0, 1.0) = 0.9                 # sgd only
+    grad_clip: Real(0.0, 1e9) = 1.0
+    warmup_steps: Count(0, 10 ** 9) = 0
+    schedule: OneOf(SCHEDULES) = "constant"
+    batch_size: Count(1, 65536) = 8
 
 
-@dataclass(frozen=True)
+@table
 class SamplerTable:
     """[sampler]: the loop counts of sampled stages (clamped log-normal Poisson) and park's deepest count."""
 
-    mean: float = declared(4.0, within(1.0, MAX_LOOPS))
-    sigma: float = declared(0.5, within(0.0, 10.0))
-    max: int = declared(8)
+    mean: Real(1.0, MAX_LOOPS) = 4.0
+    sigma: Real(0.0, 10.0) = 0.5
+    max: Count(1, MAX_LOOPS) = 8
 
 
-@dataclass(frozen=True)
+@table
 class HaltingTable:
     """[halting]: Stage 2, the halting head's objective and its own optimizer (`workbench.train.losses`)."""
 
-    objective: str = declared("oracle", one_of(*HALTING_OBJECTIVES))
-    probe_depths: list[int] = declared([1, 2, 4, 6])
-    margin: float = declared(ORACLE_MARGIN)
-    depth_cost: float = declared(ORACLE_DEPTH_COST)
-    oracle_max: int = declared(8)
-    lr: float = declared(3e-4, within(0.0, 1e3, low_ok=False))
-    warmup_steps: int = declared(10, within(0, 10 ** 9))
-    act_cost: float = declared(0.01)
-    ponder_lambda: float = declared(0.2)
-    ponder_kl: float = declared(0.01)
-    sweep: int = declared(0, within(0, 10 ** 7))
+    objective: OneOf(HALTING_OBJECTIVES) = "oracle"
+    probe_depths: list[Count(1, MAX_LOOPS)] = items([1, 2, 4, 6])
+    margin: Real(0.0) = ORACLE_MARGIN               # a loss gain: a deeper loop continues past L_t - margin
+    depth_cost: Real(0.0) = ORACLE_DEPTH_COST
+    oracle_max: Count(1, MAX_LOOPS) = 8
+    lr: Real(above=0.0, high=1e3) = 3e-4
+    warmup_steps: Count(0, 10 ** 9) = 10
+    act_cost: Real(0.0) = 0.01
+    ponder_lambda: Real(above=0.0, below=1.0) = 0.2   # the geometric prior's rate: at 1 its log is -inf past loop 1
+    ponder_kl: Real(0.0) = 0.01
+    sweep: Count(0, 10 ** 7) = 0
 
 
-@dataclass(frozen=True)
+@table
 class EvalTable:
     """[eval]: the held-out rows and how often they are read."""
 
-    every: int = declared(100, at_least(1))
-    per_depth: int = declared(64, within(1, 10 ** 6))
-    depths: list[int] = declared([1, 2, 3, 4])
-    seed: int = declared(1)
-    batch_size: int = declared(16, within(1, 65536))
+    every: Count(1) = 100
+    per_depth: Count(1, 10 ** 6) = 64
+    depths: list[Count(1)] = items([1, 2, 3, 4])
+    seed: SEED = 1
+    batch_size: Count(1, 65536) = 16
 
 
-@dataclass(frozen=True)
+@table
 class CheckpointTable:
     """[checkpoint]: how often a resumable checkpoint is written, and how many are kept."""
 
-    every: int = declared(100, at_least(1))
-    keep: int = declared(2, at_least(1))
+    every: Count(1) = 100
+    keep: Count(1) = 2
 
 
-@dataclass(frozen=True)
+@table
 class LogTable:
     """[log]: how often a training step's record goes into metrics.jsonl."""
 
-    every: int = declared(1, at_least(1))
+    every: Count(1) = 1
 
 
-@dataclass(frozen=True)
+@table
 class Stage:
     """One [[stages]] table: `steps` steps of one kind on rows drawn from `depths`."""
 
-    name: str = declared("")
-    kind: str = declared("chain", one_of(*STAGE_KINDS))
-    steps: int = declared(100, within(1, MAX_STEPS))
-    depths: list[int] = declared([1])
-    depth_weights: list[float] = declared([])       # sampling weights over `depths`; empty = uniform
-    chain_weight: float = declared(1.0)             # weight of intermediate loops t < d (the final loop has 1)
-    chain_weight_end: float | None = declared(None)  # ramp chain_weight linearly to this over the stage
-    park_depths: list[int] | None = declared(None)  # park stages: the depths that park (unset = all); the rest iterate
+    name: Label = ""
+    kind: OneOf(STAGE_KINDS) = "chain"
+    steps: Count(1, MAX_STEPS) = 100
+    depths: list[Count(1)] = items([1])
+    depth_weights: list[Number(0.0)] = items([])     # sampling weights over `depths`; empty = uniform
+    chain_weight: Real(0.0) = 1.0                   # weight of intermediate loops t < d (the final loop has 1)
+    chain_weight_end: Real(0.0) | None = None       # ramp chain_weight linearly to this over the stage
+    park_depths: list[Count(1)] | None = None       # park stages: the depths that park (unset = all); the rest iterate
 
     def chain_weight_at(self, local: int) -> float:
         """The chain weight at step `local` of this stage (the linear ramp to `chain_weight_end`)."""
@@ -268,26 +266,26 @@ class Stage:
         return self.chain_weight + (end - self.chain_weight) * local / max(self.steps - 1, 1)
 
 
-@dataclass(frozen=True)
+@table
 class Recipe:
     """A resolved training recipe: every table with every key (`Recipe.from_toml`, `Recipe.from_dict`)."""
 
-    name: str = declared("run")
-    seed: int = declared(0)
-    init_from: str = declared("")                   # a finished run or keeper directory to continue from ("" = fresh)
-    model: ModelTable = table(ModelTable)
-    train: TrainTable = table(TrainTable)
-    guardrail: GuardrailTable = table(GuardrailTable)
-    preserve: PreserveTable = table(PreserveTable)
-    lora: LoraTable = table(LoraTable)
-    task: TaskTable = table(TaskTable)
-    optim: OptimTable = table(OptimTable)
-    sampler: SamplerTable = table(SamplerTable)
-    halting: HaltingTable = table(HaltingTable)
-    eval: EvalTable = table(EvalTable)
-    checkpoint: CheckpointTable = table(CheckpointTable)
-    log: LogTable = table(LogTable)
-    stages: list[Stage] = field(default_factory=list)
+    name: Label = "run"
+    seed: SEED = 0
+    init_from: Label = ""                           # a finished run or keeper directory to continue from ("" = fresh)
+    model: ModelTable = default(ModelTable)
+    train: TrainTable = default(TrainTable)
+    guardrail: GuardrailTable = default(GuardrailTable)
+    preserve: PreserveTable = default(PreserveTable)
+    lora: LoraTable = default(LoraTable)
+    task: TaskTable = default(TaskTable)
+    optim: OptimTable = default(OptimTable)
+    sampler: SamplerTable = default(SamplerTable)
+    halting: HaltingTable = default(HaltingTable)
+    eval: EvalTable = default(EvalTable)
+    checkpoint: CheckpointTable = default(CheckpointTable)
+    log: LogTable = default(LogTable)
+    stages: list[Stage] = items([])
 
     @classmethod
     def from_dict(cls, raw: dict) -> Recipe:
@@ -297,19 +295,14 @@ class Recipe:
             WorkbenchError: an unknown key (naming it and the nearest known key), a wrong type,
                 or a value outside what the trainer accepts.
         """
-        raw = dict(raw)
-        stages = raw.pop("stages", None)
-        top = _build(cls, raw, "")
-        if not isinstance(stages, list) or not stages:
+        stages = raw.get("stages")
+        given = {**raw, "stages": stages if isinstance(stages, list) else []}
+        try:
+            recipe = _SCHEMA.validate_python(given)
+        except ValidationError as err:
+            raise refusal(err, cls, given, _unknown) from None
+        if not recipe.stages:
             raise WorkbenchError("a recipe needs at least one [[stages]] table")
-        built = []
-        for i, stage in enumerate(stages):
-            if not isinstance(stage, dict):
-                raise WorkbenchError(f"recipe key 'stages.{i}' must be a table")
-            built.append(_build(Stage, stage, f"stages.{i}."))
-        recipe = cls(**{f.name: getattr(top, f.name) for f in fields(cls) if f.name != "stages"}, stages=built)
-        finite(recipe.to_dict())
-        check_keys(recipe)
         _validate(recipe)
         return recipe
 
@@ -324,7 +317,7 @@ class Recipe:
 
     def to_dict(self) -> dict:
         """Every key in declaration order, as recipe.toml records it (a None value left out: TOML has no null)."""
-        return plain(self)
+        return _SCHEMA.dump_python(self, exclude_none=True)
 
     @property
     def kinds(self) -> set[str]:
@@ -346,24 +339,21 @@ class Recipe:
         return max(loops)
 
 
+_SCHEMA = TypeAdapter(Recipe)
+
+
 # ------------------------------------------------------------------ reading and checking
 @functools.cache
 def known_keys() -> list[str]:
     """Every dotted key a recipe accepts (stage keys as `stages.N.key`)."""
-    keys = []
+    def walk(cls, prefix: str) -> list[str]:
+        keys = []
+        for name in keys_of(cls):
+            hint = cls.__pydantic_fields__[name].annotation
+            keys += walk(hint, f"{prefix}{name}.") if is_table(hint) else [] if hint == list[Stage] else [prefix + name]
+        return keys
 
-    def walk(cls, prefix: str) -> None:
-        for f in fields(cls):
-            hint = type_hints(cls)[f.name]
-            if f.name == "stages" and cls is Recipe:
-                continue
-            if is_dataclass(hint):
-                walk(hint, f"{prefix}{f.name}.")
-            else:
-                keys.append(prefix + f.name)
-
-    walk(Recipe, "")
-    return keys + [f"stages.N.{f.name}" for f in fields(Stage)]
+    return walk(Recipe, "") + [f"stages.N.{name}" for name in keys_of(Stage)]
 
 
 def _unknown(key: str) -> WorkbenchError:
@@ -386,23 +376,6 @@ def _unknown(key: str) -> WorkbenchError:
         tops = sorted({k.split(".")[0] for k in known if "." in k} - {"stages"}) + ["stages"]
         listing = (f"top-level keys: {', '.join(k for k in known if '.' not in k)}; tables: {', '.join(tops)}")
     return WorkbenchError(f"unknown recipe key {key!r}{hint} ({listing})")
-
-
-def _build(cls, given: dict, prefix: str):
-    """An instance of the table `cls` from the keys a recipe gives (the rest at their defaults)."""
-    values = {}
-    for name, value in given.items():
-        full = prefix + name
-        hint = type_hints(cls).get(name)
-        if hint is None:
-            raise _unknown(full)
-        if is_dataclass(hint):
-            if not isinstance(value, dict):
-                raise WorkbenchError(f"recipe key '{full}' must be a table, got {value!r}")
-            values[name] = _build(hint, value, full + ".")
-        else:
-            values[name] = typed(full, value, hint)
-    return cls(**values)
 
 
 def _validate(r: Recipe) -> None:
@@ -510,7 +483,7 @@ def apply_overrides(raw: dict, overrides: list[str] | dict | None) -> dict:
                     raise WorkbenchError(f"--set {key!r}: stage index {part!r} is outside 0..{len(node) - 1}")
                 node = node[int(part)]
             else:
-                if part not in type_hints(Recipe) and node is raw:
+                if part not in keys_of(Recipe) and node is raw:
                     raise _unknown(key)
                 node = node.setdefault(part, [] if part == "stages" else {})
                 if not isinstance(node, (dict, list)):
