@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from workbench.errors import WorkbenchError
-from workbench.io import LOCK, clean_stale_staging, replace_dir, write_json_atomic
+from workbench.io import LOCK, HeldLock, clean_stale_staging, replace_dir, write_json_atomic
 
 OUTPUT_MARKER = ".workbench-output"  # in every directory a command writes whole: --overwrite may replace only these
 
@@ -169,7 +169,7 @@ def safe_child(root: str | os.PathLike, name: str, what: str) -> Path:
 
 
 # ----------------------------------------------------------------------------- locks
-_HELD: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # resolved target -> this process's _PathLock
+_HELD: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # resolved target -> this process's lock
 
 
 def lock_dir() -> Path:
@@ -177,38 +177,14 @@ def lock_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"workbench-locks-{os.getuid()}"
 
 
-class _PathLock:
-    """An exclusive flock keyed by a resolved path; released (and its file removed) when the last holder drops it."""
-
-    def __init__(self, target: Path, shown: Path):
-        folder = lock_dir()
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self.file = folder / (hashlib.sha256(str(target).encode()).hexdigest()[:32] + ".lock")
-        self.handle = open(self.file, "a+")
-        try:
-            fcntl.flock(self.handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            if not self.file.exists() or os.stat(self.file).st_ino != os.fstat(self.handle.fileno()).st_ino:
-                raise BlockingIOError
-        except BlockingIOError:
-            self.handle.seek(0)
-            holder = self.handle.read().strip() or "unknown"
-            self.handle.close()
-            self.handle = None
-            raise WorkbenchError(f"output '{shown}' is being written by another workbench process (pid {holder}); "
-                                 "wait for it to end or choose another --out") from None
-        self.handle.seek(0)
-        self.handle.truncate()
-        self.handle.write(f"{os.getpid()}\n")
-        self.handle.flush()
-
-    def release(self) -> None:
-        if self.handle is not None:
-            self.file.unlink(missing_ok=True)  # while still held: whoever opens it next finds a new file
-            self.handle.close()
-            self.handle = None
-
-    def __del__(self):
-        self.release()
+def _path_lock(target: Path, shown: Path) -> HeldLock:
+    """The exclusive lock keyed by a resolved path (`HeldLock`), in `lock_dir`; released when the last gate drops it."""
+    folder = lock_dir()
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    file = folder / (hashlib.sha256(str(target).encode()).hexdigest()[:32] + ".lock")
+    return HeldLock(file, lambda holder: WorkbenchError(f"output '{shown}' is being written by another workbench "
+                                                        f"process (pid {holder}); wait for it to end or choose "
+                                                        "another --out"))
 
 
 # resolved directory -> the gate of this process through which its own in-place writer is at work in it (set once
@@ -219,7 +195,7 @@ _WRITING_IN_PLACE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 def _held_here(folder: Path, kind: OutputKind) -> bool:
     """Whether this process is `kind`'s own writer at work in `folder` (resolved): its gate decided and holds it."""
     gate = _WRITING_IN_PLACE.get(str(folder))
-    return gate is not None and gate.kind is kind and gate._lock.handle is not None
+    return gate is not None and gate.kind is kind and gate._lock.is_locked
 
 
 def training_lock_holder(path: Path) -> tuple[Path, str] | None:
@@ -278,7 +254,7 @@ class Gate:
         key = str(self.target)
         lock = _HELD.get(key)
         if lock is None:
-            lock = _PathLock(self.target, self.path)
+            lock = _path_lock(self.target, self.path)
             _HELD[key] = lock
         self._lock = lock
         clean_stale_staging(self.path)
@@ -430,7 +406,7 @@ class Gate:
     # ---------------------------------------------------------------- at the moment of writing
     def recheck(self) -> None:
         """Re-runs the decision, under the gate's lock, just before the write: refused if --out changed since."""
-        if self._lock.handle is None:
+        if not self._lock.is_locked:
             raise WorkbenchError(f"the lock on '{self.path}' was released before the write")
         if self.path.is_symlink() or _resolve(self.path, "--out") != self.target:
             raise WorkbenchError(f"--out '{self.path}' became a symbolic link while this command ran; nothing written")
@@ -463,7 +439,7 @@ class Gate:
 
 
 class _Released:
-    handle = None
+    is_locked = False
 
 
 def gate_output(path: str | os.PathLike, command: str, *, kind: OutputKind, overwrite: bool = False,

@@ -13,15 +13,16 @@ before any work is `workbench.gate`.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from filelock import FileLock, Timeout
 
 from workbench.errors import WorkbenchError
 
@@ -87,39 +88,62 @@ def sha256_bytes(data: bytes) -> str:
 LOCK = ".lock"
 
 
+class HeldLock:
+    """An exclusive lock on `file`, taken at once, with this process's pid written in it; its file goes on release.
+
+    A process asking for a held lock is refused at once: `refused(the holder's pid)` is raised. The lock is
+    filelock's flock, so a killed holder never leaves it stale. Its file is removed while still held, so whoever opens
+    it next makes a new one (filelock does not let through a process that locked the removed file as it went).
+    """
+
+    def __init__(self, file: Path, refused: Callable[[str], WorkbenchError]):
+        self.file = Path(file)
+        self._lock = FileLock(self.file, timeout=0, thread_local=False, on_acquired=_write_pid)
+        try:
+            self._lock.acquire()
+        except Timeout:
+            try:
+                holder = self.file.read_text().strip()
+            except OSError:   # released and removed as we read
+                holder = ""
+            raise refused(holder or "unknown") from None
+
+    @property
+    def is_locked(self) -> bool:
+        return self._lock.is_locked
+
+    def release(self) -> None:
+        if self._lock.is_locked:
+            self.file.unlink(missing_ok=True)
+            self._lock.release()
+
+    def __del__(self):
+        if "_lock" in self.__dict__:
+            self.release()
+
+
+def _write_pid(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+
 @contextmanager
 def locked_dir(path: Path, what: str):
     """Holds an exclusive lock on directory `path` (made if missing) while the block runs.
 
-    A second process asking for the same directory is refused at once with the holder's pid. The
-    lock is an flock on `path/.lock`, so a killed holder never leaves it stale; the file is removed
-    on release (the directory's layout stays its own), and a directory made here that holds
-    nothing else is removed too.
+    A second process asking for the same directory is refused at once with the holder's pid (`HeldLock` on
+    `path/.lock`); the file is removed on release (the directory's layout stays its own), and a directory made here
+    that holds nothing else is removed too.
     """
     path = Path(path)
     made = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
-    lock = path / LOCK
-    handle = open(lock, "a+")
-    try:
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if not lock.exists() or os.stat(lock).st_ino != os.fstat(handle.fileno()).st_ino:
-            raise BlockingIOError  # the holder released and removed the file as we opened it: another may hold a new one
-    except BlockingIOError:
-        handle.seek(0)
-        holder = handle.read().strip() or "unknown"
-        handle.close()
-        raise WorkbenchError(f"{what} '{path}' is in use by another process (pid {holder}); wait for it to end "
-                             "or choose another directory") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"{os.getpid()}\n")
-    handle.flush()
+    lock = HeldLock(path / LOCK, lambda holder: WorkbenchError(
+        f"{what} '{path}' is in use by another process (pid {holder}); wait for it to end or choose another directory"))
     try:
         yield path
     finally:
-        lock.unlink(missing_ok=True)  # while still held: whoever opens it next finds a new file
-        handle.close()
+        lock.release()
         if made and not any(path.iterdir()):
             path.rmdir()
 
