@@ -16,7 +16,7 @@ FRONTIER_BAR = 0.71  # ≈ 0.25 ** (1 / 4), registered; sensitivity at 0.60 and 
 
 
 def mcnemar(helped: int, hurt: int) -> float:
-    """Returns the exact two-sided McNemar p: min(1, 2·P(X <= min(b, c))), X ~ Bin(b + c, 1/2).
+    """Returns the exact two-sided McNemar p: min(1, 2·P(X <= min(b, c))), X ~ Bin(b + c, 1/2) (scipy's `binomtest`).
 
     Args:
         helped: b, discordant rows only the second system gets right.
@@ -24,10 +24,9 @@ def mcnemar(helped: int, hurt: int) -> float:
     """
     if helped < 0 or hurt < 0:
         raise WorkbenchError(f"McNemar counts must be >= 0, got {helped} and {hurt}")
-    n = helped + hurt
-    if n == 0:
+    if helped + hurt == 0:
         return 1.0
-    return min(1.0, 2.0 * float(sps.binom.cdf(min(helped, hurt), n, 0.5)))
+    return float(sps.binomtest(helped, helped + hurt, 0.5).pvalue)
 
 
 @dataclass(frozen=True)
