@@ -12,7 +12,7 @@ from workbench.models.looped import CAPABILITIES
 from workbench.probes import PROBES, NotApplicable, battery, get_probe
 from workbench.probes.battery import run_battery, run_probe
 from workbench.probes.common import FUNCTION_TABLE, HALTING_HEAD, ONE_TOKEN
-from workbench.probes.patching import CORRUPT_TWIN
+from workbench.probes.pairs import CORRUPT_TWIN
 from workbench.tasks import build_rows
 from workbench.tasks.manifest import write_manifest
 from workbench.tasks.user import check_user_rows

@@ -1,6 +1,6 @@
 """attribution: the gradient approximation of the patching grid (attribution patching, AtP), and where it can be trusted.
 
-On the same corrupted twins as `patching` (`workbench.probes.patching.corrupt_pairs`), one clean forward
+On the same corrupted twins as `patching` (`workbench.probes.pairs.corrupt_pairs`), one clean forward
 caches every cell's activation and one corrupted forward and backward give the gradient of the logit
 difference LD = logit(clean answer) - logit(corrupted answer) with respect to each loop's use of each site
 separately (a zero tensor added at every hook point, so loop t's use of a shared layer has its own
@@ -40,23 +40,19 @@ from workbench.analysis.headlines.attribution import SPEARMAN_BAR, TOP, TOP_BAR,
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.probes.common import default_loops
+from workbench.probes.pairs import CORRUPT_TWIN, CORRUPTIONS, POSITIONS, corrupt_pairs, require_pairs
 from workbench.probes.patching import (
     COMPONENTS,
-    CORRUPT_TWIN,
-    CORRUPTIONS,
-    POSITIONS,
     _check_positions,
     block_layers,
     check_components,
     clean_activations,
-    corrupt_pairs,
     exact_cells,
     grid,
     grid_cells,
     loops_of,
     margins,
     pair_record,
-    require_pairs,
     site,
 )
 from workbench.probes.spec import ProbeSpec

@@ -39,15 +39,13 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.probes.common import default_loops
+from workbench.probes.pairs import CORRUPT_TWIN, corrupt_pairs, require_pairs
 from workbench.probes.patching import (
-    CORRUPT_TWIN,
     check_choices,
-    corrupt_pairs,
     loops_of,
     margins,
     pair_record,
     ratio_of_means,
-    require_pairs,
 )
 from workbench.probes.spec import ProbeSpec
 
