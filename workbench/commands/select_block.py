@@ -73,6 +73,7 @@ def select_block(
     from workbench.errors import WorkbenchError
     from workbench.models.bases import load_base
     from workbench.selection import stage2 as window_sweep
+    from workbench.selection.ranking import RANK_CELLS
     from workbench.selection.stage1 import load_corpus
 
     ui = Output(quiet, as_json)
@@ -93,8 +94,8 @@ def select_block(
     seeds = window_sweep.SEEDS if seeds is None else seeds
     recipe = window_sweep.DEFAULT_RECIPE if recipe is None else recipe
     rank_cells = "all" if rank_cells is None else rank_cells
-    if rank_cells not in window_sweep.RANK_CELLS:
-        raise WorkbenchError(f"--rank-cells {rank_cells!r} is unknown; accepted: {', '.join(window_sweep.RANK_CELLS)}")
+    if rank_cells not in RANK_CELLS:
+        raise WorkbenchError(f"--rank-cells {rank_cells!r} is unknown; accepted: {', '.join(RANK_CELLS)}")
     run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written
     recipe_path = _recipe_path(recipe) if train else None
     gate = gate_output(out, "select-block", kind=window_sweep.SWEEP_OUTPUT if train else SELECTION_OUTPUT,
