@@ -30,6 +30,7 @@ from workbench import cli, gate
 from workbench.errors import WorkbenchError
 from workbench.gate import OUTPUT_MARKER
 from workbench.io import locked_dir
+from workbench.train.recipe import parse_override
 
 ROOT = Path(__file__).resolve().parents[1]
 KEEPER = ROOT / "training" / "keepers" / "smollm2-chase"
@@ -230,6 +231,21 @@ def test_a_wrong_value_in_any_recipe_key_is_refused_before_any_file(tmp_path_fac
     outcome, _ = _run(["train", str(inputs["recipe"]), "--out", str(root / "new"), "--set", f"{key}={value}"])
     assert outcome in ("accepted", "refused")  # a valid value reaches the gate; no traceback either way
     assert checksums(root) == before
+    if not _declared(key, parse_override(f"{key}={value}")[1]):
+        assert outcome == "refused", (key, value)   # what the key's declaration refuses never reaches the gate
+
+
+def _declared(key: str, value) -> bool:
+    """Whether `value` is one the recipe key's own declaration (its annotation in the schema) accepts."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from tests.training.test_recipe_bounds import _hint
+
+    try:
+        TypeAdapter(_hint(key)).validate_python(value)
+    except ValidationError:
+        return False
+    return True
 
 
 DAMAGE = st.one_of(st.binary(max_size=80), json_values.map(lambda v: json.dumps(v).encode()),
