@@ -228,7 +228,7 @@ def test_rows_without_a_table_and_bad_options_are_refused(tok, chase3):
     user = [{"row_id": "u1", "prompt": "The capital of France is", "answer": "Paris", "symbols": ["Paris", "Rome"],
              "depth": 0, "task": "user"}]
     for probe in (patching, attribution, paths):
-        with pytest.raises(NotApplicable, match="corrupts one fact"):
+        with pytest.raises(NotApplicable, match="needs a corrupted twin: a function-table row whose one fact it corrupts"):
             probe.run(model, tok, user)
     with pytest.raises(WorkbenchError, match="not a block layer; accepted: 2..3"):
         patching.run(model, tok, chase3, layers=[5])
