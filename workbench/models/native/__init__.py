@@ -6,6 +6,8 @@ or a tiny random test model. Each family is one file written to the adapter cont
 
 - `inkling`: transformers' Inkling2Loop (`inkling2_loop_text`, or the composite `inkling2_loop`, text only)
 - `hrm`: transformers' HRM-Text (`hrm_text`)
+- `raven`: Huginn-0125 and every Raven-format checkpoint (`huginn_raven`), written here (no package ships it):
+  its directory's config, safetensors and tokenizer are read, its modeling code never (`raven_files`)
 
 The adapters hold transformers' model by reference and call its own modules; with no hook attached
 their logits are bit-identical to `AutoModelForCausalLM`'s (tests/test_native.py).
@@ -26,18 +28,21 @@ from workbench.models.bases import load_tokenizer, torch_layers_only
 from workbench.models.native.contract import NativeLoopedLM
 from workbench.models.native.hrm import HrmLooped
 from workbench.models.native.inkling import InklingLooped
+from workbench.models.native.raven import RavenLooped, load_raven, tiny_raven
+from workbench.models.native.raven_files import RavenConfig
 
 # model_type in config.json -> adapter class
 FAMILIES: dict[str, type[NativeLoopedLM]] = {
     "inkling2_loop_text": InklingLooped,
     "inkling2_loop": InklingLooped,
     "hrm_text": HrmLooped,
+    "huginn_raven": RavenLooped,
 }
+# families written here rather than read through transformers: model_type -> directory reader
+OWN_READERS = {"huginn_raven": load_raven}
 # looped families without an adapter, and why (a config of one of these is refused by name)
 UNSUPPORTED = {
     "ouro": "Ouro's modeling code loads only with trust_remote_code and no installable package ships it",
-    "huginn_raven": "Huginn/Raven's modeling code loads only with trust_remote_code and no installable package ships it",
-    "raven": "Huginn/Raven's modeling code loads only with trust_remote_code and no installable package ships it",
 }
 TINY_SEED = 20260702
 TINY_NATIVE: dict[str, dict] = {
@@ -53,6 +58,10 @@ TINY_NATIVE: dict[str, dict] = {
     "tiny-hrm-text": dict(
         model_type="hrm_text", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         head_dim=16, H_cycles=2, L_cycles=2, max_position_embeddings=1024),
+    # 2 Prelude, 2 recurrent, 2 Coda layers, hidden 64, 8 steps by default (Huginn-0125's shape, shrunk)
+    "tiny-raven": dict(
+        model_type="huginn_raven", n_embd=64, n_heads=4, intermediate_size=128, block_size=1024,
+        n_layers_in_prelude=2, n_layers_in_recurrent_block=2, n_layers_in_coda=2, mean_recurrence=8),
 }
 
 
@@ -97,27 +106,37 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
             why = UNSUPPORTED.get(family, "it is not a looped family the workbench has an adapter for")
             raise WorkbenchError(f"model '{spec_str}' has architecture '{family}', which load_looped does not "
                                  f"support ({why}); supported: {', '.join(FAMILIES)}")
-        with user_files(spec_str, "native looped models: a directory of " + ", ".join(FAMILIES)):
-            auto = AutoModelForImageTextToText if family == "inkling2_loop" else AutoModelForCausalLM  # composite: text read
-            model, info = auto.from_pretrained(path, dtype=dtype, attn_implementation="eager",
-                                               output_loading_info=True, use_kernels=False)
-            bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
-            if bad:
-                kind, names = next(iter(bad.items()))
-                raise WorkbenchError(f"model '{spec_str}': its weights do not match its config ({len(names)} "
-                                     f"{kind.replace('_', ' ')}, e.g. {sorted(map(str, names))[0]})")
-            tok = AutoTokenizer.from_pretrained(path)
+        if family in OWN_READERS:
+            with user_files(spec_str, "a Raven-format directory: config.json, safetensors, tokenizer files"):
+                model, tok = OWN_READERS[family](path, dtype)
+        else:
+            model, tok = _from_transformers(path, spec_str, family, dtype)
     torch_layers_only(model)
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
     model.workbench_spec = spec_str
-    if tok.pad_token_id is None:
-        tok.pad_token = tok.eos_token
-    tok.padding_side = "left"
+    if tok is not None:  # None: a weights-only directory
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        tok.padding_side = "left"
     looped = FAMILIES[model.config.model_type](model)
     looped.eval()
     return looped, tok
+
+
+def _from_transformers(path: Path, spec_str: str, family: str, dtype: torch.dtype):
+    """(model, tokenizer) of a family transformers ships, its loading info checked."""
+    with user_files(spec_str, "native looped models: a directory of " + ", ".join(FAMILIES)):
+        auto = AutoModelForImageTextToText if family == "inkling2_loop" else AutoModelForCausalLM  # composite: text read
+        model, info = auto.from_pretrained(path, dtype=dtype, attn_implementation="eager",
+                                           output_loading_info=True, use_kernels=False)
+        bad = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+        if bad:
+            kind, names = next(iter(bad.items()))
+            raise WorkbenchError(f"model '{spec_str}': its weights do not match its config ({len(names)} "
+                                 f"{kind.replace('_', ' ')}, e.g. {sorted(map(str, names))[0]})")
+        return model, AutoTokenizer.from_pretrained(path)
 
 
 def default_size(model_type: str) -> dict:
@@ -150,6 +169,8 @@ def _model_type(path: Path) -> str:
 def _tiny(name: str, dtype: torch.dtype, tok):
     extra = dict(TINY_NATIVE[name])
     model_type = extra.pop("model_type")
+    if model_type == "huginn_raven":
+        return tiny_raven(RavenConfig(vocab_size=len(tok), **extra), TINY_SEED, dtype)
     vocab = {"unpadded_vocab_size": len(tok)} if model_type.startswith("inkling") else {}
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     config = AutoConfig.for_model(model_type, vocab_size=len(tok), bos_token_id=tok.bos_token_id,

@@ -1,0 +1,180 @@
+"""The Raven family (Huginn-0125's format) against the reference's own committed numbers.
+
+tests/fixtures/raven holds a tiny checkpoint in the hub's layout and what the reference modeling code
+(seal-rg/recurrent-pretraining at 59e0b69, run unmodified in a scratch environment) computed on it: logits at
+1, 2, 4, 8, 32 steps and the default, every step's state, the Prelude's output, the adapter's input and output
+(README.md there says how). Nothing here imports the reference; the workbench side is `load_looped(dir)`.
+"""
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from workbench.errors import WorkbenchError
+from workbench.loop.hooks import hook_name
+from workbench.models import load_looped
+
+FIXTURE = Path(__file__).parent / "fixtures" / "raven"
+CHECKPOINT = FIXTURE / "checkpoint"
+STEPS = (1, 2, 4, 8, 32)
+BF16_TOLERANCE = 0.1  # max |Δlogit| of the bf16 load against the reference fp32 logits (seen: 0.029; logits within ±2.2)
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return load_file(FIXTURE / "reference.safetensors")
+
+
+@pytest.fixture(scope="module")
+def raven():
+    return load_looped(CHECKPOINT)
+
+
+def _diff(a, b) -> float:
+    return float((a.float() - b.float()).abs().max())
+
+
+@pytest.mark.parametrize("prompt", ["a", "b"])
+def test_logits_at_every_step_count_equal_the_reference(raven, ref, prompt):
+    looped, _ = raven
+    ids, s0 = ref[f"{prompt}.ids"], ref[f"{prompt}.s0"]
+    with torch.no_grad():
+        for k in STEPS:
+            assert _diff(looped(ids, loops=k, init_state=s0).logits, ref[f"{prompt}.logits.{k}"]) <= 1e-5, k
+        assert looped.native_loops == 32
+        assert _diff(looped(ids, init_state=s0).logits, ref[f"{prompt}.logits.default"]) <= 1e-5
+
+
+def test_every_step_and_the_family_sites_equal_the_reference(raven, ref):
+    looped, _ = raven
+    ids, s0 = ref["a.ids"], ref["a.s0"]
+    names = [hook_name("state", t) for t in range(1, 33)] + ["hook_prelude", "hook_init_state"]
+    names += [f"loop.{t}.adapter.hook_{io}" for t in range(1, 5) for io in ("in", "out")]
+    with torch.no_grad():
+        _, cache = looped.run_with_cache(ids, loops=32, init_state=s0, names_filter=names)
+    states = torch.cat([cache[hook_name("state", t)] for t in range(1, 33)])
+    assert _diff(states, ref["a.states"]) <= 1e-5
+    assert _diff(cache["hook_prelude"], ref["a.prelude"]) <= 1e-5
+    assert torch.equal(cache["hook_init_state"], s0)
+    for io in ("in", "out"):
+        got = torch.cat([cache[f"loop.{t}.adapter.hook_{io}"] for t in range(1, 5)])
+        assert _diff(got, ref[f"a.adapter_{io}"]) <= 1e-5, io
+    assert _diff(looped.final_norm(states[-1:]), ref["a.latent"]) <= 1e-5
+
+
+def test_read_decodes_every_step_as_the_reference_at_that_step_count(raven, ref):
+    looped, _ = raven
+    ids, s0 = ref["a.ids"], ref["a.s0"]
+    with torch.no_grad():
+        scores = looped.read(ids, loops=32, init_state=s0, positions=torch.arange(7)[None]).scores
+    for k in STEPS:
+        assert _diff(scores[0, k - 1], ref[f"a.logits.{k}"][0]) <= 1e-5, k
+
+
+def test_a_left_padded_batch_reads_each_row_as_its_own_unpadded_reference(raven, ref):
+    looped, tok = raven
+    a, b = ref["a.ids"], ref["b.ids"]
+    pad = a.shape[1] - b.shape[1]
+    ids = torch.cat([a, torch.cat([torch.full((1, pad), tok.pad_token_id), b], dim=1)])
+    mask = torch.cat([torch.ones_like(a), torch.cat([torch.zeros(1, pad, dtype=torch.long),
+                                                     torch.ones_like(b)], dim=1)])
+    s0 = torch.cat([ref["a.s0"], torch.cat([torch.zeros(1, pad, 32), ref["b.s0"]], dim=1)])
+    with torch.no_grad():
+        for k in (1, 8, 32):
+            logits = looped(ids, attention_mask=mask, loops=k, init_state=s0).logits
+            assert _diff(logits[0], ref[f"a.logits.{k}"][0]) <= 1e-5
+            assert _diff(logits[1, pad:], ref[f"b.logits.{k}"][0]) <= 1e-5
+
+
+def test_bf16_stays_within_the_stated_tolerance_of_the_fp32_reference(ref):
+    looped, _ = load_looped(CHECKPOINT, dtype=torch.bfloat16)
+    assert looped.base.transformer.wte.weight.dtype == torch.bfloat16
+    with torch.no_grad():
+        for k in (1, 8, 32):
+            got = looped(ref["a.ids"], loops=k, init_state=ref["a.s0"]).logits
+            assert got.dtype == torch.bfloat16
+            assert _diff(got, ref[f"a.logits.{k}"]) <= BF16_TOLERANCE, k
+
+
+def test_the_initial_state_is_seeded_per_position(raven, ref):
+    looped, _ = raven
+    ids = ref["a.ids"]
+    with torch.no_grad():
+        first = looped(ids, loops=4).logits
+        assert torch.equal(first, looped(ids, loops=4).logits)          # two reads of a prompt agree
+        assert torch.equal(first, looped(ids, loops=4, init_seed=0).logits)
+        other = looped(ids, loops=4, init_seed=7).logits
+        assert _diff(first, other) > 1e-3                                 # the seed is the state's
+        _, cache = looped.run_with_cache(ids, loops=1, init_seed=7, names_filter="hook_init_state")
+        s0 = cache["hook_init_state"]
+        assert torch.equal(looped(ids, loops=4, init_state=s0).logits, other)
+        # s_0 at a position does not depend on what comes after it (each position has its own generator)
+        _, short = looped.run_with_cache(ids[:, :3], loops=1, init_seed=7, names_filter="hook_init_state")
+        assert torch.equal(short["hook_init_state"], s0[:, :3])
+    std = (2 / 5) ** 0.5  # sqrt(d) * sqrt(2 / (5 d)); truncated at 3 std
+    assert s0.abs().max() <= 3 * std and 0.5 * std < s0.std() < 1.5 * std
+
+
+def test_a_weights_only_directory_loads_with_no_tokenizer_and_code_is_never_imported(tmp_path, ref, caplog):
+    bare = tmp_path / "weights-only"
+    bare.mkdir()
+    for f in CHECKPOINT.iterdir():
+        if f.suffix in (".safetensors", ".json") and not f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, bare / f.name)
+    (bare / "raven_modeling_minimal.py").write_text("raise SystemExit('the directory code ran')\n")
+    with caplog.at_level(logging.WARNING):
+        looped, tok = load_looped(bare)
+    assert tok is None
+    assert any("never imports" in r.getMessage() for r in caplog.records)
+    with torch.no_grad():
+        assert _diff(looped(ref["b.ids"], loops=2, init_state=ref["b.s0"]).logits, ref["b.logits.2"]) <= 1e-5
+
+
+def _copy(tmp_path) -> Path:
+    out = tmp_path / "copy"
+    shutil.copytree(CHECKPOINT, out)
+    return out
+
+
+def _edit_config(path: Path, **changes) -> None:
+    config = json.loads((path / "config.json").read_text())
+    config.update(changes)
+    (path / "config.json").write_text(json.dumps(config))
+
+
+def test_bad_directories_are_one_line_errors(tmp_path):
+    path = _copy(tmp_path)
+    _edit_config(path, intermediate_size=48)
+    with pytest.raises(WorkbenchError, match=r"tensor transformer\.\w+\.0\.mlp\.fc\.weight has shape \(128, 32\)"):
+        load_looped(path)
+    path = _copy(tmp_path / "2")
+    (path / "model-00003-of-00004.safetensors").unlink()
+    with pytest.raises(WorkbenchError, match="shard model-00003-of-00004.safetensors named in .* is missing"):
+        load_looped(path)
+    path = _copy(tmp_path / "3")
+    _edit_config(path, injection_type="add")
+    with pytest.raises(WorkbenchError, match="injection_type='add'; the raven family implements linear"):
+        load_looped(path)
+    path = tmp_path / "bin"
+    path.mkdir()
+    shutil.copy(CHECKPOINT / "config.json", path / "config.json")
+    (path / "pytorch_model.bin").write_bytes(b"not unpickled")
+    with pytest.raises(WorkbenchError, match="only pickled .bin weights"):
+        load_looped(path)
+
+
+def test_step_counts_past_the_family_are_refused(raven, ref):
+    looped, _ = raven
+    assert looped.max_loops == 64
+    for bad in (0, 65, 2.0):
+        with pytest.raises(WorkbenchError, match="outside 1..64"):
+            looped(ref["a.ids"], loops=bad)
+    with pytest.raises(WorkbenchError, match="init_state of shape"):
+        looped(ref["a.ids"], loops=1, init_state=ref["b.s0"])
+    with pytest.raises(WorkbenchError, match="init_seed"):
+        looped(ref["a.ids"], loops=1, init_seed=-1)
