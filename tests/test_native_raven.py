@@ -154,7 +154,7 @@ def test_bad_directories_are_one_line_errors(tmp_path):
         load_looped(path)
     path = _copy(tmp_path / "2")
     (path / "model-00003-of-00004.safetensors").unlink()
-    with pytest.raises(WorkbenchError, match="shard model-00003-of-00004.safetensors named in .* is missing"):
+    with pytest.raises(WorkbenchError, match="names shard .model-00003-of-00004.safetensors., which is not a file"):
         load_looped(path)
     path = _copy(tmp_path / "3")
     _edit_config(path, injection_type="add")

@@ -30,6 +30,9 @@ sites above that their architecture has plus their own, each family listing its 
     low_attn_out   loop.{loop}.low.{cycle}.block.{layer}.attn.hook_out    HRM: an L-stack layer's attention output
     low_mlp_out    loop.{loop}.low.{cycle}.block.{layer}.mlp.hook_out     HRM: an L-stack layer's MLP output
     low_state      loop.{loop}.low.{cycle}.hook_state                  HRM: z_L after L cycle `cycle` of H cycle t
+    init_state     hook_init_state                                     Raven: s_0, the random initial state
+    adapter_in     loop.{loop}.adapter.hook_in                         Raven: the adapter's input [s_{t-1}, e]
+    adapter_out    loop.{loop}.adapter.hook_out                        Raven: the adapter's output (then hook_input)
 
 Loops count from 1 (a native model's pass or H cycle); L cycles count from 1; layers are the
 base model's own indices. attn_out and mlp_out ([B, s, d]) are the modules' own returns (self_attn's first),
@@ -69,6 +72,9 @@ SITES = {
     "low_attn_out": "loop.{loop}.low.{cycle}.block.{layer}.attn.hook_out",
     "low_mlp_out": "loop.{loop}.low.{cycle}.block.{layer}.mlp.hook_out",
     "low_state": "loop.{loop}.low.{cycle}.hook_state",
+    "init_state": "hook_init_state",
+    "adapter_in": "loop.{loop}.adapter.hook_in",
+    "adapter_out": "loop.{loop}.adapter.hook_out",
 }
 
 # The sites a retrofit (a LoopedLM) has; memory / halt / loops_used only with Loop Memory Attention or a halting

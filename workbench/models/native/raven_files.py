@@ -6,8 +6,8 @@ as safetensors (one file or shards with `model.safetensors.index.json`) under th
 (`transformer.core_block.{i}.attn.Wqkv.weight`, ...), and usually tokenizer files and the modeling code itself
 (`raven_modeling_minimal.py`). The workbench reads the config, the weights and the tokenizer; it never imports
 the directory's code (one log line says so). Everything is checked before any tensor is assigned: a config the
-family cannot run, a shard the index names and the directory lacks, a tensor whose shape disagrees with the
-config (named), a tensor missing or unexpected. Pickled `.bin` weights are refused, never unpickled.
+family cannot run, a shard the index names and the directory lacks (`workbench.models.weights_check` reads the
+headers), a tensor whose shape disagrees with the config (named), a tensor missing or unexpected. Pickled `.bin` weights are refused, never unpickled.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from pathlib import Path
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.models.weights_check import FLOATING, INDEX, SINGLE, weights_index
 
 log = logging.getLogger(__name__)
 
 MODEL_TYPE = "huginn_raven"
-INDEX = "model.safetensors.index.json"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 # what the family implements; a config naming another variant is refused (the value it must have)
 VARIANTS = {"block_class_name": "SandwichBlock", "norm_class_name": "RMSNorm_llama", "mlp_class_name": "GatedMLP",
@@ -128,65 +128,45 @@ def read_config(path: Path) -> RavenConfig:
     return config
 
 
-def weight_files(path: Path) -> list[Path]:
-    """The safetensors files the directory's weights are in (the index's shards, else model.safetensors).
-
-    Raises:
-        WorkbenchError: only pickled .bin weights, no weights, an unreadable index, a shard the index names
-            that the directory lacks.
-    """
-    index = path / INDEX
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-            raise WorkbenchError(f"model '{path}': {INDEX} cannot be read ({type(err).__name__})") from None
-        missing = [s for s in shards if not (path / s).is_file()]
-        if missing:
-            raise WorkbenchError(f"model '{path}': shard {missing[0]} named in {INDEX} is missing "
-                                 f"({len(missing)} of {len(shards)} shards missing)")
-        return [path / s for s in shards]
-    if (path / "model.safetensors").is_file():
-        return [path / "model.safetensors"]
-    if any(path.glob("*.bin")):
-        raise WorkbenchError(f"model '{path}' has only pickled .bin weights; the workbench reads safetensors only "
-                             "(it never unpickles a file); convert them with safetensors")
-    raise WorkbenchError(f"model '{path}' has no model.safetensors and no {INDEX}")
-
-
 def read_weights(path: Path, expected: dict[str, torch.Size], optional: frozenset[str],
                  dtype: torch.dtype) -> dict[str, torch.Tensor]:
-    """Every tensor of the directory, checked against the shapes the config implies, in `dtype`.
+    """Every tensor of the directory, its headers checked against the shapes the config implies first, in `dtype`.
 
     Args:
-        path: the checkpoint directory.
+        path: the checkpoint directory (model.safetensors, or the shards model.safetensors.index.json names).
         expected: tensor name -> shape, from the model built on the meta device from the config.
         optional: names that may be absent (the tied head, the stored RoPE table).
         dtype: floating tensors are cast to it; the RoPE table stays fp32.
     Raises:
-        WorkbenchError: a tensor missing, unexpected, or of a shape the config disagrees with (named).
+        WorkbenchError: only pickled .bin weights; a shard missing or not safetensors (`weights_index`); a tensor
+            missing, unexpected, not floating, or of a shape the config disagrees with (named).
     """
-    from safetensors import SafetensorError, safe_open  # noqa: PLC0415 - loaded with the model readers only
+    from safetensors.torch import load_file  # noqa: PLC0415 - loaded with the model readers only
 
-    found: dict[str, torch.Tensor] = {}
-    for file in weight_files(path):
-        try:
-            with safe_open(str(file), framework="pt") as handle:
-                for name in handle.keys():  # noqa: SIM118 - safe_open is not a mapping
-                    shape = handle.get_slice(name).get_shape()
-                    if name in expected and tuple(shape) != tuple(expected[name]):
-                        raise WorkbenchError(f"model '{path}': tensor {name} has shape {tuple(shape)} but the config "
-                                             f"implies {tuple(expected[name])} (in {file.name})")
-                    if name not in expected:
-                        raise WorkbenchError(f"model '{path}': tensor {name} (in {file.name}) is not part of a Raven "
-                                             "model of this config")
-                    tensor = handle.get_tensor(name)
-                    found[name] = tensor.float() if name == "freqs_cis" else tensor.to(dtype)
-        except SafetensorError as err:
-            raise WorkbenchError(f"model '{path}': {file.name} cannot be read ({err})") from None
-    missing = sorted(set(expected) - set(found) - optional)
+    if not (path / SINGLE).is_file() and not (path / INDEX).is_file() and any(path.glob("*.bin")):
+        raise WorkbenchError(f"model '{path}' has only pickled .bin weights; the workbench reads safetensors only "
+                             "(it never unpickles a file); convert them with safetensors")
+    headers = weights_index(path)
+    for name, entry in headers.items():
+        if name not in expected:
+            raise WorkbenchError(f"model '{path}': tensor {name} is not part of a Raven model of this config")
+        if tuple(entry["shape"]) != tuple(expected[name]):
+            raise WorkbenchError(f"model '{path}': tensor {name} has shape {tuple(entry['shape'])} but the config "
+                                 f"implies {tuple(expected[name])}")
+        if entry["dtype"] not in FLOATING:
+            raise WorkbenchError(f"model '{path}': tensor {name} is stored as {entry['dtype']}; accepted: "
+                                 f"{', '.join(FLOATING)}")
+    missing = sorted(set(expected) - set(headers) - optional)
     if missing:
         raise WorkbenchError(f"model '{path}': tensor {missing[0]} is missing ({len(missing)} missing)")
+    if (path / SINGLE).is_file():
+        files = [path / SINGLE]
+    else:
+        files = [path / f for f in sorted(set(json.loads((path / INDEX).read_text())["weight_map"].values()))]
+    found: dict[str, torch.Tensor] = {}
+    for file in files:
+        for name, tensor in load_file(file).items():
+            found[name] = tensor.float() if name == "freqs_cis" else tensor.to(dtype)
     return found
 
 
