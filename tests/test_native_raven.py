@@ -11,10 +11,13 @@ import logging
 import shutil
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.test_cli_errors import assert_clean_error, invoke
+from tests.test_native_cli import MANIFEST
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.models import load_looped
@@ -178,3 +181,39 @@ def test_step_counts_past_the_family_are_refused(raven, ref):
         looped(ref["a.ids"], loops=1, init_state=ref["b.s0"])
     with pytest.raises(WorkbenchError, match="init_seed"):
         looped(ref["a.ids"], loops=1, init_seed=-1)
+
+
+def test_probe_runs_on_tiny_raven_and_says_why_not_for_retrofit_probes(capsys, monkeypatch, tmp_path):
+    out = tmp_path / "res"
+    code, stdout, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", "tiny-raven", "--out", out,
+                               "--only", "logit_lens,drift,identity,latency,halting,gradient_audit")
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model"]["settings"]["family"] == "huginn_raven"
+    probes = summary["probes"]
+    for name in ("identity", "latency", "halting", "gradient_audit"):
+        assert probes[name]["status"] == "not_applicable" and probes[name]["reason"], name
+    assert "reference's own forward" in probes["identity"]["reason"]
+    assert "headline" in probes["logit_lens"] and "headline" in probes["drift"]
+    lens = pd.read_parquet(out / "logit_lens.parquet")
+    assert set(lens["loop"]) == {1, 2, 3, 4} and "not applicable" in stdout   # the battery's default loops
+
+
+def test_bad_raven_input_on_the_command_line_is_one_line_and_writes_nothing(capsys, monkeypatch, tmp_path):
+    out = tmp_path / "res"
+    path = _copy(tmp_path)
+    _edit_config(path, n_embd=48)
+    code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", path, "--out", out)
+    assert_clean_error(code, err, "tensor freqs_cis has shape (1, 64, 1, 4, 2) but the config implies (1, 64, 1, 6, 2)")
+    path = _copy(tmp_path / "2")
+    (path / "model-00001-of-00004.safetensors").unlink()
+    code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", path, "--out", out)
+    assert_clean_error(code, err, "names shard 'model-00001-of-00004.safetensors', which is not a file")
+    battery = tmp_path / "b.toml"
+    battery.write_text(f'[battery]\nmanifest = "{MANIFEST}"\n[probes.depth_matrix]\nloops = 17\n')
+    code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", "tiny-raven", "--out", out, "--battery", battery)
+    assert code == 2 and err.strip().splitlines()[-1] == ("error: loops=17 is outside 1..16 for this huginn_raven "
+                                                          "model (native 8; the adapter reads up to twice that)")
+    code, _, err = invoke(capsys, monkeypatch, "identity", "--model", CHECKPOINT)
+    assert_clean_error(code, err, "a family the workbench writes itself")
+    assert not out.exists()

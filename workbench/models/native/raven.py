@@ -79,6 +79,12 @@ class Attention(nn.Module):
         if config.qk_bias:
             self.qk_bias = nn.Parameter(torch.zeros(2, 1, self.n_head, self.head_dim))
         self.proj = nn.Linear(config.n_embd, config.n_embd, bias=False)
+        self.num_heads = self.n_head
+
+    @property
+    def o_proj(self) -> nn.Linear:
+        """The output projection under transformers' name (the probes read head subspaces from it)."""
+        return self.proj
 
     def forward(self, x: torch.Tensor, ctx: _Ctx, slot: int, pattern: HookPoint) -> torch.Tensor:
         b, s, d = x.shape
@@ -126,6 +132,11 @@ class SandwichBlock(nn.Module):
         self.mlp = GatedMLP(config)
         self.norm_3 = RMSNorm(config.n_embd, config.norm_eps)
         self.norm_4 = RMSNorm(config.n_embd, config.norm_eps)
+
+    @property
+    def self_attn(self) -> Attention:
+        """The attention under transformers' name (what the probes read)."""
+        return self.attn
 
     def forward(self, x: torch.Tensor, ctx: _Ctx, slot: int, site: Site | None = None) -> torch.Tensor:
         attn = self.attn(self.norm_1(x), ctx, slot, site.attn.hook_pattern if site is not None else _UNHOOKED)
@@ -207,6 +218,8 @@ class RavenLooped(NativeLoopedLM):
     init_seed: int = 0  # s_0's seed when a call gives neither init_state nor init_seed
     unsupported = {
         **NativeLoopedLM.unsupported,
+        "base_identity": "a Raven model has no base to reproduce at loop 1; its exactness against the reference's own "
+                         "forward is tests/test_native_raven.py (the reference's committed logits, max |Δlogit| = 0.0)",
         "dense_loop_cost": "its cost model counts the retrofit's loop; Raven's step is an adapter and its own "
                            "recurrent block, and the workbench has not fitted the model to it",
         "loop_kv_cache": "Raven's cache is its own (`new_cache`): one slot per recurrent layer per step",

@@ -7,7 +7,8 @@ as safetensors (one file or shards with `model.safetensors.index.json`) under th
 (`raven_modeling_minimal.py`). The workbench reads the config, the weights and the tokenizer; it never imports
 the directory's code (one log line says so). Everything is checked before any tensor is assigned: a config the
 family cannot run, a shard the index names and the directory lacks (`workbench.models.weights_check` reads the
-headers), a tensor whose shape disagrees with the config (named), a tensor missing or unexpected. Pickled `.bin` weights are refused, never unpickled.
+headers), a tensor whose shape disagrees with the config (named), a tensor missing or unexpected. Pickled `.bin`
+weights are refused, never unpickled.
 """
 
 from __future__ import annotations
