@@ -21,6 +21,7 @@ from tests.test_native_cli import MANIFEST
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.models import load_looped
+from workbench.models.native.raven_exits import CRITERIA, ZeroShotExit, exit_steps, zero_shot_read
 
 FIXTURE = Path(__file__).parent / "fixtures" / "raven"
 CHECKPOINT = FIXTURE / "checkpoint"
@@ -217,3 +218,31 @@ def test_bad_raven_input_on_the_command_line_is_one_line_and_writes_nothing(caps
     code, _, err = invoke(capsys, monkeypatch, "identity", "--model", CHECKPOINT)
     assert_clean_error(code, err, "a family the workbench writes itself")
     assert not out.exists()
+
+
+def test_zero_shot_exits_equal_the_reference_evaluators(raven, ref):
+    looped, _ = raven
+    _, values = zero_shot_read(looped, ref["a.ids"], loops=32, init_state=ref["a.s0"])
+    for criterion in CRITERIA:
+        assert _diff(values[criterion][0], ref[f"exit.{criterion}.values"]) <= 1e-5, criterion
+        theirs = ref[f"exit.{criterion}.exits"].nonzero()
+        first = int(theirs[0]) + 1 if len(theirs) else 32        # the reference's loop breaks at the first exit
+        assert int(exit_steps(values[criterion], criterion)[0]) == first, criterion
+    # the fixture's criteria stop at different steps, so a rule confused with another shows
+    assert len({int(exit_steps(values[c], c)[0]) for c in CRITERIA}) >= 3
+
+
+def test_adaptive_read_stops_each_row_where_its_criterion_says(raven, ref):
+    looped, _ = raven
+    ids, s0 = ref["a.ids"], ref["a.s0"]
+    out = looped.adaptive_read(ids, policy=ZeroShotExit("latent-diff", max_loops=32), init_state=s0)
+    step = int(out.loops_used[0])
+    assert step == int(exit_steps(out.halt_probs, "latent-diff")[0]) and out.row_loops == 32
+    assert _diff(out.scores[0, 0], ref["a.logits.32"][0, -1] if step == 32 else
+                 looped(ids, loops=step, init_state=s0).logits[0, -1]) <= 1e-5
+    with pytest.raises(WorkbenchError, match="out of range"):
+        ZeroShotExit("cosine", threshold=3.0)
+    with pytest.raises(WorkbenchError, match="whole number of steps"):
+        ZeroShotExit("argmax-stability", threshold=0.5)
+    with pytest.raises(WorkbenchError, match="ZeroShotExit policy"):
+        looped.adaptive_read(ids, policy=object())

@@ -34,7 +34,9 @@ from torch import nn
 from transformer_lens.hook_points import HookPoint
 
 from workbench.errors import WorkbenchError
+from workbench.loop.looped import AdaptiveReadout
 from workbench.models.native.contract import Carry, NativeLoopedLM, Site, hooked
+from workbench.models.native.raven_exits import CRITERIA, ZeroShotExit, exit_steps, zero_shot_read
 from workbench.models.native.raven_files import RavenConfig
 
 SEED_STRIDE = 1_000_003  # s_0 at position p is drawn from the generator seeded init_seed * SEED_STRIDE + p
@@ -222,6 +224,8 @@ class RavenLooped(NativeLoopedLM):
                          "forward is tests/test_native_raven.py (the reference's committed logits, max |Δlogit| = 0.0)",
         "dense_loop_cost": "its cost model counts the retrofit's loop; Raven's step is an adapter and its own "
                            "recurrent block, and the workbench has not fitted the model to it",
+        "adaptive_read": "Raven has no halting head to stop a row; its zero-shot exits run through "
+                         "adaptive_read(policy=ZeroShotExit(...)) and the exit_rules probe",
         "loop_kv_cache": "Raven's cache is its own (`new_cache`): one slot per recurrent layer per step",
     }
 
@@ -358,6 +362,28 @@ class RavenLooped(NativeLoopedLM):
         """`NativeLoopedLM.read_final`, with s_0 given or drawn from `init_seed`."""
         with self.initial_state(init_state, init_seed):
             return super().read_final(input_ids, attention_mask, loops, positions, candidates)
+
+    def adaptive_read(self, input_ids, attention_mask=None, *, policy, positions=None, candidates=None,
+                      init_state=None, init_seed=None) -> AdaptiveReadout:
+        """Each row read at the step where a zero-shot criterion (`raven_exits.ZeroShotExit`) says stop.
+
+        Raven has no halting head; Huginn's own exits are the zero-shot criteria, computed here on the last
+        position's Coda readout and the states. Every step to the budget is computed (the rows' exits are read
+        off one forward; the scores at `positions` / `candidates` off a second, same s_0): `row_loops` counts
+        what ran, batch x T. `halt_probs` holds the criterion's value per step [batch, T].
+        """
+        if not isinstance(policy, ZeroShotExit):
+            raise WorkbenchError("a Raven model has no halting head: adaptive_read takes a ZeroShotExit policy "
+                                 f"(workbench.models.native.raven_exits; criteria {', '.join(CRITERIA)})")
+        budget = self._loops(policy.max_loops)
+        _, values = zero_shot_read(self, input_ids, attention_mask, budget, init_state, init_seed)
+        used = exit_steps(values[policy.criterion], policy.criterion, policy.value)
+        read = self.read(input_ids, attention_mask, budget, positions, candidates, init_state=init_state,
+                         init_seed=init_seed)
+        scores = read.scores[torch.arange(len(used)), used - 1]
+        return AdaptiveReadout(scores=scores, positions=read.positions, loops_used=used,
+                               halt_probs=values[policy.criterion], row_loops=input_ids.shape[0] * budget,
+                               budget=budget)
 
     def new_cache(self, loops: int | None = None) -> RavenCache:
         """An empty per-step KV cache for decoding at `loops` steps (default mean_recurrence)."""
