@@ -11,6 +11,7 @@ import logging
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -21,7 +22,10 @@ from tests.test_native_cli import MANIFEST
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.models import load_looped
-from workbench.models.native.raven_exits import CRITERIA, ZeroShotExit, exit_steps, zero_shot_read
+from workbench.models.native.raven_exits import CRITERIA, DEFAULTS, ZeroShotExit, exit_steps, zero_shot_read
+from workbench.probes import exit_rules
+from workbench.probes.common import split_rows
+from workbench.tasks import build_rows
 
 FIXTURE = Path(__file__).parent / "fixtures" / "raven"
 CHECKPOINT = FIXTURE / "checkpoint"
@@ -246,3 +250,19 @@ def test_adaptive_read_stops_each_row_where_its_criterion_says(raven, ref):
         ZeroShotExit("argmax-stability", threshold=0.5)
     with pytest.raises(WorkbenchError, match="ZeroShotExit policy"):
         looped.adaptive_read(ids, policy=object())
+
+
+def test_exit_rules_puts_the_zero_shot_exits_beside_the_post_hoc_rules():
+    looped, tok = load_looped("tiny-raven")
+    rows = build_rows("chase", [1, 2], 4, 11, alphabet=8, tokenizer=tok)
+    tables = exit_rules.run(looped, tok, rows, loops=6, rules=("kl", "stable"))
+    f = tables["exit_rules"]
+    enc = tok([r["prompt"] for r in rows], return_tensors="pt", padding=True)
+    values = looped.zero_shot(enc["input_ids"], enc["attention_mask"], loops=6)
+    rep = ~np.isin([r["row_id"] for r in rows], [r["row_id"] for r in split_rows(rows, 0.5, 0)[0]])
+    for criterion in CRITERIA:
+        row = f[f["method"] == f"zero_shot_{criterion}"]
+        assert len(row) == 1 and row["threshold"].iloc[0] == pytest.approx(DEFAULTS[criterion]), criterion
+        steps = exit_steps(values[criterion], criterion).numpy()
+        assert row["mean_loops"].iloc[0] == pytest.approx(steps[rep].mean()), criterion
+    assert {"kl", "stable", "fixed_k", "oracle"} <= set(f["method"])

@@ -363,6 +363,10 @@ class RavenLooped(NativeLoopedLM):
         with self.initial_state(init_state, init_seed):
             return super().read_final(input_ids, attention_mask, loops, positions, candidates)
 
+    def zero_shot(self, input_ids, attention_mask=None, loops=None, init_state=None, init_seed=None):
+        """Huginn's zero-shot exit criteria per step, {criterion: [batch, T]} (`raven_exits`), in one forward."""
+        return zero_shot_read(self, input_ids, attention_mask, loops, init_state, init_seed)[1]
+
     def adaptive_read(self, input_ids, attention_mask=None, *, policy, positions=None, candidates=None,
                       init_state=None, init_seed=None) -> AdaptiveReadout:
         """Each row read at the step where a zero-shot criterion (`raven_exits.ZeroShotExit`) says stop.
