@@ -20,6 +20,7 @@ from safetensors.torch import load_file
 from tests.test_cli_errors import assert_clean_error, invoke
 from tests.test_native_cli import MANIFEST
 from workbench.errors import WorkbenchError
+from workbench.generation import generate
 from workbench.loop.hooks import hook_name
 from workbench.models import load_looped
 from workbench.models.native.raven_exits import CRITERIA, DEFAULTS, ZeroShotExit, exit_steps, zero_shot_read
@@ -188,6 +189,7 @@ def test_step_counts_past_the_family_are_refused(raven, ref):
         looped(ref["a.ids"], loops=1, init_seed=-1)
 
 
+@pytest.mark.slow
 def test_probe_runs_on_tiny_raven_and_says_why_not_for_retrofit_probes(capsys, monkeypatch, tmp_path):
     out = tmp_path / "res"
     code, stdout, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", "tiny-raven", "--out", out,
@@ -266,3 +268,34 @@ def test_exit_rules_puts_the_zero_shot_exits_beside_the_post_hoc_rules():
         steps = exit_steps(values[criterion], criterion).numpy()
         assert row["mean_loops"].iloc[0] == pytest.approx(steps[rep].mean()), criterion
     assert {"kl", "stable", "fixed_k", "oracle"} <= set(f["method"])
+
+
+def test_generation_on_the_per_step_cache_equals_recomputing(raven):
+    looped, tok = raven
+    enc = tok(["the cat sat", "a"], return_tensors="pt", padding=True)
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    with torch.no_grad():
+        for T in (1, 4, 32):
+            cache = looped.new_cache(T)
+            logits = looped(ids, mask, loops=T, cache=cache).logits[:, -1]
+            seq = ids
+            for _ in range(4):
+                chosen = logits.argmax(-1, keepdim=True)
+                seq, mask_ = torch.cat([seq, chosen], 1), torch.cat([mask, torch.ones_like(chosen)], 1)
+                recomputed = looped(seq, mask_, loops=T).logits[:, -1]
+                logits = looped(chosen, mask_, loops=T, cache=cache).logits[:, -1]
+                assert _diff(logits, recomputed) <= 1e-5, T
+                mask = mask_
+            # a slot per Prelude layer, per recurrent layer per step, per Coda layer: keys and values, fp32
+            slots = 2 + 2 * T + 2
+            assert len(cache.keys) == slots
+            assert cache.nbytes() == slots * 2 * seq.numel() * 32 * 4
+            mask = enc["attention_mask"]
+    frame = generate(looped, tok, ["the cat sat", "a"], loops=[2, 32], max_new_tokens=5, stop_at_eos=False)
+    again = generate(looped, tok, ["the cat sat", "a"], loops=[2, 32], max_new_tokens=5, stop_at_eos=False,
+                     cache=False)
+    assert frame["tokens"].tolist() == again["tokens"].tolist()
+    s0 = torch.randn(1, 3, 32)
+    out = looped.generate(ids[1:, -3:], max_new_tokens=3, loops=4, init_state=s0, init_seed=5)
+    step = looped(ids[1:, -3:], loops=4, init_state=s0).logits[:, -1].argmax(-1)
+    assert int(out[0, 3]) == int(step[0]) and out.shape == (1, 6)
