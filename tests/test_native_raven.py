@@ -17,6 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from tests.test_benchmarks import bench  # noqa: F401  (the fixture)
 from tests.test_cli_errors import assert_clean_error, invoke
 from tests.test_native_cli import MANIFEST
 from workbench.errors import WorkbenchError
@@ -299,3 +300,16 @@ def test_generation_on_the_per_step_cache_equals_recomputing(raven):
     out = looped.generate(ids[1:, -3:], max_new_tokens=3, loops=4, init_state=s0, init_seed=5)
     step = looped(ids[1:, -3:], loops=4, init_state=s0).logits[:, -1].argmax(-1)
     assert int(out[0, 3]) == int(step[0]) and out.shape == (1, 6)
+
+
+@pytest.mark.slow
+def test_the_raven_benchmark_measures_captures_reruns_and_cache_growth(bench, tmp_path):  # noqa: F811
+    rec = bench("raven_overhead").main(["--quick", "--reps", "1", "--warmup", "0", "--no-progress",
+                                        "--out", str(tmp_path)])
+    r = rec["results"]
+    assert r["steps"] == 8 and r["cached_tensors"] == 4 * 8
+    assert all(v["wall"]["median"] > 0 for v in r["ratios"].values())
+    for steps, g in r["kv_cache"].items():   # tiny-raven: 2 + 2 steps x 2 + 2 slots, keys and values, d 64, fp32
+        assert g["bytes_per_token"] == (2 + 2 * steps + 2) * 2 * 64 * 4
+    assert set(r["kv_cache"]) == {4, 8}
+    assert bench("raven_overhead").huginn_bytes_per_token(32) == 132 * 2 * 5280 * 2   # 2.66 MiB a token
