@@ -313,3 +313,22 @@ def test_the_raven_benchmark_measures_captures_reruns_and_cache_growth(bench, tm
         assert g["bytes_per_token"] == (2 + 2 * steps + 2) * 2 * 64 * 4
     assert set(r["kv_cache"]) == {4, 8}
     assert bench("raven_overhead").huginn_bytes_per_token(32) == 132 * 2 * 5280 * 2   # 2.66 MiB a token
+
+
+def test_nnsight_reads_and_patches_one_step_and_the_adapter_by_name(raven, ref):
+    from nnsight import NNsight
+
+    looped, _ = raven
+    ids, s0 = ref["a.ids"], ref["a.s0"]
+    wrapped = NNsight(looped)
+    with wrapped.trace(ids, loops=4, init_state=s0):
+        adapter_in = wrapped.loop["2"].adapter.hook_in.output.save()   # in the order the forward runs them
+        s3 = wrapped.loop["3"].hook_state.output.save()
+    assert _diff(s3[0], ref["a.states"][2]) <= 1e-5 and _diff(adapter_in[0], ref["a.adapter_in"][1]) <= 1e-5
+    with wrapped.trace(ids, loops=4, init_state=s0):
+        wrapped.loop["2"].adapter.hook_out.output[:] = 0
+        logits = wrapped.output.logits.save()
+    zero = [("loop.2.adapter.hook_out", lambda x, hook: torch.zeros_like(x))]
+    with looped.hooks(fwd_hooks=zero):
+        expected = looped(ids, loops=4, init_state=s0).logits
+    assert torch.equal(logits, expected) and _diff(logits, ref["a.logits.4"]) > 1e-2
