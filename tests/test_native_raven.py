@@ -224,6 +224,12 @@ def test_bad_raven_input_on_the_command_line_is_one_line_and_writes_nothing(caps
                                                           "model (native 8; the adapter reads up to twice that)")
     code, _, err = invoke(capsys, monkeypatch, "identity", "--model", CHECKPOINT)
     assert_clean_error(code, err, "a family the workbench writes itself")
+    bare = tmp_path / "weights-only"
+    shutil.copytree(CHECKPOINT, bare, ignore=shutil.ignore_patterns("tokenizer*", "special_tokens*"))
+    code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", bare, "--out", out)
+    assert_clean_error(code, err, "has no tokenizer files (weights only)")
+    code, _, err = invoke(capsys, monkeypatch, "generate", bare, "--prompt", "the cat")
+    assert code == 2 and "has no tokenizer files (weights only)" in err.strip().splitlines()[-1]
     assert not out.exists()
 
 

@@ -48,7 +48,7 @@ from workbench.io import sha256_bytes, sha256_file
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import TINY_CONFIGS, load_base, load_looped, weights_sha256
-from workbench.models.native import native_family
+from workbench.models.native import native_family, require_tokenizer
 from workbench.places import (  # noqa: F401  (the run's file names and kind: importers keep taking them from here)
     CHECKPOINTS,
     FORMAT,
@@ -368,6 +368,7 @@ def _is_base(spec: str) -> bool:
 
 def _native(spec: str):
     looped, tok = load_looped(spec)
+    require_tokenizer(tok, spec)
     digest = weights_sha256(looped.base)
     settings = {"family": looped.family, "native_loops": looped.native_loops, "max_loops": looped.max_loops,
                 "block": [looped.a, looped.b]}

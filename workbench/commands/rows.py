@@ -137,6 +137,6 @@ def _tokenizer_and_config(spec: str):
 
 def _tokenizer(spec: str):
     from workbench.models.bases import load_tokenizer
-    from workbench.models.native import load_looped, native_family
+    from workbench.models.native import load_looped, native_family, require_tokenizer
 
-    return load_looped(spec)[1] if native_family(spec) is not None else load_tokenizer(spec)
+    return require_tokenizer(load_looped(spec)[1], spec) if native_family(spec) is not None else load_tokenizer(spec)

@@ -139,6 +139,15 @@ def _from_transformers(path: Path, spec_str: str, family: str, dtype: torch.dtyp
         return model, AutoTokenizer.from_pretrained(path)
 
 
+def require_tokenizer(tok, spec: str):
+    """`tok`, or the one-line refusal of a text command on a weights-only directory (no tokenizer files)."""
+    if tok is None:
+        raise WorkbenchError(f"model '{spec}' has no tokenizer files (weights only), so a command that reads text "
+                             "cannot run on it; add the checkpoint's tokenizer files (tokenizer.json, "
+                             "tokenizer_config.json) to the directory, or read it from Python with token ids")
+    return tok
+
+
 def default_size(model_type: str) -> dict:
     """Parameters and bf16 weight bytes of a family at transformers' config defaults (built on the meta device).
 
@@ -188,4 +197,5 @@ def _tiny(name: str, dtype: torch.dtype, tok):
     return model
 
 
-__all__ = ["FAMILIES", "TINY_NATIVE", "NativeLoopedLM", "default_size", "load_looped", "native_family"]
+__all__ = ["FAMILIES", "TINY_NATIVE", "NativeLoopedLM", "default_size", "load_looped", "native_family",
+           "require_tokenizer"]
