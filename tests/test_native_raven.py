@@ -338,3 +338,19 @@ def test_nnsight_reads_and_patches_one_step_and_the_adapter_by_name(raven, ref):
     with looped.hooks(fwd_hooks=zero):
         expected = looped(ids, loops=4, init_state=s0).logits
     assert torch.equal(logits, expected) and _diff(logits, ref["a.logits.4"]) > 1e-2
+
+
+@pytest.mark.slow
+def test_lens_agreement_reads_raven_through_its_own_final_norm_and_the_report_takes_full_agreement():
+    from workbench.plots.loop_dynamics import lens_causal_figure
+    from workbench.probes import lens_agreement
+
+    looped, tok = load_looped("tiny-raven")
+    rows = build_rows("chase", [1, 2], 4, 11, alphabet=8, tokenizer=tok)
+    tables = lens_agreement.run(looped, tok, rows, loops=4, max_causal=4)
+    assert tables["lens_agreement__identity"]["holds"].all()      # the coda lens at t = T is the model's output
+    f = tables["lens_agreement"]
+    assert set(f["lens"]) == {"logit", "coda", "tuned"} and set(f["loop"]) == {1, 2, 3, 4}
+    empty = tables["lens_agreement__causal"].iloc[0:0]
+    fig = lens_causal_figure(f, empty)
+    assert "agree on every row at every pass" in fig.layout.annotations[0].text

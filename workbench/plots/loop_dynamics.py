@@ -67,6 +67,12 @@ def lens_causal_figure(df: pd.DataFrame, causal: pd.DataFrame) -> go.Figure:
     """Where the lenses disagree: the share of spliced cells whose reading each lens predicts B's read from,
     per kind of disagreement (logit ≠ coda, or only the tuned lens differs) and splice offset j (coincidences
     left out), with 95% Wilson intervals."""
+    if causal.empty:  # the lenses agreed at every cell: no disagreement to splice (a finding, not a failure)
+        fig = go.Figure()
+        fig.add_annotation(text="the three lenses agree on every row at every pass: no cell to splice", showarrow=False,
+                           x=0.5, y=0.5, xref="paper", yref="paper")
+        fig.update_layout(title="Which lens is causal where they disagree", height=240)
+        return apply_theme(fig)
     require(causal, ["j", "coincide", *[f"carried_{x}" for x in LENSES]], "lens_agreement__causal")
     kept = causal[~causal["coincide"].astype(bool)]
     fig = go.Figure()

@@ -147,7 +147,7 @@ def check_identity(model, tokenizer, rows: list[dict], readouts: np.ndarray, T: 
 def lens_logits(model, tokenizer, rows: list[dict], states: np.ndarray, readouts: np.ndarray,
                 maps: dict) -> dict[str, np.ndarray]:
     """Returns {lens: candidate logits [E, T, C]} (NaN where the tuned lens has no map)."""
-    norm = model.base.model.norm
+    norm = model.final_norm  # the norm the head reads after, whatever the family calls it
     p = next(norm.parameters())
     E, T, _ = states.shape
     tuned = np.full_like(states, np.nan)
