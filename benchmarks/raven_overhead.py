@@ -4,8 +4,8 @@ and the per-step KV cache's growth with steps.
     .venv/bin/python benchmarks/raven_overhead.py [--steps 32] [--quick]
 
 On chase prompts, the Raven family (`workbench.models.native.raven`, random weights: `tiny-raven` scaled to
-n_embd 512, 8 heads, MLP 1536, 2 / 4 / 2 layers, about 35M parameters; `--quick`: `tiny-raven` itself), at T steps,
-interleaved in one run:
+n_embd 512, 8 heads, MLP 1536, 2 / 4 / 2 layers, 53M parameters (25M of them the embedding); `--quick`:
+`tiny-raven` itself), at T steps, interleaved in one run:
 
 - `bare`: the family's forward at T steps, no hook attached, the baseline;
 - `cached`: `run_with_cache` filtered to 4 sites at every step (`adapter.hook_in`, `hook_input`, the first

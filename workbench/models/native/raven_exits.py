@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.loop.hooks import hook_name
 
 DEFAULTS = {"kl": 1e-3, "latent-diff": 0.03, "entropy-diff": 1e-3, "argmax-stability": 5, "cosine": 1e-3}
 CRITERIA = tuple(DEFAULTS)
@@ -110,7 +111,7 @@ def zero_shot_read(looped, input_ids: torch.Tensor, attention_mask: torch.Tensor
 
     T = looped._loops(loops)
     last = torch.full((input_ids.shape[0], 1), input_ids.shape[1] - 1, device=input_ids.device)
-    hooks = [("hook_init_state", keep("s0"))] + [(f"loop.{t}.hook_state", keep("states")) for t in range(1, T + 1)]
+    hooks = [(hook_name("init_state"), keep("s0"))] + [(hook_name("state", t), keep("states")) for t in range(1, T + 1)]
     with looped.hooks(fwd_hooks=hooks):
         read = looped.read(input_ids, attention_mask, loops=T, positions=last, init_state=init_state,
                            init_seed=init_seed)
