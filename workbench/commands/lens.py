@@ -12,7 +12,8 @@ from workbench.devices import DEVICE_HELP
 from workbench.errors import WorkbenchError
 
 MODEL_HELP = ("A run directory or a shipped keeper's name (smollm2-chase), a native looped model (an Inkling2Loop "
-              "or HRM-Text directory; tiny-inkling2-loop, tiny-hrm-text), untrained:RUN_DIR or untrained:BASE:A:B, "
+              "or HRM-Text directory, a Raven/Huginn directory; tiny-inkling2-loop, tiny-hrm-text, tiny-raven), "
+              "untrained:RUN_DIR or untrained:BASE:A:B, "
               "or a base model (an HF directory, a .gguf, smollm2-135m-instruct, tiny-llama) with --block A:B.")
 
 

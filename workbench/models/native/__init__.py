@@ -84,7 +84,8 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
     """Returns `(looped, tokenizer)` for a native looped model, in eval mode, every parameter frozen.
 
     Args:
-        spec: a local Hugging Face directory of a supported family, or `tiny-inkling2-loop` / `tiny-hrm-text`.
+        spec: a local Hugging Face directory of a supported family (a Raven-format directory: its config,
+            safetensors and tokenizer read, its code never), or `tiny-inkling2-loop` / `tiny-hrm-text` / `tiny-raven`.
         dtype: parameter dtype (fp32 by default; bf16 keeps the modules transformers keeps in fp32).
         tokenizer: the tokenizer of a tiny model (its vocabulary sizes the model; the embedded default's when
             None); a directory has its own.
