@@ -14,8 +14,9 @@ stops a row at the first pass t >= t_min where its statistic crosses the thresho
     step_second  |r_t - r_{t-1}| <= threshold, r the relative step: the second difference (t >= 3)
     max_prob     max p_t >= threshold
 
-A model with its own zero-shot exits (Huginn's: `zero_shot_kl`, `zero_shot_latent-diff`, ...; see
-`workbench.models.native.raven_exits`) adds each at the reference's default threshold, read on the same rows.
+A native family with exits of its own (`own_exits`; Huginn's zero-shot exits `zero_shot_kl`,
+`zero_shot_latent-diff`, ..., `workbench.models.native.raven_exits`) adds each at its default threshold, read
+on the same rows.
 
 Each rule is swept over its grid (`grids`; by default the statistic's 5th to 95th percentiles on
 the calibration rows, k = 1..T-1 for `stable`); fixed depths k = 1..T, the oracle (the first
@@ -47,8 +48,7 @@ from workbench.analysis.headlines.exit_rules import ABOVE, RULES, headline, stop
 from workbench.analysis.stats import paired_counts
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
-from workbench.models.native.raven_exits import DEFAULTS as ZERO_SHOT
-from workbench.models.native.raven_exits import exit_steps
+from workbench.models.native.contract import NativeLoopedLM
 from workbench.probes.common import ONE_TOKEN, batches, check_loops, default_loops, require_symbols, split_rows
 from workbench.probes.halting import RULES as HEAD_RULES
 from workbench.probes.halting import THRESHOLDS as HEAD_THRESHOLDS
@@ -94,7 +94,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, rules=RULE
     for method, (rule, values) in learned.items():
         depths[method] = {float(th): head_depths(method, (rule, values), th, stats["correct"], T, t_min)
                           for th in HEAD_THRESHOLDS}
-    depths.update(zero_shot_depths(model, tokenizer, rows, T, batch_size))
+    depths.update(own_exit_depths(model, tokenizer, rows, T, batch_size))
     depths["fixed_k"] = {float(k): np.full(len(rows), k) for k in range(1, T + 1)}
     correct = stats["correct"]
     depths["oracle"] = {np.nan: np.where(correct.any(1), correct.argmax(1) + 1, 1)}
@@ -107,17 +107,17 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, rules=RULE
             "exit_rules__rows": rows_table(rows, stats, cal, T)}
 
 
-def zero_shot_depths(model, tokenizer, rows: list[dict], T: int, batch_size: int) -> dict:
-    """{"zero_shot_<criterion>": {threshold: stop step per row}} of a model with its own zero-shot exits (Huginn's,
-    `workbench.models.native.raven_exits`, at the reference's default thresholds), else {}."""
-    if not hasattr(model, "zero_shot"):
+def own_exit_depths(model, tokenizer, rows: list[dict], T: int, batch_size: int) -> dict:
+    """{method: {threshold: stop step per row}} of a native family's own exit criteria (`own_exits`: Huginn's
+    zero-shot exits at the reference's default thresholds), else {}."""
+    if not isinstance(model, NativeLoopedLM) or not model.own_exits:
         return {}
-    depth = {c: np.zeros(len(rows), dtype=int) for c in ZERO_SHOT}
+    depth = {method: np.zeros(len(rows), dtype=int) for method in model.own_exits}
     for idx, enc in batches(tokenizer, rows, batch_size, device_of(model)):
-        values = model.zero_shot(enc["input_ids"], enc["attention_mask"], loops=T)
-        for c in ZERO_SHOT:
-            depth[c][idx] = exit_steps(values[c], c).cpu().numpy()
-    return {f"zero_shot_{c}": {float(th): depth[c]} for c, th in ZERO_SHOT.items()}
+        steps = model.own_exit_steps(enc["input_ids"], enc["attention_mask"], loops=T)
+        for method in depth:
+            depth[method][idx] = steps[method].cpu().numpy()
+    return {method: {float(model.own_exits[method]): depth[method]} for method in depth}
 
 
 def statistics(scores: np.ndarray, states: np.ndarray, answer: np.ndarray) -> dict[str, np.ndarray]:

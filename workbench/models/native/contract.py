@@ -120,6 +120,14 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
         return contextlib.nullcontext(self)
 
     output_class = BaseModelOutputWithPast  # what the family's text model returns (generate reads it)
+    # the family's own exit criteria, by method name -> default threshold (Huginn's zero-shot exits); none here
+    own_exits: dict[str, float] = {}
+
+    def own_exit_steps(self, input_ids, attention_mask=None, loops: int | None = None) -> dict[str, torch.Tensor]:
+        """{method: [batch] the step (1-based) each row's own exit criterion stops it, at its default threshold}, in one
+        forward to `loops`; the exit_rules probe puts them beside the post-hoc rules. A family with `own_exits`
+        overrides it."""
+        raise WorkbenchError(f"this {self.family} model has no exit criteria of its own")
 
     # ----------------------------------------------------------------- checks
     def _check_hook_names(self, names) -> None:

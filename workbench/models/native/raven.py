@@ -36,7 +36,7 @@ from transformer_lens.hook_points import HookPoint
 from workbench.errors import WorkbenchError
 from workbench.loop.looped import AdaptiveReadout
 from workbench.models.native.contract import Carry, NativeLoopedLM, Site, hooked
-from workbench.models.native.raven_exits import CRITERIA, ZeroShotExit, exit_steps, zero_shot_read
+from workbench.models.native.raven_exits import CRITERIA, DEFAULTS, ZeroShotExit, exit_steps, zero_shot_read
 from workbench.models.native.raven_files import RavenConfig
 
 SEED_STRIDE = 1_000_003  # s_0 at position p is drawn from the generator seeded init_seed * SEED_STRIDE + p
@@ -366,6 +366,13 @@ class RavenLooped(NativeLoopedLM):
     def zero_shot(self, input_ids, attention_mask=None, loops=None, init_state=None, init_seed=None):
         """Huginn's zero-shot exit criteria per step, {criterion: [batch, T]} (`raven_exits`), in one forward."""
         return zero_shot_read(self, input_ids, attention_mask, loops, init_state, init_seed)[1]
+
+    own_exits = {f"zero_shot_{c}": th for c, th in DEFAULTS.items()}
+
+    def own_exit_steps(self, input_ids, attention_mask=None, loops=None) -> dict[str, torch.Tensor]:
+        """Where each of Huginn's zero-shot criteria stops each row, at the reference's default thresholds."""
+        values = self.zero_shot(input_ids, attention_mask, loops)
+        return {f"zero_shot_{c}": exit_steps(values[c], c) for c in CRITERIA}
 
     def adaptive_read(self, input_ids, attention_mask=None, *, policy, positions=None, candidates=None,
                       init_state=None, init_seed=None) -> AdaptiveReadout:
