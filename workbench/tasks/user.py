@@ -64,7 +64,7 @@ from workbench.tasks.reader import ANSWER_PREFIX, answer_end, answer_token_ids
 from workbench.texts import context_limit, read_json_lines
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import PretrainedConfig, PreTrainedTokenizerBase
 
 FIELDS = ("prompt", "answer", "candidates", "depth", "chain", "id", "answer_prefix", "answer_end", "meta", "corrupt")
 TASK_OPTIONS = ("seed", "depths", "per_depth")  # what a generator function may take, by keyword
@@ -91,7 +91,8 @@ class UserRows(NamedTuple):
     meta: dict
 
 
-def read_user_rows(path: str | os.PathLike, tokenizer: PreTrainedTokenizerBase, config=None) -> UserRows:
+def read_user_rows(path: str | os.PathLike, tokenizer: PreTrainedTokenizerBase,
+                   config: PretrainedConfig | None = None) -> UserRows:
     """Returns a user's JSONL file as checked manifest rows (module docstring) and their sidecar meta.
 
     Args:
