@@ -462,6 +462,27 @@ per-pass reads come on top.
     code('''from workbench.models.native import default_size
 
 pd.DataFrame([default_size("inkling2_loop_text"), default_size("hrm_text")])'''),
+    md("""
+## Ouro: a family the workbench writes itself, and its learned exit
+
+No package ships Ouro's modeling code (it sits beside the weights as remote code, never run here), so the
+workbench writes the family itself (`workbench/models/native/ouro.py`): the whole layer stack is one step,
+run 4 times, with the final norm and a learned **exit gate** after every step. Its logits at every step equal
+the reference modeling code's committed outputs (tests/test_native_ouro.py). The gate's probability
+lambda_t is a hook per step (`loop.{t}.exit.hook_prob`); a token exits at the first step whose cumulative exit
+probability reaches the config's threshold, which is `looped(ids)` with no step count. Random weights again.
+"""),
+    code('''from workbench.models.native.ouro import GateExit
+
+ouro, ouro_tok = load_looped("tiny-ouro")   # random weights: 2 layers, the stack looped 4 times
+enc = encode_prompts(ouro_tok, ["A -> C\\nB -> A\\nC -> B\\nStart at A. Apply the table 2 times.\\nAnswer:"])
+with torch.no_grad():
+    lam = ouro.exit_probabilities(enc["input_ids"], enc["attention_mask"])[0, :, -1]   # [step] at the last token
+    cdf = ouro.exit_distribution(lam[None, :, None])[0, :, 0].cumsum(0)
+    adaptive = ouro.adaptive_read(enc["input_ids"], enc["attention_mask"], policy=GateExit())
+for t in range(4):
+    print(f"step {t + 1}: exit probability {float(lam[t]):.3f}, cumulative {float(cdf[t]):.3f}")
+print(f"threshold {ouro.exit_threshold}: the last token exits at step {int(adaptive.loops_used[0])}")'''),
 ]
 
 YOUR_PROMPTS = [

@@ -29,6 +29,7 @@ class StandIn:
     no capability beyond reading, the identity logit transform. `max_loops` and `halting` are each class's own."""
 
     native_loops = None
+    halt_rule = "threshold"
     precision = "fp32"
     supports: frozenset[str] = frozenset()
     unsupported = {c: "a stand-in model only reads" for c in CAPABILITIES}

@@ -27,7 +27,7 @@ def models():
     base, _ = load_base("tiny-llama")
     return {"retrofit": retrofit(base, RetrofitConfig(block=(2, 4), max_loops=4)),
             "tiny-inkling2-loop": load_looped("tiny-inkling2-loop")[0],
-            "tiny-hrm-text": load_looped("tiny-hrm-text")[0]}
+            "tiny-hrm-text": load_looped("tiny-hrm-text")[0], "tiny-ouro": load_looped("tiny-ouro")[0]}
 
 
 def test_every_kind_of_looped_model_is_a_looped_model(models):

@@ -60,7 +60,7 @@ def test_bad_native_input_is_one_line_and_writes_nothing(capsys, monkeypatch, tm
     ouro.mkdir()
     (ouro / "config.json").write_text(json.dumps({"model_type": "ouro"}))
     code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", ouro, "--out", out)
-    assert_clean_error(code, err, "architecture 'ouro'", "trust_remote_code")
+    assert_clean_error(code, err, "holds no model.safetensors", "safetensors weights only")
     battery = tmp_path / "b.toml"
     battery.write_text(f'[battery]\nmanifest = "{MANIFEST}"\n[probes.depth_matrix]\nloops = 5\n')
     code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", saved_hrm, "--out", out, "--battery", battery)

@@ -310,8 +310,8 @@ def load_checkpoint(spec: str):
     """Returns (looped, tokenizer, info) for a run directory or an untrained retrofit.
 
     `spec` is a native looped model (`workbench.models.native`: a transformers Inkling2Loop or HRM-Text directory,
-    a Raven directory, `tiny-inkling2-loop`, `tiny-hrm-text`, `tiny-raven`; kind "native"), a run directory or a
-    shipped keeper's name (`load_run`: strictly checked) or
+    a Raven or Ouro directory, `tiny-inkling2-loop`, `tiny-hrm-text`, `tiny-raven`, `tiny-ouro`; kind "native"), a run
+    directory or a shipped keeper's name (`load_run`: strictly checked) or
     `untrained:RUN_DIR` (the run's base and architecture with fresh re-entry and untrained block,
     the control of that run) or `untrained:BASE:A:B` (a fresh split-bridge retrofit of base
     model BASE at block A:B, max_loops 16). `info` holds path, kind, provenance_sha256, support

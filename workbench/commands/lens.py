@@ -11,8 +11,8 @@ from workbench.commands.output import JSON, QUIET, Output
 from workbench.devices import DEVICE_HELP
 from workbench.errors import WorkbenchError
 
-MODEL_HELP = ("A run directory or a shipped keeper's name (smollm2-chase), a native looped model (an Inkling2Loop "
-              "or HRM-Text directory, a Raven/Huginn directory; tiny-inkling2-loop, tiny-hrm-text, tiny-raven), "
+MODEL_HELP = ("A run directory or a shipped keeper's name (smollm2-chase), a native looped model (an Inkling2Loop, "
+              "HRM-Text, Raven/Huginn or Ouro directory; tiny-inkling2-loop, tiny-hrm-text, tiny-raven, tiny-ouro), "
               "untrained:RUN_DIR or untrained:BASE:A:B, "
               "or a base model (an HF directory, a .gguf, smollm2-135m-instruct, tiny-llama) with --block A:B.")
 

@@ -15,8 +15,8 @@ from workbench.devices import DEVICE_HELP
 def probe(
     checkpoint: str = typer.Option(..., "--checkpoint", help="A run directory or a shipped keeper's name "
                                    "(smollm2-chase), a native looped model (a transformers Inkling2Loop or "
-                                   "HRM-Text directory, a Raven/Huginn directory; tiny-inkling2-loop, tiny-hrm-text, "
-                                   "tiny-raven), "
+                                   "HRM-Text directory, a Raven/Huginn or Ouro directory; tiny-inkling2-loop, "
+                                   "tiny-hrm-text, tiny-raven, tiny-ouro), "
                                    "untrained:RUN_DIR (that run's "
                                    "architecture, untrained), or untrained:BASE:A:B (e.g. "
                                    f"untrained:{EMBEDDED_DEFAULT}:10:16) for an untrained retrofit control."),

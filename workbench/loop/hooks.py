@@ -33,6 +33,7 @@ sites above that their architecture has plus their own, each family listing its 
     init_state     hook_init_state                                     Raven: s_0, the random initial state
     adapter_in     loop.{loop}.adapter.hook_in                         Raven: the adapter's input [s_{t-1}, e]
     adapter_out    loop.{loop}.adapter.hook_out                        Raven: the adapter's output (then hook_input)
+    exit_gate      loop.{loop}.exit.hook_prob                          Ouro: the exit gate's probability lambda_t [B, s]
 
 Loops count from 1 (a native model's pass or H cycle); L cycles count from 1; layers are the
 base model's own indices. attn_out and mlp_out ([B, s, d]) are the modules' own returns (self_attn's first),
@@ -75,6 +76,7 @@ SITES = {
     "init_state": "hook_init_state",
     "adapter_in": "loop.{loop}.adapter.hook_in",
     "adapter_out": "loop.{loop}.adapter.hook_out",
+    "exit_gate": "loop.{loop}.exit.hook_prob",
 }
 
 # The sites a retrofit (a LoopedLM) has; memory / halt / loops_used only with Loop Memory Attention or a halting

@@ -36,6 +36,9 @@ class LoopedModel(Protocol):
         native_loops: a native model's own pass count (what it was trained with); None for a retrofit, which
             runs any T in 1..max_loops.
         halting: the halting head, or None.
+        halt_rule: how the model's own continue probabilities (`read(...).halt_probs`) stop a row, as
+            `workbench.probes.halting.RULES` names it: "threshold" (p_t < tau, a retrofit's head) or "cdf"
+            (1 - prod_{s<=t} p_s >= tau, Ouro's learned exit).
         precision: "fp32" or "bf16" (`workbench.precision`).
         supports: the capabilities (keys of `CAPABILITIES`) the model has.
         unsupported: {capability: why this model lacks it} for every capability it lacks.
@@ -46,6 +49,7 @@ class LoopedModel(Protocol):
     max_loops: int
     native_loops: int | None
     halting: nn.Module | None
+    halt_rule: str
     precision: str
     supports: frozenset[str]
     unsupported: Mapping[str, str]

@@ -105,8 +105,10 @@ def expected_tensors(config) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
-def check_hf_weights(folder: str | Path, config) -> None:
+def check_hf_weights(folder: str | Path, config, expected: dict[str, tuple[int, ...]] | None = None) -> None:
     """Refuses a model directory whose weights do not hold the tensors its config describes (nothing allocated).
+
+    `expected` ({name: shape}) replaces `expected_tensors(config)` for a family the workbench writes itself.
 
     Raises:
         WorkbenchError: missing tensors, a shape that differs from the config's, a non-floating dtype, or
@@ -114,8 +116,8 @@ def check_hf_weights(folder: str | Path, config) -> None:
     """
     folder = Path(folder)
     found = weights_index(folder)
-    expected = expected_tensors(config)
-    prefix = expected.pop("__prefix__") + "."
+    expected = expected_tensors(config) if expected is None else dict(expected)
+    prefix = expected.pop("__prefix__", "") + "."
     for name in list(expected):  # a file saved from the base model (no "model." prefix) loads the same way
         bare = name.removeprefix(prefix)
         if name not in found and bare != name and bare in found:

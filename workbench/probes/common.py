@@ -57,8 +57,11 @@ def one_token_answers(model, rows: list[dict]) -> str | None:
 
 
 def halting_head(model, rows: list[dict]) -> str | None:
-    """`HALTING_HEAD`'s test: None when the model has a halting head, else the reason."""
-    return "the model has no halting head (retrofit with halting=True to train one)" if model.halting is None else None
+    """`HALTING_HEAD`'s test: None when the model has a halting head, else the reason (which also says where a
+    model's own learned exit, such as Ouro's gate, is read instead)."""
+    return None if model.halting is not None else (
+        "the model has no halting head (retrofit with halting=True to train one; a model's own learned exit is read "
+        "by exit_rules as 'head' and by adaptive_read)")
 
 
 FUNCTION_TABLE = Need("function-table rows", function_table_rows)   # the probe needs f

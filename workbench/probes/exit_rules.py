@@ -87,8 +87,8 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, rules=RULE
     cal_ids = {r["row_id"] for r in cal_rows}
     cal = np.array([r["row_id"] in cal_ids for r in rows])
     learned = {}
-    if "head" in passes.halt_probs:
-        learned["head"] = ("threshold", passes.halt_probs["head"])
+    if "head" in passes.halt_probs:   # the model's own: a retrofit's head, or a native family's learned exit
+        learned["head"] = (model.halt_rule, passes.halt_probs["head"])
     learned.update({n: (HEAD_RULES[objective], passes.halt_probs[n]) for n, (_, objective) in extra.items()})
     depths = sweep_depths(stats, T, t_min, list(rules), grids or {}, cal)
     for method, (rule, values) in learned.items():

@@ -8,6 +8,7 @@ or a tiny random test model. Each family is one file written to the adapter cont
 - `hrm`: transformers' HRM-Text (`hrm_text`)
 - `raven`: Huginn-0125 and every Raven-format checkpoint (`huginn_raven`), written here (no package ships it):
   its directory's config, safetensors and tokenizer are read, its modeling code never (`raven_files`)
+- `ouro`: Ouro (`ouro`), written here (`ouro_modules`): no package ships its code, and the directory's is never run
 
 The adapters hold transformers' model by reference and call its own modules; with no hook attached
 their logits are bit-identical to `AutoModelForCausalLM`'s (tests/test_native.py).
@@ -25,9 +26,11 @@ from transformers.utils import logging as hf_logging
 
 from workbench.errors import WorkbenchError, user_files
 from workbench.models.bases import load_tokenizer, torch_layers_only
+from workbench.models.native import ouro
 from workbench.models.native.contract import NativeLoopedLM
 from workbench.models.native.hrm import HrmLooped
 from workbench.models.native.inkling import InklingLooped
+from workbench.models.native.ouro import OuroLooped
 from workbench.models.native.raven import RavenLooped, load_raven, tiny_raven
 from workbench.models.native.raven_files import RavenConfig
 
@@ -37,13 +40,16 @@ FAMILIES: dict[str, type[NativeLoopedLM]] = {
     "inkling2_loop": InklingLooped,
     "hrm_text": HrmLooped,
     "huginn_raven": RavenLooped,
+    "ouro": OuroLooped,
 }
-# families written here rather than read through transformers: model_type -> directory reader
+# families written here rather than read through transformers (their directories' code is never run):
+# a raw-model reader wrapped by its FAMILIES adapter (Raven), or a module with `load(path, dtype)` and `tiny(...)`
+# returning the adapter itself (Ouro)
 OWN_READERS = {"huginn_raven": load_raven}
-# looped families without an adapter, and why (a config of one of these is refused by name)
-UNSUPPORTED = {
-    "ouro": "Ouro's modeling code loads only with trust_remote_code and no installable package ships it",
-}
+OWN = {"ouro": ouro}
+WRITTEN_HERE = frozenset(OWN_READERS) | frozenset(OWN)
+# looped families without an adapter, and why (a config of one of these is refused by name); none today
+UNSUPPORTED: dict[str, str] = {}
 TINY_SEED = 20260702
 TINY_NATIVE: dict[str, dict] = {
     # 4 layers, hidden 64: layer 0 before the loop, layers 1-2 looped 3 times, layer 3 after; both attention kinds
@@ -62,6 +68,10 @@ TINY_NATIVE: dict[str, dict] = {
     "tiny-raven": dict(
         model_type="huginn_raven", n_embd=64, n_heads=4, intermediate_size=128, block_size=1024,
         n_layers_in_prelude=2, n_layers_in_recurrent_block=2, n_layers_in_coda=2, mean_recurrence=8),
+    # 2 layers, hidden 64, the stack looped 4 times; the exit threshold reached at different steps by different tokens
+    "tiny-ouro": dict(
+        model_type="ouro", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, total_ut_steps=4, early_exit_threshold=0.6, max_position_embeddings=1024),
 }
 
 
@@ -96,6 +106,9 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
     spec_str = str(spec)
     if spec_str in TINY_NATIVE:
         tok = tokenizer if tokenizer is not None else load_tokenizer()
+        sizes = dict(TINY_NATIVE[spec_str])
+        if sizes["model_type"] in OWN:
+            return _with_pad(OWN[sizes.pop("model_type")].tiny(dtype, tok, TINY_SEED, **sizes), tok, spec_str)
         model = _tiny(spec_str, dtype, tok)
     else:
         path = Path(spec_str).expanduser()
@@ -103,6 +116,10 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
             raise WorkbenchError(f"native looped model '{spec_str}' is not a directory with config.json "
                                  f"(or one of {', '.join(TINY_NATIVE)})")
         family = _model_type(path)
+        if family in OWN:
+            with user_files(spec_str, f"an {family} checkpoint directory: config.json and safetensors weights"):
+                looped, tok = OWN[family].load(path, dtype)
+            return _with_pad(looped, tok, spec_str)
         if family not in FAMILIES:
             why = UNSUPPORTED.get(family, "it is not a looped family the workbench has an adapter for")
             raise WorkbenchError(f"model '{spec_str}' has architecture '{family}', which load_looped does not "
@@ -147,6 +164,15 @@ def require_tokenizer(tok, spec: str):
                              "cannot run on it; add the checkpoint's tokenizer files (tokenizer.json, "
                              "tokenizer_config.json) to the directory, or read it from Python with token ids")
     return tok
+def _with_pad(looped: NativeLoopedLM, tok, spec: str) -> tuple[NativeLoopedLM, object]:
+    """A family written here, ready as `load_looped` returns it: eval mode, its spec, a left-padding tokenizer."""
+    looped.eval()
+    looped.base.workbench_spec = spec
+    if tok is not None:
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        tok.padding_side = "left"
+    return looped, tok
 
 
 def default_size(model_type: str) -> dict:

@@ -51,6 +51,7 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
 
     family: str = ""
     halting = None          # no halting head
+    halt_rule = "threshold"  # how `read(...).halt_probs` stop a row, when a family has them (Ouro: "cdf")
     memory = None
     retrofit_config = None  # not a retrofit
     # what a native model offers beyond reading every pass (`workbench.models.looped.CAPABILITIES`), and why not
@@ -196,13 +197,20 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
         """
         loops, read_at, weight, gather, ctx = self._read_setup(input_ids, attention_mask, loops, positions,
                                                                candidates)
-        scores, states = [], []
+        scores, states, halts = [], [], []
         for t, carry in self._run(ctx, loops):
             scores.append(self._readout(t, carry, ctx, gather, weight))
             if return_states:
                 states.append(carry.state.gather(1, gather).float())
+            halts.append(self._continue_prob(carry, read_at))
         return LoopReadout(scores=torch.stack(scores, dim=1), positions=read_at,
-                           states=torch.stack(states, dim=1) if return_states else None)
+                           states=torch.stack(states, dim=1) if return_states else None,
+                           halt_probs=None if halts[0] is None else torch.stack(halts, dim=1).float())
+
+    def _continue_prob(self, carry: Carry, read_at: torch.Tensor) -> torch.Tensor | None:
+        """[batch] the family's own continue probability at each row's last read position, when it has a learned
+        exit (Ouro's gate); None otherwise."""
+        return None
 
     def read_final(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                    loops: int | None = None, positions: torch.Tensor | None = None,
