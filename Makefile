@@ -34,10 +34,10 @@ check: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q -m "not slow"
 
-# everything (CI): ruff, then the whole suite, slow tier included
+# everything (CI): ruff, then the whole suite, slow tier included; every test's time goes to test-durations.log
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q --durations=40
+	$(BIN)/python -m pytest -q --durations=40 --durations-log=test-durations.log
 
 clean:
-	rm -rf $(VENV) results runs
+	rm -rf $(VENV) results runs test-durations.log

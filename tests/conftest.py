@@ -1,9 +1,17 @@
-"""Shared fixtures: tiny random models built from configs (nothing downloads)."""
+"""Shared fixtures: tiny random models built from configs (nothing downloads), the tiny runs trained once per
+session, and the tiers (docs/testing.md): a tier mark implies `slow`, and a fast test may not start an interpreter."""
+
+import hashlib
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from workbench.models import load_base
+
+pytest_plugins = ["tests.durations"]   # --durations-log: `make test` writes test-durations.log
 
 TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen3")
 PROMPTS = [
@@ -32,3 +40,107 @@ def perturb(module: torch.nn.Module, scale: float = 0.05, seed: int = 0) -> None
     with torch.no_grad():
         for p in module.parameters():
             p.add_(scale * torch.randn(p.shape, generator=g))
+
+
+# --- the tiers (docs/testing.md) ---------------------------------------------------------------------------
+
+TIERS = ("specimen", "notebook", "browser", "multiprocess")
+
+
+def pytest_collection_modifyitems(items):
+    """A test in a tier is slow: `make check` (-m "not slow") leaves every tier out without naming them."""
+    for item in items:
+        if any(item.get_closest_marker(tier) for tier in TIERS) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
+
+
+def starts_an_interpreter(args) -> bool:
+    """True when a command line `args` (as Popen takes it) starts Python or the `workbench` entry point."""
+    first = args.split()[0] if isinstance(args, str) else str(list(args)[0])
+    name = Path(first).name
+    return first == sys.executable or name.startswith("python") or name in ("workbench", "accelerate", "torchrun")
+
+
+class FastTierPopen(subprocess.Popen):
+    """Popen for the fast tier: a fresh interpreter costs seconds (torch's import alone), so it fails the test."""
+
+    def __init__(self, args, *rest, **kwargs):
+        if starts_an_interpreter(args):
+            pytest.fail(f"a test outside the slow tier started a fresh interpreter ({args!r}): mark it slow "
+                        "(docs/testing.md) or run the code in this process", pytrace=False)
+        super().__init__(args, *rest, **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _fast_tests_start_no_interpreter(request, monkeypatch):
+    if request.node.get_closest_marker("slow") is None:
+        monkeypatch.setattr(subprocess, "Popen", FastTierPopen)
+
+
+# --- tiny runs, trained once per session ---------------------------------------------------------------------
+
+def tree_digest(root: Path) -> str:
+    """SHA-256 over every file under `root`: relative names and bytes, in sorted order."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+SHARED_RUNS = ("tiny_run", "finished_run")
+
+
+@pytest.fixture(autouse=True)
+def _shared_runs_unchanged(request):
+    """Fails a test by name when it changed a run the session shares (or the recipe beside it): copy it first."""
+    roots = [request.getfixturevalue(name).parent for name in SHARED_RUNS if name in request.fixturenames]
+    before = [tree_digest(root) for root in roots]
+    yield
+    changed = [str(root) for root, digest in zip(roots, before) if tree_digest(root) != digest]
+    if changed:
+        pytest.fail(f"{request.node.nodeid} wrote into the session's shared {', '.join(changed)}: copy it first "
+                    "(tests/test_cli_errors.copy_run)", pytrace=False)
+
+
+def train_tiny(root: Path, recipe: dict) -> Path:
+    """Trains the tiny recipe `recipe` under `root` (recipe.toml beside run/) and returns the run directory."""
+    import tomli_w
+
+    from workbench.train.trainer import train
+
+    (root / "recipe.toml").write_text(tomli_w.dumps(recipe))
+    train(root / "recipe.toml", out=root / "run", progress=False)
+    return root / "run"
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A finished 2-step tiny-llama run (block 2:4, max_loops 6; depth 1, then depths 1-2), trained once per
+    session: read it, or copy it to change it."""
+    from tests.training.conftest import TINY_RECIPE, merge
+
+    recipe = merge(TINY_RECIPE, {"model": {"max_loops": 6}, "eval": {"per_depth": 2},
+                                 "stages": [{"name": "a", "depths": [1], "steps": 1},
+                                            {"name": "b", "depths": [1, 2], "steps": 1}]})
+    return train_tiny(tmp_path_factory.mktemp("tiny_run"), recipe)
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory):
+    """A finished 6-step tiny run (depth 1 then depths 1-2, checkpoints every 2 steps), trained once per session;
+    its recipe is `finished_run.parent / "recipe.toml"`."""
+    from tests.training.conftest import TINY_RECIPE
+
+    return train_tiny(tmp_path_factory.mktemp("finished"), TINY_RECIPE)
+
+
+@pytest.fixture(scope="session")
+def tiny_manifest(tmp_path_factory):
+    """Chase rows at depths 1-2, two per depth, alphabet 4, on the tiny models' tokenizer."""
+    from workbench.models import load_tokenizer
+    from workbench.tasks import build_rows
+    from workbench.tasks.manifest import write_manifest
+
+    path = tmp_path_factory.mktemp("tiny_rows") / "rows.jsonl"
+    write_manifest(build_rows("chase", [1, 2], 2, 5, alphabet=4, tokenizer=load_tokenizer("tiny-llama")), path)
+    return path

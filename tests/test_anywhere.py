@@ -97,7 +97,7 @@ def test_train_probe_report_figures_from_elsewhere(capsys, monkeypatch, elsewher
     assert list((elsewhere / "figs").rglob("*.html")) and list((elsewhere / "figs").rglob("*.csv"))
 
 
-@pytest.mark.slow  # an end-to-end run: the shipped keeper on SmolLM2
+@pytest.mark.specimen  # an end-to-end run: the shipped keeper on SmolLM2
 def test_probe_names_a_shipped_keeper_and_battery_from_elsewhere(capsys, monkeypatch, elsewhere):
     """Only the identity probe, so the real model's cost stays small: the names are what is checked."""
     code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", "smollm2-chase", "--battery", "demo",
@@ -108,7 +108,7 @@ def test_probe_names_a_shipped_keeper_and_battery_from_elsewhere(capsys, monkeyp
     assert summary["battery"] == str(defaults.DATA / "probes" / "demo.toml")
 
 
-@pytest.mark.slow
+@pytest.mark.specimen
 def test_demo_from_elsewhere(tmp_path):
     """The demo as a user types it (a subprocess): the real model, the keeper and the demo battery, minutes."""
     res = subprocess.run([sys.executable, "-m", "workbench", "demo", "--skip-selection", "--out", "demo"],

@@ -63,6 +63,7 @@ def test_an_unknown_name_is_an_attribute_error():
         wb.load_basee  # noqa: B018
 
 
+@pytest.mark.slow   # a fresh interpreter: what an import pulls in is only visible from a clean start
 def test_importing_workbench_is_cheap_silent_and_typed():
     code = ("import sys, workbench; heavy = [m for m in ('torch', 'transformers', 'pandas', 'peft') if m in sys.modules]; "
             "print(','.join(heavy))")

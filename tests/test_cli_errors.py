@@ -97,33 +97,6 @@ def test_select_block_refuses_nonempty_out(capsys, monkeypatch, tmp_path):
 
 # --- run directories and manifests handed to `workbench probe` -------------------------------
 
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """A finished 2-step tiny-llama run (the trainer-test recipe, shortened)."""
-    import tomli_w
-
-    from tests.training.conftest import TINY_RECIPE, merge
-    from workbench.train.trainer import train
-
-    root = tmp_path_factory.mktemp("cli_run")
-    recipe = merge(TINY_RECIPE, {"stages": [{"name": "a", "depths": [1], "steps": 1},
-                                            {"name": "b", "depths": [1, 2], "steps": 1}]})
-    (root / "recipe.toml").write_text(tomli_w.dumps(recipe))
-    train(root / "recipe.toml", out=root / "run", progress=False)
-    return root / "run"
-
-
-@pytest.fixture(scope="module")
-def tiny_manifest(tmp_path_factory):
-    from workbench.models import load_tokenizer
-    from workbench.tasks import build_rows
-    from workbench.tasks.manifest import write_manifest
-
-    path = tmp_path_factory.mktemp("cli_rows") / "rows.jsonl"
-    write_manifest(build_rows("chase", [1, 2], 2, 5, alphabet=4, tokenizer=load_tokenizer("tiny-llama")), path)
-    return path
-
-
 def copy_run(run, tmp_path):
     import shutil
 

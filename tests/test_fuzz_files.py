@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_cli_errors import assert_clean_error, invoke, refresh_provenance, tiny_run  # noqa: F401
+from tests.test_cli_errors import assert_clean_error, invoke, refresh_provenance
 from tests.test_fuzz import GOOD_ROW  # at the top: importing it inside a @given test nests its @given
 from workbench.errors import WorkbenchError
 from workbench.models.gguf_header import read_header
@@ -154,7 +154,7 @@ VALUES = (st.none() | st.booleans() | st.integers(-2 ** 70, 2 ** 70) | st.text(m
 
 @FEW
 @given(field=st.sampled_from(FIELDS), value=VALUES, delete=st.booleans())
-def test_an_edited_retrofit_record(tiny_run, tmp_path_factory, field, value, delete):  # noqa: F811
+def test_an_edited_retrofit_record(tiny_run, tmp_path_factory, field, value, delete):
     from workbench.runs import load_run
 
     run = tmp_path_factory.mktemp("r") / "run"
@@ -178,7 +178,7 @@ def test_an_edited_retrofit_record(tiny_run, tmp_path_factory, field, value, del
 
 @FEW
 @given(name=st.sampled_from(["retrofit.json", "provenance.json"]), cut=st.floats(0.0, 0.99))
-def test_a_truncated_run_file(tiny_run, tmp_path_factory, name, cut):  # noqa: F811
+def test_a_truncated_run_file(tiny_run, tmp_path_factory, name, cut):
     from workbench.runs import load_run
 
     run = tmp_path_factory.mktemp("r") / "run"
@@ -256,7 +256,7 @@ def test_max_loops_is_refused_before_any_hook_is_allocated(max_loops):
     assert f"1..{MAX_LOOPS}" in str(exc.value)
 
 
-def test_a_prompt_longer_than_the_model_is_refused(tiny_run):  # noqa: F811
+def test_a_prompt_longer_than_the_model_is_refused(tiny_run):
     import torch
 
     from workbench.runs import load_run

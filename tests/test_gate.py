@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args, tiny_manifest, tiny_run  # noqa: F401
+from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args
 from workbench import cli
 from workbench import gate as output_gate
 from workbench.errors import WorkbenchError
@@ -185,7 +185,7 @@ def test_the_gate_takes_only_a_declared_kind_and_names_no_writers_file(tmp_path)
 
 # ----------------------------------------------------------------------------- writers that replaced user files
 @pytest.fixture
-def results(tmp_path, tiny_run, tiny_manifest):  # noqa: F811
+def results(tmp_path, tiny_run, tiny_manifest):
     """A probe results directory of the tiny run (depth_matrix only)."""
     out = tmp_path / "res"
     code = subprocess_free_probe(tiny_run, tiny_manifest, out)
@@ -264,7 +264,7 @@ def test_train_writes_only_a_new_dir_or_its_own_run(capsys, monkeypatch, tmp_pat
 
 
 def test_probe_overwrite_never_deletes_a_run_or_a_battery_inside_out(capsys, monkeypatch, tmp_path, results,
-                                                                    tiny_run, tiny_manifest):  # noqa: F811
+                                                                    tiny_run, tiny_manifest):
     run = copy_run(tiny_run, tmp_path)
     (run / OUTPUT_MARKER).write_text("{}")  # a marker does not make a run replaceable
     _refused(capsys, monkeypatch, tmp_path, *probe_args(tiny_run, tiny_manifest, run, "--overwrite"),
@@ -336,6 +336,7 @@ HOLD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow   # a second, fresh interpreter holds the directory (flock is per process)
 @pytest.mark.parametrize("holder", ["gate", "training lock"])
 def test_a_second_writer_is_refused_while_the_first_holds_out(tmp_path, holder):
     out = tmp_path / "out"
@@ -367,7 +368,8 @@ def test_the_move_is_rechecked_under_the_lock(tmp_path):
 
 
 def test_stale_staging_of_a_killed_writer_is_cleaned(tmp_path):
-    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    # a pid that was a process and is gone: a shell (milliseconds; an interpreter would take seconds) that exited
+    proc = subprocess.run(["sh", "-c", "echo $$"], capture_output=True, text=True, check=True)
     dead = int(proc.stdout)
     stale = tmp_path / f".out.tmp{dead}"
     stale.mkdir()
@@ -381,7 +383,7 @@ def test_stale_staging_of_a_killed_writer_is_cleaned(tmp_path):
 
 
 # ----------------------------------------------------------------------------- resume never loses history
-def test_resume_on_a_finished_run_or_a_keeper_is_refused(capsys, monkeypatch, tmp_path, tiny_run):  # noqa: F811
+def test_resume_on_a_finished_run_or_a_keeper_is_refused(capsys, monkeypatch, tmp_path, tiny_run):
     run = copy_run(tiny_run, tmp_path)
     before = checksums(tmp_path)
     code, _, err = invoke(capsys, monkeypatch, "train", run / "recipe.toml", "--out", run, "--resume")
@@ -396,7 +398,7 @@ def test_resume_on_a_finished_run_or_a_keeper_is_refused(capsys, monkeypatch, tm
     assert checksums(tmp_path) == before
 
 
-def test_resume_without_a_checkpoint_keeps_the_metrics(capsys, monkeypatch, tmp_path, tiny_run):  # noqa: F811
+def test_resume_without_a_checkpoint_keeps_the_metrics(capsys, monkeypatch, tmp_path, tiny_run):
     run = copy_run(tiny_run, tmp_path)
     (run / "provenance.json").unlink()  # an unfinished run killed before its first checkpoint
     shutil_rm = __import__("shutil").rmtree
@@ -652,6 +654,7 @@ def test_a_declared_kind_written_in_place_is_asked_by_every_gate_while_it_lives(
     gate_output(mine / "x", "probe", kind=RESULTS_OUTPUT).release()
 
 
+@pytest.mark.slow   # a fresh interpreter: what an import pulls in is only visible from a clean start
 def test_the_places_are_declared_before_any_gate_whatever_is_imported():
     """A fresh interpreter that imports the gate alone (and so `workbench/__init__`) has the run and the sweep
     registered, without torch: a user's script that gates an output before importing any writer still asks both."""

@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
 
 
@@ -252,6 +254,7 @@ def test_the_native_adapters_stand_on_the_bases_and_the_loop_only():
         assert not sorted(d for d in found if d.startswith(outside)), name
 
 
+@pytest.mark.slow   # a fresh interpreter: what an import pulls in is only visible from a clean start
 def test_the_cli_starts_without_the_model_stack():
     """`workbench --help` imports every command module; none may pull in torch, transformers or pandas."""
     code = ("import sys, workbench.cli; heavy = [m for m in ('torch', 'transformers', 'pandas', 'scipy', 'plotly') "

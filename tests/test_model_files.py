@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args, tiny_manifest, tiny_run  # noqa: F401
+from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args
 from workbench.errors import WorkbenchError
 from workbench.models import load_base
 from workbench.models.weights_check import read_safetensors_index
@@ -87,8 +87,8 @@ def _refresh(run, name):
 
 
 @pytest.mark.parametrize("bad", ["nan", "inf", "pickle"])
-def test_a_run_with_non_finite_or_unreadable_tensors_is_refused(capsys, monkeypatch, tmp_path, tiny_run,  # noqa: F811
-                                                                 tiny_manifest, bad):  # noqa: F811
+def test_a_run_with_non_finite_or_unreadable_tensors_is_refused(capsys, monkeypatch, tmp_path, tiny_run,
+                                                                 tiny_manifest, bad):
     run = copy_run(tiny_run, tmp_path)
     weights = run / "trainable.safetensors"
     if bad == "pickle":

@@ -134,7 +134,7 @@ def _outputs(nb) -> list:
     return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
 
 
-@pytest.mark.slow
+@pytest.mark.notebook
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_top_to_bottom(name, executed):
     nb = executed(name)
@@ -156,7 +156,7 @@ def test_notebook_runs_top_to_bottom(name, executed):
     assert nb.metadata["kernelspec"] == committed["kernelspec"]
 
 
-@pytest.mark.slow
+@pytest.mark.notebook
 @pytest.mark.parametrize("name", NAMES)
 def test_every_figure_output_carries_offline_html_and_a_png(name, executed):
     """Viewers that read only text/html or image/png (nbconvert, static renderers) see each figure;
@@ -207,7 +207,8 @@ def drawn_html_figures(browser: Browser, page: Path, expected: int, timeout: flo
     return state
 
 
-@pytest.mark.slow
+@pytest.mark.notebook
+@pytest.mark.browser
 def test_nbconvert_html_draws_every_figure_offline(executed, browser, tmp_path):
     paths = executed.all()
     env = _isolated_env(tmp_path / "jupyter")
@@ -300,7 +301,8 @@ POINT_AT_FIGURES = """(() => {{
 }})()"""
 
 
-@pytest.mark.slow
+@pytest.mark.notebook
+@pytest.mark.browser
 def test_jupyterlab_opens_every_notebook_unmodified_and_draws_every_figure(executed, browser, tmp_path):
     started = time.monotonic()
     root = tmp_path / "root"

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args, tiny_manifest, tiny_run  # noqa: F401
+from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args
 from workbench.gate import OUTPUT_MARKER
 
 
@@ -18,8 +18,8 @@ def tree(path):
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
-def test_overwrite_refuses_a_directory_the_workbench_did_not_write(  # noqa: F811
-        capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):  # noqa: F811
+def test_overwrite_refuses_a_directory_the_workbench_did_not_write(
+        capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
     out = tmp_path / "out"
     out.mkdir()
     (out / "keep.txt").write_text("mine")
@@ -30,7 +30,7 @@ def test_overwrite_refuses_a_directory_the_workbench_did_not_write(  # noqa: F81
     assert tree(out) == {"keep.txt": b"mine"}
 
 
-def test_overwrite_replaces_results_the_workbench_wrote(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):  # noqa: F811
+def test_overwrite_replaces_results_the_workbench_wrote(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
     out = tmp_path / "out"
     code, _, err = invoke(capsys, monkeypatch, *probe_args(tiny_run, tiny_manifest, out))
     assert code == 0, err
@@ -45,7 +45,7 @@ def test_overwrite_replaces_results_the_workbench_wrote(capsys, monkeypatch, tmp
 
 
 @pytest.mark.parametrize("where", ["the run", "its parent"])
-def test_overwrite_never_replaces_the_checkpoint_being_read(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest,  # noqa: F811
+def test_overwrite_never_replaces_the_checkpoint_being_read(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest,
                                                             where):
     run = copy_run(tiny_run, tmp_path)
     (run / OUTPUT_MARKER).write_text("{}")  # even a directory that claims to be workbench output
@@ -56,7 +56,7 @@ def test_overwrite_never_replaces_the_checkpoint_being_read(capsys, monkeypatch,
     assert tree(tmp_path) == before
 
 
-def test_overwrite_never_replaces_the_manifest_being_read(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):  # noqa: F811
+def test_overwrite_never_replaces_the_manifest_being_read(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
     rows = tmp_path / "rows" / "rows.jsonl"
     rows.parent.mkdir()
     shutil.copy(tiny_manifest, rows)
@@ -87,7 +87,7 @@ def test_rows_refuses_an_existing_manifest_unless_overwrite(capsys, monkeypatch,
     assert json.loads((tmp_path / "r.manifest.json").read_text())["meta"]["seed"] == 2
 
 
-def test_figures_takes_only_complete_results(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):  # noqa: F811
+def test_figures_takes_only_complete_results(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
     """A staging directory a killed probe left, or a directory without summary.json, is not a result."""
     monkeypatch.chdir(tmp_path)
     code, _, err = invoke(capsys, monkeypatch, *probe_args(tiny_run, tiny_manifest, tmp_path / "results" / "good"))

@@ -87,16 +87,3 @@ def test_a_bf16_battery_runs_identity_in_fp32_first(tiny_run, tmp_path):
     assert summary["probes"]["identity"]["checkpoint_self"] == 0.0
 
 
-@pytest.fixture
-def tiny_run(tmp_path):
-    import tomli_w
-
-    from workbench.train.trainer import train
-
-    recipe = {"name": "tiny", "seed": 3, "model": {"base": "tiny-llama", "block": "2:4", "max_loops": 4},
-              "task": {"alphabet": 4}, "optim": {"lr": 1e-3, "batch_size": 4}, "guardrail": {"enabled": False},
-              "eval": {"every": 1000, "per_depth": 2, "depths": [1, 2]}, "checkpoint": {"every": 100},
-              "stages": [{"name": "a", "depths": [1], "steps": 1}]}
-    (tmp_path / "recipe.toml").write_text(tomli_w.dumps(recipe))
-    train(tmp_path / "recipe.toml", out=tmp_path / "run", progress=False)
-    return tmp_path / "run"

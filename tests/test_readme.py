@@ -75,8 +75,8 @@ def test_every_line_of_the_cli_tour_is_run_here_or_named_slow():
     assert sum(line.startswith(QUICK) for line in lines) == len(QUICK)
 
 
-@pytest.mark.parametrize("line", [pytest.param(line, marks=pytest.mark.slow) if "smollm2-135m" in line else line
-                                  for line in tour() if line.startswith(QUICK)])   # 135M in a fresh process: 16 s
+@pytest.mark.slow   # a fresh `workbench` process each (the 135M model in one: 16 s); in-process: test_cli_output.py
+@pytest.mark.parametrize("line", [line for line in tour() if line.startswith(QUICK)])
 def test_the_quick_cli_lines_run_as_written(line, tmp_path):
     argv = shlex.split(line)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -98,7 +98,7 @@ CAPITALS = [("France", "Paris"), ("Italy", "Rome"), ("Germany", "Berlin"), ("Spa
             ("Egypt", "Cairo"), ("Greece", "Athens"), ("Norway", "Oslo")]
 
 
-@pytest.mark.slow   # four processes load the keeper (135M): about 95 s quiet, the probe's default battery most of it
+@pytest.mark.specimen   # four processes load the keeper (135M): about 95 s quiet, the probe's default battery most of it
 def test_the_own_prompts_lines_run_as_written_and_say_what_the_paragraph_says(tmp_path):
     """The lines of "Your own prompts", in order, in an empty directory holding the capitals.jsonl the comment
     describes; the paragraph's reading (' Paris' ranked 0 at loop 1, 82 at loop 4) is what `lens` prints."""

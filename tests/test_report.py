@@ -105,7 +105,7 @@ def parse_dom(dom: str) -> PlotDivs:
     return p
 
 
-@pytest.mark.slow  # the browser: reads the page headless Chromium rendered
+@pytest.mark.browser  # the browser: reads the page headless Chromium rendered
 def test_report_embeds_plotly_once_and_one_div_per_figure(results, page):
     assert page == results / "report.html"
     text = page.read_text()
@@ -157,7 +157,7 @@ def element_text(dom: str, element_id: str) -> str:
 RAW_JSON = re.compile(r"""[{\[]\s*["']|["']\s*:\s*[{\["'\d]""")  # {"key": ..., ["a", ...
 
 
-@pytest.mark.slow  # the browser: headless Chromium
+@pytest.mark.browser  # the browser: headless Chromium
 def test_headline_section_in_headless_chromium_holds_the_declared_headlines(page, tmp_path):
     """Rendered by Chromium: every probe's sentence and every number (label, value [interval], n), no raw JSON."""
     run = browse(page, tmp_path, "--dump-dom")
@@ -175,7 +175,7 @@ def test_headline_section_in_headless_chromium_holds_the_declared_headlines(page
     assert RAW_JSON.search('x\t{"rows": 56, "matrix": {"1": {"1": 1.0}') is not None  # the check can fail
 
 
-@pytest.mark.slow  # the browser: reads the page headless Chromium rendered
+@pytest.mark.browser  # the browser: reads the page headless Chromium rendered
 def test_every_figure_has_a_caption(page):
     caption = {**captions(), "block_selection": BLOCK_SELECTION_CAPTION}
     keys = [figure_key(b) for bs in figures().values() for b in bs] + ["block_selection", "identity"]
@@ -242,7 +242,7 @@ def test_control_side_by_side_with_paired_tests(tmp_path):
     assert text.count("<p class='side'>this specimen</p>") == len(drawn_twice) == len(set(drawn_twice)) >= 2
 
 
-@pytest.mark.slow  # the browser: headless Chromium
+@pytest.mark.browser  # the browser: headless Chromium
 def test_report_renders_every_figure_in_headless_chromium(page, tmp_path):
     run = browse(page, tmp_path, "--dump-dom")
     assert run.returncode == 0, run.stderr[-2000:]
@@ -260,7 +260,7 @@ def test_report_renders_every_figure_in_headless_chromium(page, tmp_path):
     assert png.startswith(b"\x89PNG") and int.from_bytes(png[16:20], "big") == 1400
 
 
-@pytest.mark.slow  # the browser: headless Chromium
+@pytest.mark.browser  # the browser: headless Chromium
 def test_the_error_sentinel_catches_a_broken_script(page, tmp_path):
     """The check above can fail: a script that throws is reported in #js-errors."""
     broken = tmp_path / "broken.html"

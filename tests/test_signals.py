@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 import tomli_w
 
-from tests.test_cli_errors import invoke, tiny_run  # noqa: F401
+from tests.test_cli_errors import invoke
 from tests.test_cli_output import start_on_a_terminal
 from tests.training.conftest import TINY_RECIPE, merge
 
-pytestmark = pytest.mark.slow  # end-to-end runs: real `workbench` subprocesses started, then interrupted mid-run
+pytestmark = pytest.mark.multiprocess  # end-to-end runs: real `workbench` subprocesses started, then interrupted mid-run
 
 
 def start(*args, cwd, ignore_sigint=False):
@@ -60,7 +60,7 @@ def many_rows(tmp_path_factory):
     return path
 
 
-def test_sigterm_during_probe_leaves_nothing(tmp_path, tiny_run, many_rows):  # noqa: F811
+def test_sigterm_during_probe_leaves_nothing(tmp_path, tiny_run, many_rows):
     out = tmp_path / "res"
     proc = start("probe", "--checkpoint", tiny_run, "--rows", many_rows, "--only", "depth_matrix", "--out", out,
                  cwd=tmp_path)
@@ -70,7 +70,7 @@ def test_sigterm_during_probe_leaves_nothing(tmp_path, tiny_run, many_rows):  # 
     assert list(tmp_path.iterdir()) == [], "a staging directory or partial results were left"
 
 
-def test_sigterm_during_probe_keeps_the_previous_results(tmp_path, tiny_run, many_rows):  # noqa: F811
+def test_sigterm_during_probe_keeps_the_previous_results(tmp_path, tiny_run, many_rows):
     out = tmp_path / "res"
     done = subprocess.run([sys.executable, "-m", "workbench", "probe", "--checkpoint", tiny_run, "--rows", many_rows,
                            "--only", "depth_matrix", "--out", out], capture_output=True, text=True, cwd=tmp_path)
@@ -129,7 +129,7 @@ def test_the_console_script_passes_the_status_through():
     assert res.returncode == 2 and res.stderr.startswith("error: model '/no/model' does not exist")
 
 
-def test_a_full_disk_is_one_line_and_leaves_no_staging(capsys, monkeypatch, tmp_path, tiny_run):  # noqa: F811
+def test_a_full_disk_is_one_line_and_leaves_no_staging(capsys, monkeypatch, tmp_path, tiny_run):
     """The battery's writer fails as on a full disk: exit 1, one line, no staging directory, no results."""
     import errno
 

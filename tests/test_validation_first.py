@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args, tiny_manifest, tiny_run  # noqa: F401
+from tests.test_cli_errors import assert_clean_error, invoke, probe_args
 from tests.test_gate import checksums
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,7 +36,7 @@ def test_bad_recipe_values_are_one_line_before_any_file(capsys, monkeypatch, tmp
 
 
 @pytest.mark.parametrize("what", ["recipe", "battery"])
-def test_non_utf8_files_are_one_line(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest, what):  # noqa: F811
+def test_non_utf8_files_are_one_line(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest, what):
     bad = tmp_path / "bad.toml"
     bad.write_bytes(b'name = "\xff\xfe"\n')
     before = checksums(tmp_path)
@@ -47,13 +47,13 @@ def test_non_utf8_files_are_one_line(capsys, monkeypatch, tmp_path, tiny_run, ti
     assert checksums(tmp_path) == before
 
 
-def test_probe_seed_is_checked_before_any_probe(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):  # noqa: F811
+def test_probe_seed_is_checked_before_any_probe(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
     code, _, err = invoke(capsys, monkeypatch, *probe_args(tiny_run, tiny_manifest, tmp_path / "out"), "--seed", "-1")
     assert_clean_error(code, err, "--seed")
     assert list(tmp_path.iterdir()) == []
 
 
-def test_symlink_loops_as_checkpoint_or_out(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):  # noqa: F811
+def test_symlink_loops_as_checkpoint_or_out(capsys, monkeypatch, tmp_path, tiny_run, tiny_manifest):
     (tmp_path / "a").symlink_to(tmp_path / "b")
     (tmp_path / "b").symlink_to(tmp_path / "a")
     before = checksums(tmp_path)
@@ -139,7 +139,7 @@ def test_a_full_disk_during_a_checkpoint_write_is_one_line_exit_1(capsys, monkey
     assert not list((tmp_path / "run" / "checkpoints").glob("*")) if (tmp_path / "run").exists() else True
 
 
-def test_manifest_rows_without_a_prompt_are_refused_before_the_model(capsys, monkeypatch, tmp_path, tiny_run):  # noqa: F811
+def test_manifest_rows_without_a_prompt_are_refused_before_the_model(capsys, monkeypatch, tmp_path, tiny_run):
     from workbench.tasks.manifest import sidecar_path, summarize
 
     rows = tmp_path / "rows.jsonl"

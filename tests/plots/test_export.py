@@ -57,7 +57,7 @@ def test_figure_data_is_the_numbers_drawn(tables):
     assert list(diag["x"]) == list(diag["y"]) == list(range(1, 9))
 
 
-@pytest.mark.slow  # the browser: static export runs Chromium through kaleido
+@pytest.mark.browser  # the browser: static export runs Chromium through kaleido
 def test_export_pdf_and_svg_with_csv(results, tmp_path):
     spec = [FigureSpec("frontier", 3.5, 2.6), FigureSpec("depth_matrix", 7.0, 3.2)]
     pdf = export_figures([results], fmt="pdf", out=tmp_path, spec=spec[:1])
@@ -129,7 +129,7 @@ def test_spec_file_and_errors(tmp_path):
         export_figures([], fmt="pdf")
 
 
-@pytest.mark.slow  # the browser: static export runs Chromium through kaleido
+@pytest.mark.browser  # the browser: static export runs Chromium through kaleido
 def test_figures_command_writes_png_from_the_spec(results, tmp_path):
     app = typer.Typer()
     app.command()(figures_command)

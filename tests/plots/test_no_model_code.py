@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import synthetic
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,6 +40,7 @@ print(json.dumps({"torch": "torch" in sys.modules, "loaded": heavy[:20], "report
 """
 
 
+@pytest.mark.slow   # a fresh interpreter: what an import pulls in is only visible from a clean start
 def test_rendering_a_results_directory_imports_no_torch_and_no_model_code(tmp_path):
     # written here, not in the fresh interpreter: the synthetic loop-dynamics tables come from the probes' own
     # table functions (tests/plots/synthetic.py)

@@ -41,7 +41,7 @@ def kaleido_server():
     kaleido.stop_sync_server(silence_warnings=True)
 
 
-@pytest.mark.slow  # the browser: kaleido renders the PNG in Chromium
+@pytest.mark.browser  # the browser: kaleido renders the PNG in Chromium
 def test_the_bundle_holds_the_mime_type_html_and_png(kaleido_server):
     renderer = notebook.WorkbenchRenderer()
     bundle = renderer.to_mimebundle(_fig("a </script> title"))
@@ -74,7 +74,7 @@ def test_an_error_that_is_not_the_browsers_is_raised_and_keeps_pngs_on(monkeypat
     assert not renderer._state["png_broken"]
 
 
-@pytest.mark.slow  # the browser: headless Chromium
+@pytest.mark.browser  # the browser: headless Chromium
 @pytest.mark.parametrize("order", ["bundle first", "bundle last"])
 def test_the_html_draws_every_figure_in_chromium(order, tmp_path):
     """Figures whose script runs before plotly.js has loaded wait for it (a cell run out of order)."""

@@ -29,21 +29,3 @@ def tiny_looped():
     for p in looped.parameters():
         p.requires_grad_(False)
     return looped, tok
-
-
-@pytest.fixture(scope="module")
-def tiny_run(tmp_path_factory):
-    """A finished 2-step tiny-llama run directory (block 2:4, max_loops 6)."""
-    import tomli_w
-
-    from workbench.train.trainer import train
-
-    root = tmp_path_factory.mktemp("run")
-    recipe = {"name": "tiny", "seed": 3, "model": {"base": "tiny-llama", "block": "2:4", "max_loops": 6},
-              "task": {"alphabet": 4}, "optim": {"lr": 1e-3, "batch_size": 4},
-              "eval": {"every": 1000, "per_depth": 2, "depths": [1, 2]}, "checkpoint": {"every": 100},
-              "guardrail": {"enabled": False},  # a random tiny model's arithmetic moves by chance
-              "stages": [{"name": "a", "depths": [1], "steps": 1}, {"name": "b", "depths": [1, 2], "steps": 1}]}
-    (root / "recipe.toml").write_text(tomli_w.dumps(recipe))
-    train(root / "recipe.toml", out=root / "run", progress=False)
-    return root / "run"

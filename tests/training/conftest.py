@@ -40,14 +40,3 @@ def write_recipe(tmp_path):
         return str(path)
 
     return write
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    """A finished 6-step tiny run (depth 1 then depths 1-2, checkpoints every 2 steps)."""
-    from workbench.train.trainer import train
-
-    root = tmp_path_factory.mktemp("finished")
-    (root / "recipe.toml").write_text(tomli_w.dumps(TINY_RECIPE))
-    train(root / "recipe.toml", out=root / "run", progress=False)
-    return root / "run"

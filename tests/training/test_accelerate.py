@@ -25,7 +25,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.mark.slow  # an end-to-end run: two training processes over gloo
+@pytest.mark.multiprocess  # an end-to-end run: two training processes over gloo
 @pytest.mark.timeout(600)
 def test_two_gloo_processes_match_one_process(write_recipe, tmp_path):
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent))

@@ -52,7 +52,7 @@ def train_records(run) -> list[dict]:
     return [r for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "train"]
 
 
-@pytest.mark.slow   # two training processes per preset (about 13 s each on a quiet 2-core machine; zero2 ~100 s loaded)
+@pytest.mark.multiprocess   # two training processes per preset (about 13 s each on a quiet 2-core machine; zero2 ~100 s loaded)
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("preset", ["ddp", "fsdp2", "zero2"])
 def test_two_processes_under_a_preset_match_one_and_load_strictly(one_process, preset):
@@ -78,7 +78,7 @@ def test_two_processes_under_a_preset_match_one_and_load_strictly(one_process, p
     assert json.loads((root / preset / "provenance.json").read_text())["base_unchanged"] is True
 
 
-@pytest.mark.slow
+@pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_zero2_records_the_gradients_and_movement_one_process_records(one_process):
     """grad_norm, grad_rms and move_rms per group, and the liveness reading, come from the FULL gradients and the
@@ -108,7 +108,7 @@ def test_zero2_records_the_gradients_and_movement_one_process_records(one_proces
             torch.testing.assert_close(b[k], a[k], rtol=1e-4, atol=1e-7, msg=k)
 
 
-@pytest.mark.slow
+@pytest.mark.multiprocess
 @pytest.mark.timeout(600)
 def test_zero2_resumes_from_its_checkpoint_where_the_uninterrupted_run_ends(one_process):
     root = one_process
@@ -192,7 +192,7 @@ for step, (use_b, use_c2) in enumerate([(False, True), (True, True), (True, Fals
 """
 
 
-@pytest.mark.slow   # one process with DeepSpeed's engine (about 50 s loaded: its import and start-up)
+@pytest.mark.multiprocess   # one process with DeepSpeed's engine (about 50 s loaded: its import and start-up)
 @pytest.mark.timeout(300)
 def test_zero2_skips_an_untouched_group_as_adamw_does_and_refuses_a_partly_touched_one(tmp_path):
     """A toy with three groups against plain per-tensor AdamW, bit for bit: group b gets no gradient on step 1 (no

@@ -10,7 +10,7 @@ import pytest
 KEEPER = Path(__file__).resolve().parents[2] / "training" / "keepers" / "smollm2-chase"
 
 
-@pytest.mark.slow
+@pytest.mark.specimen
 def test_keeper_loads_and_reproduces_its_held_out_accuracy():
     from workbench.runs import base_sha256, load_run
     from workbench.tasks.chase import chase_rows

@@ -52,7 +52,7 @@ def workbench_train(*args):
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.slow  # an end-to-end run: a training subprocess killed, then resumed
+@pytest.mark.multiprocess  # an end-to-end run: a training subprocess killed, then resumed
 def test_sigkill_during_a_checkpoint_save_then_resume(finished_run, tmp_path):
     recipe = finished_run / "recipe.toml"
     run = tmp_path / "run"

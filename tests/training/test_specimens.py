@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MANIFEST = ROOT / "probes" / "chase_n8_d1-7.jsonl"
 
 
-@pytest.mark.slow
+@pytest.mark.specimen
 @pytest.mark.parametrize("specimen, depth, n", [("smollm2-chase-s2", 3, 64), ("smollm2-chase", 5, 64),
                                                  ("smollm2-chase-s3", 4, 16), ("smollm2-chase-s2-seed2", 3, 16),
                                                  ("smollm2-chase-s6", 7, 16)])
@@ -39,7 +39,7 @@ def test_a_specimen_rereads_its_committed_depth_matrix(specimen, depth, n):
     assert rows_sha256(read_manifest(MANIFEST).rows).startswith("5771be8a9457")  # the rows the arms battery read
 
 
-@pytest.mark.slow
+@pytest.mark.specimen
 @pytest.mark.parametrize("specimen, kind", [("smollm2-chase-direct", "direct"), ("smollm2-chase-scratchpad", "scratchpad")])
 def test_a_dense_control_rereads_its_committed_final_answers(specimen, kind):
     """Depths 3 and 7 (past the direct arm's reach, and the deepest the scratchpad writes) read again from the
@@ -62,7 +62,7 @@ def test_a_dense_control_rereads_its_committed_final_answers(specimen, kind):
         assert int(got[got["depth"] == d]["correct"].sum()) == round(64 * record["accuracy_by_depth"][str(d)])
 
 
-@pytest.mark.slow
+@pytest.mark.specimen
 def test_the_halting_specimen_rereads_its_heads_continue_probabilities():
     """The keeper's oracle-distilled head (Stage 2, committed tensors: the head, a delta on the keeper's adapter and bridge)
     gives the committed continue probability at every loop on 16 rows, and the ACT / PonderNet runs hold the same
@@ -91,7 +91,7 @@ def test_the_halting_specimen_rereads_its_heads_continue_probabilities():
         assert all(heads[k].equal(v) for k, v in keeper.items())
 
 
-@pytest.mark.slow
+@pytest.mark.specimen
 @pytest.mark.parametrize("specimen", ["smollm2-state-query-plain", "smollm2-state-query-plain-long"])
 def test_the_state_query_plain_arm_rereads_its_committed_loop_accuracy(specimen):
     """The memory-vs-plain claim on state tracking reads `loops/loop_accuracy.parquet`: 16 rows of depth 5 (past
@@ -111,7 +111,7 @@ def test_the_state_query_plain_arm_rereads_its_committed_loop_accuracy(specimen)
     assert len(got) == 16 * 8 and (got["predicted"] == got["predicted_committed"]).all()
 
 
-@pytest.mark.slow
+@pytest.mark.specimen
 def test_the_park_model_rereads_its_committed_overshoot_cells():
     """The Stage 1 model the park-* ledger rows read (issue 33 item 3): 8 rows per overshoot depth (1-3), read again
     from the committed tensors to loop d + 5, give the committed predictions and classes (park / iterate / other),
@@ -135,7 +135,7 @@ def test_the_park_model_rereads_its_committed_overshoot_cells():
         assert (decidable["predicted"] == decidable["park_symbol"]).mean() >= 0.5
 
 
-@pytest.mark.slow
+@pytest.mark.specimen
 def test_the_park_mix_model_rereads_its_committed_depth_matrix():
     """The depth-mix park model the park-* halting rows read (issue 44 item 1): 8 rows of a parked depth (2) and of
     an iterated one (6), read again from the committed tensors to 7 loops, give the committed predictions; over

@@ -27,7 +27,7 @@ def _lines(path: Path) -> list[dict]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-@pytest.mark.slow
+@pytest.mark.specimen
 @pytest.mark.parametrize("name, steps", [("smollm2-chase-full-block", 3), ("smollm2-chase-memory", 62),
                                          ("smollm2-state-query-memory", 62),
                                          # a Stage 2 block-selection run (its sweep commits no tensors)

@@ -1,0 +1,68 @@
+"""`--durations-log=PATH`: every test's time (set-up, call and tear-down together), slowest first, under a header
+that names the CPU, the torch threads and the load average at the start and the end (a loaded machine's timings
+are not a quiet one's). `make test` writes test-durations.log; docs/testing.md reads its table from one."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+
+def pytest_addoption(parser):
+    parser.addoption("--durations-log", metavar="PATH", default=None,
+                     help="write every test's duration, slowest first, with the machine and its load, to PATH")
+
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else what `platform` knows."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def load() -> str:
+    return "{:.2f} {:.2f} {:.2f}".format(*os.getloadavg()) if hasattr(os, "getloadavg") else "unknown"
+
+
+class DurationsLog:
+    """Adds up each test's phases as pytest reports them, and writes the table when the session ends."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.outcome: dict[str, str] = {}
+        self.started = time.time()
+        self.load_at_start = load()
+
+    def pytest_runtest_logreport(self, report):
+        self.seconds[report.nodeid] += report.duration
+        if report.when == "call" or report.outcome != "passed":
+            self.outcome[report.nodeid] = report.outcome
+
+    def pytest_sessionfinish(self, session, exitstatus):
+        import torch
+
+        rows = sorted(self.seconds.items(), key=lambda kv: -kv[1])
+        header = [f"cpu: {cpu_name()} ({os.cpu_count()} cores); torch threads {torch.get_num_threads()}; "
+                  f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
+                  f"load average at start {self.load_at_start}, at end {load()}",
+                  f"{len(rows)} tests, {sum(self.seconds.values()):.1f} s in tests, "
+                  f"{time.time() - self.started:.1f} s wall; exit status {int(exitstatus)}",
+                  "", f"{'seconds':>9}  outcome  test"]
+        lines = [f"{s:9.2f}  {self.outcome.get(node, 'passed'):<7}  {node}" for node, s in rows]
+        self.path.write_text("\n".join(header + lines) + "\n")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    path = config.getoption("--durations-log")
+    if path:
+        config.pluginmanager.register(DurationsLog(Path(path)), "durations-log")

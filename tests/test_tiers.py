@@ -1,0 +1,75 @@
+"""The test tiers are what docs/testing.md says: the marks pyproject registers are its table's rows, in order, and
+each tier is in use and implies `slow`, so `make check` (-m "not slow") leaves every tier out."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import tomllib
+
+from tests import conftest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def registered() -> list[str]:
+    """The marker names pyproject.toml registers for pytest, in order."""
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    assert "--strict-markers" in options["addopts"]  # a misspelled tier would otherwise be a new, empty one
+    return [m.split(":")[0] for m in options["markers"]]
+
+
+def documented() -> list[str]:
+    """The marks in docs/testing.md's tier table (its rows that open with a backquoted name)."""
+    text = (ROOT / "docs" / "testing.md").read_text()
+    table = text[text.index("| mark |"):]
+    table = table[:table.index("\n\n")]
+    return re.findall(r"^\| `(\w+)` \|", table, re.M)
+
+
+def test_the_registered_marks_are_the_documented_tiers():
+    assert registered() == documented() == ["slow", *conftest.TIERS]
+
+
+def test_make_check_leaves_the_slow_tier_out_and_make_test_logs_durations():
+    makefile = (ROOT / "Makefile").read_text()
+    check = makefile[makefile.index("\ncheck:"):makefile.index("\ntest:")]
+    test = makefile[makefile.index("\ntest:"):makefile.index("\nclean:")]
+    assert '-m "not slow"' in check
+    assert '-m "' not in test and "--durations-log=test-durations.log" in test
+
+
+@pytest.mark.parametrize("tier", conftest.TIERS)
+def test_each_tier_marks_some_test(tier):
+    used = [p for p in (ROOT / "tests").rglob("test_*.py") if f"pytest.mark.{tier}" in p.read_text()]
+    assert used, f"no test is marked {tier}: drop the tier or mark the tests that need it"
+
+
+class Item:
+    """The part of a pytest item that the tier hook reads and writes."""
+
+    def __init__(self, *marks: str):
+        self.marks = list(marks)
+
+    def get_closest_marker(self, name):
+        return name if name in self.marks else None
+
+    def add_marker(self, mark):
+        self.marks.append(mark.name)
+
+
+def test_a_tier_mark_implies_slow_and_a_fast_test_stays_fast():
+    items = [Item(tier) for tier in conftest.TIERS] + [Item("slow", "browser"), Item(), Item("parametrize")]
+    conftest.pytest_collection_modifyitems(items)
+    assert [i.marks for i in items] == [[t, "slow"] for t in conftest.TIERS] + [["slow", "browser"], [],
+                                                                               ["parametrize"]]
+
+
+@pytest.mark.parametrize("args, starts", [
+    (["/usr/bin/python3", "-c", "pass"], True), ("python -m workbench --help", True),
+    ([Path("/venv/bin/workbench"), "probe"], True), (["accelerate", "launch", "x.py"], True),
+    (["git", "describe"], False), (["sh", "-c", "echo $$"], False), ("chromium --headless", False)])
+def test_the_fast_tier_knows_an_interpreter_when_it_starts_one(args, starts):
+    assert conftest.starts_an_interpreter(args) is starts
