@@ -8,10 +8,15 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import settings
 
 from workbench.models import load_base
 
 pytest_plugins = ["tests.durations"]   # --durations-log: `make test` writes test-durations.log
+
+# hypothesis's default deadline (200 ms an example) is a wall-clock assertion: a loaded machine fails it
+settings.register_profile("workbench", deadline=None)
+settings.load_profile("workbench")
 
 TINY = ("tiny-llama", "tiny-qwen2", "tiny-qwen3")
 PROMPTS = [

@@ -1,11 +1,10 @@
 """Base-model loading: tiny configs, HF directories, GGUF files, the embedded default, errors."""
 
-import time
-
 import pytest
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.models import bases
 from workbench.models.bases import embedded_gguf_path, load_base, weights_sha256
 
 
@@ -60,11 +59,11 @@ def test_embedded_default_found_through_metadata():
 
 
 @pytest.mark.slow
-def test_embedded_default_loads_from_cache_fast():
+def test_embedded_default_loads_from_cache_fast(monkeypatch):
     load_base("smollm2-135m-instruct")  # dequantizes once if the cache is cold
-    start = time.perf_counter()
+    # fast is from the safetensors cache: counted as no second dequantization, not timed (a loaded machine is slow)
+    monkeypatch.setattr(bases, "_load_gguf", lambda *args: pytest.fail("the GGUF was dequantized again"))
     model, tok = load_base("smollm2-135m-instruct")
-    assert time.perf_counter() - start < 3.0
     assert model.config.num_hidden_layers == 30 and model.config.hidden_size == 576
     # The 4-bit checkpoint, dequantized, still knows its facts at the next token.
     for prompt, expected in [("The capital of France is", " Paris"), ("One, two, three, four,", " five")]:

@@ -73,3 +73,10 @@ def test_a_tier_mark_implies_slow_and_a_fast_test_stays_fast():
     (["git", "describe"], False), (["sh", "-c", "echo $$"], False), ("chromium --headless", False)])
 def test_the_fast_tier_knows_an_interpreter_when_it_starts_one(args, starts):
     assert conftest.starts_an_interpreter(args) is starts
+
+
+def test_no_example_of_a_property_test_has_a_deadline():
+    """Hypothesis times each example (200 ms by default): under load that is a wall-clock assertion."""
+    from hypothesis import settings
+
+    assert settings.default.deadline is None and settings().deadline is None
