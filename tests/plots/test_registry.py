@@ -29,14 +29,21 @@ def test_every_probe_result_has_figures_with_unique_names():
             assert find_builder(figure_key(b)) == (result, b)
 
 
+def stated_rank(name: str) -> tuple[int, str]:
+    """Where PROBE_ORDER puts probe `name`: its place there, or after all of them, by name."""
+    return (PROBE_ORDER.index(name) if name in PROBE_ORDER else len(PROBE_ORDER), name)
+
+
 def test_one_order_lists_the_probes_their_headlines_and_their_sections():
     """The probe order is stated once (`workbench.defaults.PROBE_ORDER`): the probes, their headline modules and
     their sections are each found by name and listed in it. A name left in it after its probe is gone (or misspelt)
     would be skipped without a word."""
     assert len(PROBE_ORDER) == len(set(PROBE_ORDER)) and [n for n in PROBE_ORDER if n not in PROBES] == []
-    assert list(PROBES) == probe_order(PROBES)  # the named ones in PROBE_ORDER, then any other by name
-    for found in (HEADLINE_MODULES, SECTION_MODULES):  # a headline or a section of its own is optional
-        assert set(found) <= set(PROBES) and list(found) == [n for n in PROBES if n in found]
+    # held to PROBE_ORDER itself, not to `probe_order` (which built all three): the named ones first, then any other
+    # by name; a helper that listed them in another order would otherwise agree with itself
+    assert list(PROBES)[:len(PROBE_ORDER)] == list(PROBE_ORDER)
+    for found in (PROBES, HEADLINE_MODULES, SECTION_MODULES):  # a headline or a section of its own is optional
+        assert set(found) <= set(PROBES) and list(found) == sorted(found, key=stated_rank)
     # after the block selection and its Stage 2 (the report's own sections)
     assert list(section_heads())[:2] == ["block_selection", "stage2"] and list(section_heads())[2:] == list(SECTION_MODULES)
     assert list(figures()) == [n for n in SECTION_MODULES if n != "identity"]
@@ -44,6 +51,12 @@ def test_one_order_lists_the_probes_their_headlines_and_their_sections():
     # probe it does not name may have neither (its report section and figure are its table's: table_section)
     assert [n for n in HEADLINE_MODULES if n in PROBE_ORDER] == [n for n in SECTION_MODULES if n in PROBE_ORDER] == list(
         PROBE_ORDER)
+
+
+def test_probe_order_puts_the_named_probes_first_and_a_new_one_after_them_by_name():
+    """Every shipped probe is named in PROBE_ORDER, so the tail (a probe it does not name) is checked here."""
+    names = {"zeta_probe", "splice", "alpha_probe", "identity", "depth_matrix"}
+    assert probe_order(names) == ["identity", "depth_matrix", "splice", "alpha_probe", "zeta_probe"]
 
 
 def test_a_plots_module_declares_sections_by_probe_name(tmp_path):
