@@ -214,11 +214,8 @@ def _known_keys():
     return [k.replace("stages.N.", "stages.0.") for k in known_keys()]
 
 
-@pytest.mark.slow   # 80 generated recipes (5.2 s quiet); tests/test_cli_errors.py keeps a bad recipe key fast
-@FUZZ
-@given(key=st.sampled_from(_known_keys()), value=toml_scalars)
-def test_a_wrong_value_in_any_recipe_key_is_refused_before_any_file(tmp_path_factory, monkeypatch, key, value):
-    root = tmp_path_factory.mktemp("set")
+def _train_with(root: Path, monkeypatch, item: str) -> tuple[str, str]:
+    """The outcome of `workbench train RECIPE --set item` in the sandbox under `root`, stopped at the gate."""
     inputs = _sandbox(root)
     real = REAL_INIT  # not gate.Gate.__init__: a previous example's patch is still in place
 
@@ -228,11 +225,9 @@ def test_a_wrong_value_in_any_recipe_key_is_refused_before_any_file(tmp_path_fac
 
     monkeypatch.setattr(gate.Gate, "__init__", stop_at_the_gate)
     before = checksums(root)
-    outcome, _ = _run(["train", str(inputs["recipe"]), "--out", str(root / "new"), "--set", f"{key}={value}"])
-    assert outcome in ("accepted", "refused")  # a valid value reaches the gate; no traceback either way
-    assert checksums(root) == before
-    if not _declared(key, parse_override(f"{key}={value}")[1]):
-        assert outcome == "refused", (key, value)   # what the key's declaration refuses never reaches the gate
+    outcome, message = _run(["train", str(inputs["recipe"]), "--out", str(root / "new"), "--set", item])
+    assert checksums(root) == before, (item, outcome, message)  # refused or accepted, nothing written before the gate
+    return outcome, message
 
 
 def _declared(key: str, value) -> bool:
@@ -246,6 +241,26 @@ def _declared(key: str, value) -> bool:
     except ValidationError:
         return False
     return True
+
+
+@pytest.mark.slow   # 80 generated recipes (5.2 s quiet); tests/test_cli_errors.py keeps a bad recipe key fast
+@FUZZ
+@given(key=st.sampled_from(_known_keys()), value=toml_scalars)
+def test_a_value_its_key_declares_wrong_is_refused_in_one_line_before_any_file(tmp_path_factory, monkeypatch, key,
+                                                                                value):
+    outcome, message = _train_with(tmp_path_factory.mktemp("set"), monkeypatch, f"{key}={value}")
+    assert outcome in ("accepted", "refused"), (key, value)  # the gate is reached or the recipe refused, one line
+    if not _declared(key, parse_override(f"{key}={value}")[1]):  # what its declaration refuses never reaches the gate
+        assert outcome == "refused" and key in message, (key, value, outcome, message)
+
+
+@pytest.mark.parametrize("item", [
+    "optim.lr=-1.0", "sampler.mean=0.5", "halting.lr=0.0", "halting.objective='nonsense'", "train.precision='fp8'",
+    "guardrail.every=-1", "stages.0.steps=true", "model.max_loops='four'", "halting.act_cost=-5.0",
+    "halting.margin=-1e9", "sampler.max=-3", "task.surface='nonsense'"])
+def test_an_out_of_range_recipe_value_is_refused_in_one_line_before_any_file(tmp_path, monkeypatch, item):
+    outcome, message = _train_with(tmp_path, monkeypatch, item)
+    assert outcome == "refused" and item.split("=")[0] in message, (outcome, message)
 
 
 DAMAGE = st.one_of(st.binary(max_size=80), json_values.map(lambda v: json.dumps(v).encode()),
