@@ -13,9 +13,10 @@ import pytest
 from workbench.train.trainer import train
 
 
-@pytest.mark.slow  # an end-to-end run: real training on SmolLM2
+@pytest.mark.slow  # an end-to-end run: 300 real training steps of the random tiny-llama (batch 32)
 @pytest.mark.timeout(600)
 def test_depth_one_training_lowers_loss_and_lifts_loop_one_accuracy(write_recipe, tmp_path):
+    """The recipe is tests/training/conftest.py's TINY_RECIPE: the base trained here is tiny-llama, not SmolLM2."""
     # All six layers looped and trainable (a tiny random model needs the capacity to learn an
     # in-context lookup); N = 4 symbols: chance 0.25, and "anything but the start" scores 1/3.
     recipe = write_recipe(model={"block": "0:6", "max_loops": 2},
@@ -24,6 +25,7 @@ def test_depth_one_training_lowers_loss_and_lifts_loop_one_accuracy(write_recipe
                           checkpoint={"every": 1000},
                           stages=[{"name": "depth-1", "depths": [1], "steps": 300}])
     summary = train(recipe, out=tmp_path / "real", progress=False)
+    assert json.loads((tmp_path / "real" / "retrofit.json").read_text())["base"]["spec"] == "tiny-llama"
     before, after = summary["before"]["1"]["1"], summary["after"]["1"]["1"]
     losses = [json.loads(x)["loss"] for x in (tmp_path / "real" / "metrics.jsonl").read_text().splitlines()
               if '"train"' in x]
