@@ -43,14 +43,16 @@ def fresh(zero: bool):
     return looped, tok
 
 
-def plant(model, loop: int, layer: int, write):
+def plant(model, loop: int, layer: int, write, positions=None):
     """A permanent hook: loop `loop`'s MLP output of `layer` gains write(sum over positions of the layer's input)
-    at the last position. The input is what the layer itself receives (a torch pre-hook on the layer, so a patch
-    at the hook point before it is seen); the layer runs once per loop, and its MLP right after its input."""
+    at the last position (over `positions` only, when given). The input is what the layer itself receives (a torch
+    pre-hook on the layer, so a patch at the hook point before it is seen); the layer runs once per loop, and its
+    MLP right after its input."""
     seen = {}
 
     def keep(module, args, kwargs):
-        seen["x"] = args[0] if args else kwargs["hidden_states"]
+        x = args[0] if args else kwargs["hidden_states"]
+        seen["x"] = x if positions is None else x[:, positions]
 
     def add(x, hook):
         x = x.clone()
@@ -148,6 +150,28 @@ def test_the_exact_grid_finds_the_planted_write(tok, chase3, no_cache):
     line = patching.headline(tables)
     assert line["steps_at_their_loop"].value == 1 and line["steps_at_their_loop"].n == 3   # step 3 only: fails
     assert "mlp output of layer 3 at loop 3 (read positions)" in line.sentence
+
+
+def test_the_steps_table_finds_each_step_at_the_loop_that_reads_it(tok, chase3, no_cache):
+    """A planted lookup that enters step by step: loop t writes into the read position a function of the tokens of
+    the table line step t reads (one row, so its lines lie at fixed positions). An entry edited at step k then
+    first reaches the read position's state at loop k: patching that state with the clean one recovers none of the
+    margin before loop k and all of it from loop k on; the headline counts the three steps at their loops."""
+    rows = [chase3[0]] * DEPTH                           # one row, its entry edited at steps 1, 2, 3 in turn
+    pairs, _ = patching.corrupt_pairs(tok, rows, corruptions=("entry",))
+    lines = {p.step: p.positions["edited"] for p in pairs}
+    assert sorted(lines) == [1, 2, 3]
+    model, _ = fresh(zero=True)
+    for t in (1, 2, 3):
+        plant(model, t, 3, linear_write(model.config.hidden_size, seed=t), positions=lines[t])
+    tables = patching.run(model, tok, rows, corruptions=("entry",))
+    steps = tables["patching__steps"].set_index(["step", "loop"])["recovered"]
+    for k in (1, 2, 3):
+        for t in (1, 2, 3):
+            assert steps[(k, t)] == pytest.approx(1.0 if t >= k else 0.0, abs=1e-4), (k, t)
+    assert patching.first_recovering(tables["patching__steps"]) == {1: 1, 2: 2, 3: 3}
+    line = patching.headline(tables)
+    assert line["steps_at_their_loop"].value == 3 and line["steps_at_their_loop"].n == 3
 
 
 def test_the_gradient_map_agrees_on_a_linear_write_and_is_flagged_on_a_saturated_one(tok, chase3, no_cache):
