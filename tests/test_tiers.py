@@ -80,3 +80,18 @@ def test_no_example_of_a_property_test_has_a_deadline():
     from hypothesis import settings
 
     assert settings.default.deadline is None and settings().deadline is None
+
+
+def test_the_durations_log_lists_every_test_slowest_first_with_the_machine(tmp_path):
+    from types import SimpleNamespace
+
+    from tests.durations import DurationsLog
+
+    log = DurationsLog(tmp_path / "durations.log")
+    for node, when, seconds, outcome in [("a", "setup", 0.5, "passed"), ("a", "call", 1.0, "passed"),
+                                         ("b", "call", 3.0, "failed"), ("a", "teardown", 0.25, "passed")]:
+        log.pytest_runtest_logreport(SimpleNamespace(nodeid=node, when=when, duration=seconds, outcome=outcome))
+    log.pytest_sessionfinish(None, 1)
+    head, _, table = (tmp_path / "durations.log").read_text().partition("\n\n")
+    assert head.startswith("cpu: ") and "load average at start" in head and "2 tests, 4.8 s in tests" in head
+    assert table.splitlines()[1:] == ["     3.00  failed   b", "     1.75  passed   a"]
