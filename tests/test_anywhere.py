@@ -5,8 +5,6 @@ repository's files, naming the shipped files by name.
 """
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -106,14 +104,3 @@ def test_probe_names_a_shipped_keeper_and_battery_from_elsewhere(capsys, monkeyp
     summary = json.loads((elsewhere / "keeper" / "summary.json").read_text())
     assert summary["checkpoint"]["path"] == str(defaults.KEEPERS / "smollm2-chase")
     assert summary["battery"] == str(defaults.DATA / "probes" / "demo.toml")
-
-
-@pytest.mark.specimen
-def test_demo_from_elsewhere(tmp_path):
-    """The demo as a user types it (a subprocess): the real model, the keeper and the demo battery, minutes."""
-    res = subprocess.run([sys.executable, "-m", "workbench", "demo", "--skip-selection", "--out", "demo"],
-                         capture_output=True, text=True, cwd=tmp_path)
-    assert res.returncode == 0, res.stderr[-3000:]
-    headline = json.loads((tmp_path / "demo" / "demo.json").read_text())
-    assert headline["identity_max_abs_diff"] == 0.0 and "depth_matrix" in headline["probes"]
-    assert (tmp_path / "demo" / "probe" / "report.html").is_file()

@@ -11,6 +11,7 @@ def workbench(*args, cwd=None):
     return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, cwd=cwd)
 
 
+@pytest.mark.slow   # a fresh interpreter; tests/test_imports.py checks --help's imports in one too
 def test_help_lists_commands():
     res = workbench("--help")
     assert res.returncode == 0
@@ -61,17 +62,17 @@ def test_identity_on_the_embedded_default():
         in res.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow   # the one `workbench demo` end to end: the 135M model, a training, the demo battery, minutes
 def test_demo_trains_a_short_run_probes_it_and_writes_the_report(tmp_path):
-    """`workbench demo --train-steps` end to end: the default recipe for 3 steps, identity, battery, report."""
-    import json
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
+    """`workbench demo --train-steps` as a user types it, from a folder outside the repository (every default
+    resolves from the package): the default recipe for 3 steps, identity, the demo battery, the report. The keeper
+    path (no --train-steps) shares everything after the training; tests/test_anywhere.py probes the shipped keeper
+    with the demo battery by name and tests/test_signals.py starts that path and stops it."""
     out = tmp_path / "demo"
-    res = workbench("demo", "--skip-selection", "--train-steps", "3", "--out", str(out), cwd=root)
+    res = workbench("demo", "--skip-selection", "--train-steps", "3", "--out", str(out), cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"report: {out / 'probe' / 'report.html'}" in res.stdout
+    assert (out / "probe" / "report.html").is_file()
     headline = json.loads((out / "demo.json").read_text())
     assert headline["identity_max_abs_diff"] == 0.0 and "selection" not in headline
     summary = json.loads((out / "probe" / "summary.json").read_text())
