@@ -2,6 +2,7 @@
 session, and the tiers (docs/testing.md): a tier mark implies `slow`, and a fast test may not start an interpreter."""
 
 import hashlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -61,7 +62,10 @@ def pytest_collection_modifyitems(items):
 
 def starts_an_interpreter(args) -> bool:
     """True when a command line `args` (as Popen takes it) starts Python or the `workbench` entry point."""
-    first = args.split()[0] if isinstance(args, str) else str(list(args)[0])
+    if isinstance(args, (str, bytes, os.PathLike)):  # one program, or a shell line
+        first = os.fsdecode(args).split()[0]
+    else:
+        first = os.fsdecode(list(args)[0])
     name = Path(first).name
     return first == sys.executable or name.startswith("python") or name in ("workbench", "accelerate", "torchrun")
 

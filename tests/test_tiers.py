@@ -70,6 +70,7 @@ def test_a_tier_mark_implies_slow_and_a_fast_test_stays_fast():
 @pytest.mark.parametrize("args, starts", [
     (["/usr/bin/python3", "-c", "pass"], True), ("python -m workbench --help", True),
     ([Path("/venv/bin/workbench"), "probe"], True), (["accelerate", "launch", "x.py"], True),
+    (Path("/usr/bin/python3.12"), True), (b"python", True),
     (["git", "describe"], False), (["sh", "-c", "echo $$"], False), ("chromium --headless", False)])
 def test_the_fast_tier_knows_an_interpreter_when_it_starts_one(args, starts):
     assert conftest.starts_an_interpreter(args) is starts
