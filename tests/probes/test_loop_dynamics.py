@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
+import torch
 
 from tests.probes.planted import ContractionMachine, LensMachine, ScriptedMachine
 from workbench.analysis.headlines.dynamics import state_rows
@@ -56,6 +60,39 @@ def test_an_orbit_is_marginal_and_an_expansion_drifts(tok, rows, mode, cls, rate
     if mode == "rotate":   # consecutive steps of a rotation turn by its angle
         a = tables["dynamics"]["angle_deg"].dropna()
         assert np.allclose(a, math.degrees(0.3), rtol=1e-6)
+
+
+class DoublingMachine(ContractionMachine):
+    """The expansion with its fixed point at 0: every block layer's state is 2^t v, so its norm doubles each step."""
+
+    def __init__(self):
+        super().__init__("expand", expand=2.0)
+
+    def fixed_point(self, layer):
+        return torch.zeros(self.D, dtype=torch.float64)
+
+
+def test_a_state_that_doubles_each_step_reads_norm_growth_two(tok, rows):
+    tables = dynamics.run(DoublingMachine(), tok, rows[:4], loops=6, heads=False)
+    f = tables["dynamics"]
+    assert f[f["loop"] == 1]["norm_growth"].isna().all()          # no state before the first pass
+    later = f[f["loop"] > 1]
+    assert len(later) == 4 * 2 * 5 and (later["norm_growth"] == 2.0).all()
+    for _, r in f.iterrows():   # ||h_t|| = 2^t |v|, v = the row's planted offset (dims 0-1)
+        assert r["norm"] == pytest.approx(2.0 ** r["loop"] * f[(f["row_id"] == r["row_id"]) & (f["loop"] == 1)]
+                                          ["norm"].iloc[0] / 2.0, rel=1e-12)
+    assert set(dynamics.summarize(tables)["state_norm_growth_by_loop"].values()) == {2.0}
+
+
+def test_a_committed_table_without_the_norm_columns_reads_unchanged():
+    """A battery written before `norm` / `norm_growth` existed summarises to exactly what it committed."""
+    run = Path(__file__).parents[2] / "training/keepers/smollm2-chase-park-codes/battery"
+    tables = {name: pd.read_parquet(run / f"{name}.parquet") for name in ("dynamics", "dynamics__rows",
+                                                                          "dynamics__heads")}
+    assert "norm" not in tables["dynamics"]
+    committed = json.loads((run / "summary.json").read_text())["probes"]["dynamics"]
+    committed.pop("wall_s")   # the battery adds the probe's wall time beside its summary
+    assert json.loads(json.dumps(dynamics.summarize(tables))) == committed
 
 
 def test_the_classification_rule_and_bad_options():

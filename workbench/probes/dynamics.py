@@ -8,6 +8,8 @@ the state h_t):
     rel_step    ||h_{t+1} - h_t|| / ||h_t||                      (t = 1..T-1)
     angle_deg   angle between the steps h_t - h_{t-1} and h_{t+1} - h_t   (t = 2..T-1)
     dist_last   ||h_t - h_T|| / ||h_T||, the distance to the last pass's state
+    norm        ||h_t||, the state's norm
+    norm_growth ||h_t|| / ||h_{t-1}||, the norm's growth over one step   (t = 2..T)
 
 and per head the Jensen-Shannon divergence (nats) between the read position's attention rows of
 consecutive passes t and t+1 (`attn.hook_pattern`; eager attention; skipped with `heads=False`
@@ -27,7 +29,8 @@ are all zero is settling (rho = 0). A row whose depth is not given (depth 0, a u
 `workbench.tasks.user`) is classed from pass 1 (t0 = 1) and its passes' past_depth is None.
 
 Tables:
-    dynamics: row_id, depth, layer, loop, rel_step, angle_deg, dist_last, past_depth, beyond_support
+    dynamics: row_id, depth, layer, loop, rel_step, angle_deg, dist_last, norm, norm_growth, past_depth,
+        beyond_support (norm and norm_growth are new: a table written before them reads without them)
     dynamics__rows: row_id, depth, layer, t0, rate, last_rel_step, cls — `layer` the block layer; the
         state's class is the last block layer's
     dynamics__heads: loop (t: passes t and t+1), layer, head, js_mean, js_max, n
@@ -114,20 +117,29 @@ def layer_tables(rows: list[dict], h: np.ndarray, layer: int, band: float,
     angle = np.degrees(np.arccos(np.clip(cos, -1, 1)))
     angle[(s[:, 1:] == 0) | (s[:, :-1] == 0)] = np.nan
     dist = np.linalg.norm(h - h[:, -1:], axis=-1) / np.maximum(norm[:, -1:], 1e-30)
+    growth = norm_growth(norm)
     records, per_row = [], []
     for r, row in enumerate(rows):
         d = row["depth"]
         for t in range(1, T + 1):
             records.append((row["row_id"], d, layer, t, rel[r, t - 1] if t < T else np.nan,
-                            angle[r, t - 2] if 2 <= t < T else np.nan, dist[r, t - 1], t > d if d >= 1 else None,
+                            angle[r, t - 2] if 2 <= t < T else np.nan, dist[r, t - 1], norm[r, t - 1],
+                            growth[r, t - 2] if t >= 2 else np.nan, t > d if d >= 1 else None,
                             support is not None and t > support))
         t0 = max(1, min(d, T - 2))   # a depth not given (0): from pass 1
         rate = contraction_rate(s[r], t0)
         per_row.append((row["row_id"], d, layer, t0, rate, float(rel[r, -1]), classify(rate, band)))
     return (pd.DataFrame.from_records(records, columns=["row_id", "depth", "layer", "loop", "rel_step", "angle_deg",
-                                                        "dist_last", "past_depth", "beyond_support"]),
+                                                        "dist_last", "norm", "norm_growth", "past_depth",
+                                                        "beyond_support"]),
             pd.DataFrame.from_records(per_row, columns=["row_id", "depth", "layer", "t0", "rate", "last_rel_step",
                                                         "cls"]))
+
+
+def norm_growth(norm: np.ndarray) -> np.ndarray:
+    """||h_t|| / ||h_{t-1}|| [R, T-1] from the state norms [R, T]; inf where a zero state grows, nan where it stays 0."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return norm[:, 1:] / norm[:, :-1]
 
 
 def heads_table(js: dict[int, np.ndarray]) -> pd.DataFrame:
@@ -149,10 +161,14 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     f = tables["dynamics"]
     state = f[f["layer"] == f["layer"].max()]
     steps = {str(int(t)): round(float(v), 4) for t, v in state.groupby("loop")["rel_step"].mean().dropna().items()}
+    # a table written before the norm columns reads as it did, without the key
+    growth = ({"state_norm_growth_by_loop": {str(int(t)): round(float(v), 4)
+                                             for t, v in state.groupby("loop")["norm_growth"].mean().dropna().items()}}
+              if "norm_growth" in state else {})
     h = tables.get("dynamics__heads")
     heads = {str(int(t)): round(float(v), 5) for t, v in h.groupby("loop")["js_mean"].mean().items()} \
         if h is not None and len(h) else {}
-    return {"per_layer": per_layer, "state_rel_step_by_loop": steps, "head_js_by_loop": heads,
+    return {"per_layer": per_layer, "state_rel_step_by_loop": steps, **growth, "head_js_by_loop": heads,
             "headline": headline(tables).to_dict()}
 
 
