@@ -308,6 +308,31 @@ def test_generation_on_the_per_step_cache_equals_recomputing(raven):
     assert int(out[0, 3]) == int(step[0]) and out.shape == (1, 6)
 
 
+def test_the_library_generation_decodes_from_the_given_initial_state():
+    """`workbench.generation.generate` (the CLI's path) takes each prompt's s_0: the same s_0 gives the same text,
+    cached or recomputed and as `looped.generate` unpadded; another s_0 changes it."""
+    looped, tok = load_looped("tiny-raven")
+    prompts = ["the cat sat", "a"]                   # "a" is left padded in the batch
+    lengths = [len(tok(p)["input_ids"]) for p in prompts]
+    g = torch.Generator().manual_seed(0)
+    s0, other = ([torch.randn(n, looped.config.n_embd, generator=g) for n in lengths] for _ in range(2))
+    kw = {"loops": [2, 4], "max_new_tokens": 6, "stop_at_eos": False}
+    first = generate(looped, tok, prompts, init_state=s0, **kw)
+    again = generate(looped, tok, prompts, init_state=[s.clone() for s in s0], cache=False, **kw)
+    assert first["tokens"].tolist() == again["tokens"].tolist()
+    for i, p in enumerate(prompts):
+        ids = torch.tensor([tok(p)["input_ids"]])
+        alone = looped.generate(ids, max_new_tokens=6, loops=2, init_state=s0[i][None])[0, lengths[i]:]
+        assert first[(first["prompt_index"] == i) & (first["loops"] == 2)]["tokens"].iloc[0] == alone.tolist()
+    moved = generate(looped, tok, prompts, init_state=other, **kw)
+    assert all(a != b for a, b in zip(first["tokens"], moved["tokens"]))
+    with pytest.raises(WorkbenchError, match=r"init_state of prompt 2 has shape \(2, 64\)"):
+        generate(looped, tok, prompts, init_state=[s0[0], torch.zeros(2, 64)], **kw)
+    base, base_tok = load_looped("tiny-ouro")
+    with pytest.raises(WorkbenchError, match="has none"):
+        generate(base, base_tok, prompts, init_seed=3, **kw)
+
+
 @pytest.mark.slow
 def test_the_raven_benchmark_measures_captures_reruns_and_cache_growth(bench, tmp_path):  # noqa: F811
     rec = bench("raven_overhead").main(["--quick", "--reps", "1", "--warmup", "0", "--no-progress",

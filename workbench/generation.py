@@ -15,6 +15,11 @@ count 1..max_loops. `cache=False` recomputes the whole sequence each token (the 
 cached path is tested against: the same tokens, logits within 1e-4). Loop counts past the one a
 model was trained at are the same weights applied again (docs/analyses.md, "Passes past the
 trained count").
+
+A family whose loop starts from a random initial state (Raven's s_0) takes it per prompt:
+`init_state=` gives each prompt's s_0 ([its tokens, d]) and `init_seed=` seeds the positions it does not
+give (the new tokens', and every position's when no state is given), so two generations with the same
+s_0 agree, cached or recomputed.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from tqdm.auto import tqdm
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.lenses import check_prompts  # one rule for prompts, lens and generate alike
+from workbench.loop.positions import position_ids
 from workbench.tasks.reader import encode_prompts
 from workbench.texts import check_fits, context_limit
 
@@ -119,7 +125,9 @@ def eos_ids(model, tokenizer) -> list[int]:
 def generate(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBase, prompts: Sequence[str] | str,
              loops: Sequence[int] | int | None = None, max_new_tokens: int = 32, sample: bool = False,
              temperature: float = 1.0, top_k: int | None = None, seed: int = 0, cache: bool = True,
-             stop_at_eos: bool = True, batch_size: int = 8, progress: bool = False) -> pd.DataFrame:
+             stop_at_eos: bool = True, batch_size: int = 8, progress: bool = False,
+             init_state: Sequence[torch.Tensor] | torch.Tensor | None = None,
+             init_seed: int | None = None) -> pd.DataFrame:
     """Continues every prompt under each loop count: one row per (prompt, loops), the columns of the module docstring.
 
     Args:
@@ -133,12 +141,16 @@ def generate(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBas
         cache: decode on a KV cache (every retrofit and native model has one); False recomputes the sequence.
         stop_at_eos: a row stops at the model's end-of-sequence token; otherwise it runs max_new_tokens.
         batch_size: prompts decoded together.
+        init_state: a family with a random initial state (Raven): each prompt's s_0, [its tokens, d] (a list,
+            or one [prompts, tokens, d] tensor when the prompts are as long).
+        init_seed: that family's seed for the s_0 of the positions `init_state` does not give.
     Returns:
         DataFrame with columns prompt_index, prompt, loops, text, tokens, n_tokens, cached, stopped; `attrs` holds
         the settings and, for a native model, its `native_loops`.
     Raises:
         WorkbenchError: no or an empty prompt, a loop count outside 1..max_loops, a bad setting, a prompt that
-            with max_new_tokens is longer than the model's positions; all before any model work.
+            with max_new_tokens is longer than the model's positions, an initial state the model has none of or
+            of the wrong shape; all before any model work.
     """
     prompts = check_prompts(prompts)
     asked = check_loops(model, loops)
@@ -149,6 +161,7 @@ def generate(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBas
         raise WorkbenchError(f"prompt {empty + 1} encodes to no tokens")
     check_fits([n + max_new_tokens for n in lengths], context_limit(tokenizer, model.config),
                extra=f" with max_new_tokens={max_new_tokens}", fix="give a shorter prompt or fewer new tokens")
+    states = check_init_state(model, init_state, init_seed, lengths)
     use_cache = bool(cache)
     stops = eos_ids(model, tokenizer) if stop_at_eos else []
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else (stops[0] if stops else 0)
@@ -163,8 +176,10 @@ def generate(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBas
                 generator = torch.Generator(device=device).manual_seed(seed)
             for group in groups:
                 enc = encode_prompts(tokenizer, [prompts[i] for i in group])
+                start = InitialState(model, init_seed, _left_padded([states[i] for i in group], enc.input_ids.shape[1])
+                                     if states is not None else None)
                 rows = _decode(model, enc.input_ids.to(device), enc.attention_mask.to(device), T, max_new_tokens,
-                               use_cache, stops, pad, sample, temperature, top_k, generator, bar)
+                               use_cache, stops, pad, sample, temperature, top_k, generator, bar, start)
                 for i, row in zip(group, rows):
                     found[(i, T)] = row
     finally:
@@ -183,11 +198,59 @@ def generate(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBas
     return frame
 
 
-def _decode(model, ids, mask, T, n, use_cache, stops, pad, sample, temperature, top_k, generator, bar):
+def check_init_state(model, init_state, init_seed, lengths: list[int]) -> list[torch.Tensor] | None:
+    """Each prompt's s_0 [tokens, d] from `init_state`, checked against the model and the prompts' token counts."""
+    if init_state is None and init_seed is None:
+        return None
+    if not hasattr(model, "initial_state"):
+        raise WorkbenchError(f"init_state / init_seed set the initial state of a family that starts from one "
+                             f"(raven); this {getattr(model, 'family', 'retrofit')} model has none")
+    if init_seed is not None and (isinstance(init_seed, bool) or not isinstance(init_seed, int) or init_seed < 0):
+        raise WorkbenchError(f"init_seed={init_seed!r} must be a non-negative integer")
+    if init_state is None:
+        return None
+    states = [torch.as_tensor(s) for s in init_state]
+    if len(states) != len(lengths):
+        raise WorkbenchError(f"init_state gives {len(states)} states for {len(lengths)} prompts")
+    d = model.config.n_embd
+    for i, (s, n) in enumerate(zip(states, lengths)):
+        if tuple(s.shape) != (n, d):
+            raise WorkbenchError(f"init_state of prompt {i + 1} has shape {tuple(s.shape)}; its s_0 is [tokens, d] = "
+                                 f"{(n, d)}")
+    return states
+
+
+def _left_padded(states: list[torch.Tensor], width: int) -> torch.Tensor:
+    """[b, width, d]: each [tokens, d] state behind zeros where the batch is left padded (no real token reads them)."""
+    return torch.stack([torch.cat([s.new_zeros(width - len(s), s.shape[1]), s]) for s in states])
+
+
+class InitialState:
+    """The s_0 keywords of one batch's forwards: the given prompt states, the seeded draw for the positions after."""
+
+    def __init__(self, model, seed: int | None, given: torch.Tensor | None):
+        self.model, self.seed, self.given = model, seed, given
+
+    def __call__(self, ids: torch.Tensor, mask: torch.Tensor, cached: bool) -> dict:
+        """Keywords for a forward over `ids` ([b, s], `mask` over every token so far); a cache's decoding steps draw
+        theirs from the seed."""
+        if self.seed is None and self.given is None:
+            return {}
+        if cached or self.given is None:
+            return {"init_seed": self.seed}
+        given = self.given.to(ids.device)
+        if ids.shape[1] > given.shape[1]:   # recomputing: the new tokens' s_0, drawn as a cache's steps draw it
+            seed = self.model.init_seed if self.seed is None else self.seed
+            new = position_ids(mask)[:, given.shape[1]:]   # where the model puts them: counted over real tokens
+            given = torch.cat([given, self.model.draw_state(new, seed, given.dtype)], 1)
+        return {"init_state": given, "init_seed": self.seed}
+
+
+def _decode(model, ids, mask, T, n, use_cache, stops, pad, sample, temperature, top_k, generator, bar, start):
     """One batch at T loops: [(tokens, "eos" | "length")] per row."""
     b = ids.shape[0]
     kv = model.new_cache(T) if use_cache else None
-    logits = model(ids, mask, loops=T, cache=kv).logits[:, -1] if use_cache else model(ids, mask, loops=T).logits[:, -1]
+    logits = model(ids, mask, loops=T, cache=kv, **start(ids, mask, False)).logits[:, -1]
     eos = torch.tensor(stops, dtype=torch.long, device=ids.device)
     done = torch.zeros(b, dtype=torch.bool, device=ids.device)
     out: list[list[int]] = [[] for _ in range(b)]
@@ -207,10 +270,10 @@ def _decode(model, ids, mask, T, n, use_cache, stops, pad, sample, temperature, 
             break
         mask = torch.cat([mask, mask.new_ones(b, 1)], dim=1)
         if use_cache:
-            logits = model(chosen.unsqueeze(1), mask, loops=T, cache=kv).logits[:, -1]
+            logits = model(chosen.unsqueeze(1), mask, loops=T, cache=kv, **start(chosen, mask, True)).logits[:, -1]
         else:
             ids = torch.cat([ids, chosen.unsqueeze(1)], dim=1)
-            logits = model(ids, mask, loops=T).logits[:, -1]
+            logits = model(ids, mask, loops=T, **start(ids, mask, False)).logits[:, -1]
     return list(zip(out, stopped))
 
 
