@@ -194,10 +194,13 @@ def test_exit_rules_sets_the_gate_beside_the_post_hoc_rules():
     head = tables["exit_rules"].set_index(["method", "threshold"]).loc["head"]
     split = tables["exit_rules__rows"].drop_duplicates("row_id").set_index("row_id")["split"]
     reported = [r for r in rows if split[r["row_id"]] != "calibration"]
+    answers = tables["exit_rules__rows"].set_index(["row_id", "loop"])["predicted"]
     for tau in (0.3, 0.5, 0.7):           # the gate's own steps at the read position, row by row
         steps = [int(looped.adaptive_read(**encode_prompts(tok, [r["prompt"]]), policy=GateExit(tau)).loops_used)
                  for r in reported]
         assert head.loc[tau, "mean_loops"] == pytest.approx(sum(steps) / len(steps)), tau
+        agree = [answers[r["row_id"], t] == answers[r["row_id"], 4] for r, t in zip(reported, steps)]
+        assert head.loc[tau, "agree_last"] == pytest.approx(sum(agree) / len(agree)), tau
     assert head["mean_loops"].nunique() > 1 and set(tables["exit_rules__matched"]["reference"]) == {"head"}
 
 

@@ -269,11 +269,15 @@ def test_exit_rules_puts_the_zero_shot_exits_beside_the_post_hoc_rules():
     enc = tok([r["prompt"] for r in rows], return_tensors="pt", padding=True)
     values = looped.zero_shot(enc["input_ids"], enc["attention_mask"], loops=6)
     rep = ~np.isin([r["row_id"] for r in rows], [r["row_id"] for r in split_rows(rows, 0.5, 0)[0]])
+    answers = tables["exit_rules__rows"].pivot(index="row_id", columns="loop", values="predicted")
+    answers = answers.loc[[r["row_id"] for r in rows]].to_numpy()                  # [R, T], the rows' order
     for criterion in CRITERIA:
         row = f[f["method"] == f"zero_shot_{criterion}"]
         assert len(row) == 1 and row["threshold"].iloc[0] == pytest.approx(DEFAULTS[criterion]), criterion
         steps = exit_steps(values[criterion], criterion).numpy()
         assert row["mean_loops"].iloc[0] == pytest.approx(steps[rep].mean()), criterion
+        agree = answers[np.arange(len(rows)), steps - 1] == answers[:, -1]
+        assert row["agree_last"].iloc[0] == pytest.approx(agree[rep].mean()), criterion
     assert {"kl", "stable", "fixed_k", "oracle"} <= set(f["method"])
 
 

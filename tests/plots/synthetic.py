@@ -253,7 +253,7 @@ def loop_dynamics(rng, loops: int = 6, per_depth: int = 4) -> dict[str, pd.DataF
     depths = ex.sweep_depths(stats, loops, 1, ["max_prob", "stable"], {}, cal)
     depths["fixed_k"] = {float(k): np.full(E, k) for k in range(1, loops + 1)}
     depths["oracle"] = {np.nan: np.where(stats["correct"].any(1), stats["correct"].argmax(1) + 1, 1)}
-    table = ex.curve_table(depths, stats["correct"], cal, 1)
+    table = ex.curve_table(depths, stats["correct"], cal, 1, stats["predicted"])
     matched, tests = ex.match_and_test(table, depths, stats["correct"], cal, ["max_prob", "stable"], ["fixed_k"])
     out.update({"exit_rules": table, "exit_rules__matched": matched, "exit_rules__test": tests,
                 "exit_rules__rows": ex.rows_table(rows, stats, cal, loops)})

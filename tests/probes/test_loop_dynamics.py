@@ -180,6 +180,30 @@ def test_a_max_prob_rule_has_its_planted_best_threshold(tok, rows):
     assert test["rule_only"] == 0 and test["ref_only"] == 0
 
 
+def test_each_exit_reads_its_agreement_with_the_last_steps_answer(tok, rows):
+    """At T = 3 the depth-4 rows are wrong at every step, each step a different symbol: the last step's answer is
+    wrong for them, so agreeing with it differs from being right."""
+    model = ScriptedMachine(tok, rows, max_loops=8)
+    tables = exit_rules.run(model, tok, rows, loops=3, grids={"max_prob": [0.6]}, rules=("max_prob",))
+    f = tables["exit_rules"]
+    _, rep = split_rows(rows, 0.5, 0)
+    d = np.array([r["depth"] for r in rep])
+    fixed = f[f["method"] == "fixed_k"].set_index("threshold")
+    assert fixed.at[1.0, "agree_last"] == pytest.approx((d == 1).mean())
+    assert fixed.at[2.0, "agree_last"] == pytest.approx((d <= 2).mean())
+    assert fixed.at[3.0, "agree_last"] == 1.0 and fixed.at[3.0, "accuracy"] == pytest.approx((d <= 3).mean())
+    # the model's own exit (as Ouro's gate): it continues through d + 1, so a row runs to T = 3 unless the
+    # threshold stops every row at step 1
+    head = f[f["method"] == "head"]
+    assert set(head["mean_loops"]) == {1.0, 3.0}
+    assert (head[head["mean_loops"] == 3.0]["agree_last"] == 1.0).all()
+    assert np.allclose(head[head["mean_loops"] == 1.0]["agree_last"], (d == 1).mean())
+    # max_prob >= 0.6 stops a row at its depth; a depth-4 row never reaches it and stops at T
+    mp = f[f["method"] == "max_prob"].iloc[0]
+    assert mp["agree_last"] == 1.0 and mp["accuracy"] == pytest.approx((d <= 3).mean())
+    assert exit_rules.summarize(tables)["chosen"]["fixed_k"]["agree_last"] == 1.0
+
+
 def test_a_rule_far_from_the_heads_loops_is_not_matched(tok, rows):
     model = ScriptedMachine(tok, rows, max_loops=8)
     tables = exit_rules.run(model, tok, rows, loops=8, grids={"max_prob": [0.6]}, rules=("max_prob",))

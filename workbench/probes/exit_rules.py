@@ -29,8 +29,10 @@ it); the rule within with the best calibration accuracy is compared with the ref
 reported rows by an exact McNemar test (no test when no rule gets within).
 
 Tables:
-    exit_rules: method, threshold, t_min, mean_loops, accuracy, n, chosen, cal_mean_loops, cal_accuracy —
-        reported-row numbers (the halting probe's compute-accuracy axes)
+    exit_rules: method, threshold, t_min, mean_loops, accuracy, n, chosen, cal_mean_loops, cal_accuracy,
+        agree_last — reported-row numbers (the halting probe's compute-accuracy axes); agree_last is the share of
+        reported rows whose answer at the exit step is the last step's (T's), right or wrong (a table written
+        before it reads without it)
     exit_rules__matched: reference, method, threshold, cal_mean_loops, cal_accuracy, mean_loops, accuracy, within,
         best
     exit_rules__test: reference, rule, rule_threshold, ref_threshold, n, rule_mean_loops, ref_mean_loops,
@@ -98,7 +100,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, rules=RULE
     depths["fixed_k"] = {float(k): np.full(len(rows), k) for k in range(1, T + 1)}
     correct = stats["correct"]
     depths["oracle"] = {np.nan: np.where(correct.any(1), correct.argmax(1) + 1, 1)}
-    table = curve_table(depths, correct, cal, t_min)
+    table = curve_table(depths, correct, cal, t_min, stats["predicted"])
     references = list(learned) or ["fixed_k"]
     if match_within < 0:
         raise WorkbenchError(f"exit_rules match_within must be >= 0, got {match_within}")
@@ -171,22 +173,33 @@ def _acc(correct: np.ndarray, depth: np.ndarray) -> float:
     return float(correct[np.arange(len(depth)), depth - 1].mean()) if len(depth) else float("nan")
 
 
-def curve_table(depths: dict, correct: np.ndarray, cal: np.ndarray, t_min: int) -> pd.DataFrame:
-    """Reported-row mean loops and accuracy per (method, threshold), calibration numbers beside them, `chosen`."""
+def agree_last(predicted: np.ndarray, depth: np.ndarray) -> float:
+    """Share of rows whose answer at their exit step (`depth` [R], 1-based) is their answer at the last step T, from
+    the answers per step [R, T]."""
+    if not len(depth):
+        return float("nan")
+    return float((predicted[np.arange(len(depth)), depth - 1] == predicted[:, -1]).mean())
+
+
+def curve_table(depths: dict, correct: np.ndarray, cal: np.ndarray, t_min: int,
+                predicted: np.ndarray) -> pd.DataFrame:
+    """Reported-row mean loops, accuracy and agreement with the last step's answer per (method, threshold),
+    calibration numbers beside them, `chosen`; `predicted` the answer index per row and step [R, T]."""
     rep = ~cal
     records = []
     for method, by_th in depths.items():
         for th, d in by_th.items():
             records.append({"method": method, "threshold": th, "t_min": t_min, "mean_loops": float(d[rep].mean()),
                             "accuracy": _acc(correct[rep], d[rep]), "n": int(rep.sum()),
-                            "cal_mean_loops": float(d[cal].mean()), "cal_accuracy": _acc(correct[cal], d[cal])})
+                            "cal_mean_loops": float(d[cal].mean()), "cal_accuracy": _acc(correct[cal], d[cal]),
+                            "agree_last": agree_last(predicted[rep], d[rep])})
     frame = pd.DataFrame.from_records(records)
     frame["chosen"] = False
     for _, g in frame.groupby("method", sort=False):
         best = max(g.index, key=lambda i: (g.at[i, "cal_accuracy"], -g.at[i, "cal_mean_loops"]))
         frame.at[best, "chosen"] = True
     return frame[["method", "threshold", "t_min", "mean_loops", "accuracy", "n", "chosen", "cal_mean_loops",
-                  "cal_accuracy"]]
+                  "cal_accuracy", "agree_last"]]
 
 
 def _depth_of(depths: dict, method: str, threshold) -> np.ndarray:
@@ -250,7 +263,9 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     """Numbers for summary.json: each method at its chosen threshold, the matched rules and the paired tests."""
     f = tables["exit_rules"]
     chosen = {r.method: {"threshold": None if pd.isna(r.threshold) else float(r.threshold),
-                         "mean_loops": round(float(r.mean_loops), 4), "accuracy": round(float(r.accuracy), 4)}
+                         "mean_loops": round(float(r.mean_loops), 4), "accuracy": round(float(r.accuracy), 4),
+                         # a table written before agree_last reads as it did, without it
+                         **({"agree_last": round(float(r.agree_last), 4)} if "agree_last" in f else {})}
               for r in f[f["chosen"]].itertuples()}
     tests = tables.get("exit_rules__test")
     out = {"chosen": chosen, "tests": [] if tests is None else tests.round(4).to_dict(orient="records")}
