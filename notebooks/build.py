@@ -483,6 +483,34 @@ with torch.no_grad():
 for t in range(4):
     print(f"step {t + 1}: exit probability {float(lam[t]):.3f}, cumulative {float(cdf[t]):.3f}")
 print(f"threshold {ouro.exit_threshold}: the last token exits at step {int(adaptive.loops_used[0])}")'''),
+    md("""
+## Raven (Huginn-0125's format): a random initial state, its norm per step, and a zero-shot exit
+
+The workbench writes Raven too (`workbench/models/native/raven.py`): two Prelude layers embed the prompt, a
+recurrent core starts from a random state s_0 and re-injects the Prelude's output through an adapter at every
+step, and a Coda reads s_t; every step equals the reference code's committed outputs
+(tests/test_native_raven.py). s_0 is drawn from `init_seed` (or given as `init_state=`), so two reads of a prompt
+agree. Below: the state's norm ||s_t|| per step and its growth ||s_t|| / ||s_{t-1}|| (the `dynamics` probe's
+`norm` and `norm_growth` columns), then where Huginn's zero-shot exit on the KL between successive steps stops
+the last token. Random weights again.
+"""),
+    code('''from workbench.models.native.raven_exits import ZeroShotExit
+from workbench.probes.dynamics import norm_growth
+
+raven, raven_tok = load_looped("tiny-raven")   # random weights: 2 Prelude, 2 recurrent, 2 Coda layers; 8 steps
+enc = encode_prompts(raven_tok, ["A -> C\\nB -> A\\nC -> B\\nStart at A. Apply the table 2 times.\\nAnswer:"])
+with torch.no_grad():
+    _, cache = raven.run_with_cache(enc["input_ids"], attention_mask=enc["attention_mask"], loops=16, init_seed=0,
+                                    names_filter=["hook_init_state"] + loop_hook_names("state", 16))
+    adaptive = raven.adaptive_read(enc["input_ids"], enc["attention_mask"], init_seed=0,
+                                   policy=ZeroShotExit("kl", max_loops=16))
+s = torch.cat([cache["hook_init_state"][:, -1:], stack_loops(cache, "state", 16)[:, :, -1]])[:, 0]   # [s_0..s_16, d]
+norms = s.norm(dim=-1).numpy()
+growth = norm_growth(norms[None])[0]
+for t in range(1, 17):
+    print(f"step {t:2d}: ||s_t|| {norms[t]:.3f}, growth {growth[t - 1]:.3f}")
+print(f"zero-shot exit 'kl' (KL between successive steps <= {ZeroShotExit('kl').value}): the last token exits "
+      f"at step {int(adaptive.loops_used[0])} of 16")'''),
 ]
 
 YOUR_PROMPTS = [

@@ -51,7 +51,8 @@ MUST_SAY = {
     "04": ["smollm2-chase: block 12:24 of 30 layers"],
     "05": ["'steps': 3", "'finished': True", "trainable.safetensors", "provenance.json"],
     "06": ["inkling2_loop (random weights): looped layers 1:3 of 4", "loop.2.block.1.q_gate.hook_forget",
-           "identity        not applicable", "thinkingmachines/Inkling-2-Mini"],
+           "identity        not applicable", "thinkingmachines/Inkling-2-Mini", "step 16: ||s_t|| ",
+           "zero-shot exit 'kl' (KL between successive steps <= 0.001): the last token exits at step "],
     "07": ["smollm2-chase: block 12:24 of 30 layers", "loop 3: coda lens top ' B'", "prompt 1, 3 loops: ' B",
            "native model; 6 passes", "overshoot       not applicable: needs chain, depth, table, start"],
 }
