@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.test_native import nnsight_reads_and_patches_one_pass
 from workbench.models import load_looped
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,19 +63,5 @@ def test_every_workbench_name_in_the_table_exists_at_every_step(name):
 @pytest.mark.parametrize("name", sorted(STEPPED))
 @torch.no_grad()
 def test_nnsight_traces_each_step_by_name(name):
-    from nnsight import NNsight
-
     looped, tok = load_looped(name)
-    ids = tok(["The cat sat on the"], return_tensors="pt")["input_ids"]
-    ref = looped.read(ids, loops=3, return_states=True)
-    wrapped = NNsight(looped)
-    with wrapped.trace(ids, loops=3):
-        s1 = wrapped.loop["1"].hook_state.output.save()
-        s3 = wrapped.loop["3"].hook_state.output.save()
-    assert torch.equal(s1[0, -1].float(), ref.states[0, 0, 0]) and torch.equal(s3[0, -1].float(), ref.states[0, 2, 0])
-    with wrapped.trace(ids, loops=3):
-        wrapped.loop["2"].hook_state.output[:] = 0
-        logits = wrapped.output.logits.save()
-    with looped.hooks(fwd_hooks=[("loop.2.hook_state", lambda x, hook: torch.zeros_like(x))]):
-        expected = looped(ids, loops=3).logits
-    assert torch.equal(logits, expected) and not torch.equal(logits, looped(ids, loops=3).logits)
+    nnsight_reads_and_patches_one_pass(looped, tok(["The cat sat on the"], return_tensors="pt")["input_ids"])

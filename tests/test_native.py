@@ -230,10 +230,16 @@ def test_read_decodes_every_pass_as_the_model_at_that_pass_count(name):
 
 @pytest.mark.parametrize("name", FAMILIES)
 def test_nnsight_reads_and_patches_one_pass(name):
+    looped, tok = load_looped(name)
+    nnsight_reads_and_patches_one_pass(looped, _batch(tok)[0][:1, -6:])
+
+
+def nnsight_reads_and_patches_one_pass(looped, ids):
+    """nnsight reads passes 1 and 3 by name (equal to the model's own states) and zeroing pass 2's state through it
+    equals the same patch through the workbench's hooks (and changes the logits). Also run on the families written
+    here (tests/test_ecosystem.py)."""
     from nnsight import NNsight
 
-    looped, tok = load_looped(name)
-    ids = _batch(tok)[0][:1, -6:]
     ref = looped.read(ids, loops=3, return_states=True)
     wrapped = NNsight(looped)
     with wrapped.trace(ids, loops=3):
