@@ -202,9 +202,9 @@ def check_init_state(model, init_state, init_seed, lengths: list[int]) -> list[t
     """Each prompt's s_0 [tokens, d] from `init_state`, checked against the model and the prompts' token counts."""
     if init_state is None and init_seed is None:
         return None
-    if not hasattr(model, "initial_state"):
-        raise WorkbenchError(f"init_state / init_seed set the initial state of a family that starts from one "
-                             f"(raven); this {getattr(model, 'family', 'retrofit')} model has none")
+    if not model.has_initial_state:
+        raise WorkbenchError("init_state / init_seed set the initial state of a family that starts from one "
+                             "(raven); this model has none")
     if init_seed is not None and (isinstance(init_seed, bool) or not isinstance(init_seed, int) or init_seed < 0):
         raise WorkbenchError(f"init_seed={init_seed!r} must be a non-negative integer")
     if init_state is None:

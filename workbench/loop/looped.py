@@ -112,6 +112,7 @@ class LoopedLM(StrictHookNames, HookedRootModule):
     retrofit_config: RetrofitConfig
     native_loops = None   # no pass count of its own: any T in 1..max_loops (`workbench.models.looped.LoopedModel`)
     halt_rule = "threshold"  # the halting head's continue probability p_t < tau stops a row
+    has_initial_state = False  # the loop starts from the Prelude's output, not from a state of its own (Raven's s_0)
     supports = frozenset({"base_identity", "trained_adapters", "dense_loop_cost", "adaptive_read", "loop_kv_cache"})
     unsupported: dict[str, str] = {}
 

@@ -39,6 +39,8 @@ class LoopedModel(Protocol):
         halt_rule: how the model's own continue probabilities (`read(...).halt_probs`) stop a row, as
             `workbench.probes.halting.RULES` names it: "threshold" (p_t < tau, a retrofit's head) or "cdf"
             (1 - prod_{s<=t} p_s >= tau, Ouro's learned exit).
+        has_initial_state: whether the loop starts from a state of its own, s_0 (Raven), which `init_state=` /
+            `init_seed=` set; False for a retrofit and the other native families.
         precision: "fp32" or "bf16" (`workbench.precision`).
         supports: the capabilities (keys of `CAPABILITIES`) the model has.
         unsupported: {capability: why this model lacks it} for every capability it lacks.
@@ -50,6 +52,7 @@ class LoopedModel(Protocol):
     native_loops: int | None
     halting: nn.Module | None
     halt_rule: str
+    has_initial_state: bool
     precision: str
     supports: frozenset[str]
     unsupported: Mapping[str, str]

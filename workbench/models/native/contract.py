@@ -52,6 +52,7 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
     family: str = ""
     halting = None          # no halting head
     halt_rule = "threshold"  # how `read(...).halt_probs` stop a row, when a family has them (Ouro: "cdf")
+    has_initial_state = False  # Raven starts its steps from s_0 (`init_state=` / `init_seed=`); the others do not
     memory = None
     retrofit_config = None  # not a retrofit
     # what a native model offers beyond reading every pass (`workbench.models.looped.CAPABILITIES`), and why not

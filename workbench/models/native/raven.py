@@ -215,6 +215,7 @@ class RavenLooped(NativeLoopedLM):
     """A Raven model with a hook point per site and per step (1..max_loops, twice mean_recurrence)."""
 
     family = "huginn_raven"
+    has_initial_state = True
     sites = ("prelude_resid", "prelude", "init_state", "adapter_in", "adapter_out", "input", "pattern", "attn_out",
              "mlp_out", "block_resid", "state", "coda_resid", "readout")
     init_seed: int = 0  # s_0's seed when a call gives neither init_state nor init_seed
