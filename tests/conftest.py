@@ -70,11 +70,18 @@ def starts_an_interpreter(args) -> bool:
     return first == sys.executable or name.startswith("python") or name in ("workbench", "accelerate", "torchrun")
 
 
+FAST_TEST = {"running": False}  # set per test by the fixture below: whether the test running now is in the fast tier
+
+
 class FastTierPopen(subprocess.Popen):
-    """Popen for the fast tier: a fresh interpreter costs seconds (torch's import alone), so it fails the test."""
+    """Popen for the fast tier: a fresh interpreter costs seconds (torch's import alone), so it fails the test.
+
+    It asks whether the test running *now* is fast, not the test it was installed for: a module imported during a
+    fast test keeps this class (jupyter_client's launcher does `from subprocess import Popen`), and a slow test
+    later in the session must still start its kernel."""
 
     def __init__(self, args, *rest, **kwargs):
-        if starts_an_interpreter(args):
+        if FAST_TEST["running"] and starts_an_interpreter(args):
             pytest.fail(f"a test outside the slow tier started a fresh interpreter ({args!r}): mark it slow "
                         "(docs/testing.md) or run the code in this process", pytrace=False)
         super().__init__(args, *rest, **kwargs)
@@ -82,7 +89,9 @@ class FastTierPopen(subprocess.Popen):
 
 @pytest.fixture(autouse=True)
 def _fast_tests_start_no_interpreter(request, monkeypatch):
-    if request.node.get_closest_marker("slow") is None:
+    fast = request.node.get_closest_marker("slow") is None
+    monkeypatch.setitem(FAST_TEST, "running", fast)
+    if fast:
         monkeypatch.setattr(subprocess, "Popen", FastTierPopen)
 
 

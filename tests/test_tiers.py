@@ -4,6 +4,7 @@ each tier is in use and implies `slow`, so `make check` (-m "not slow") leaves e
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,14 @@ def test_the_durations_log_lists_every_test_slowest_first_with_the_machine(tmp_p
     head, _, table = (tmp_path / "durations.log").read_text().partition("\n\n")
     assert head.startswith("cpu: ") and "load average at start" in head and "2 tests, 4.8 s in tests" in head
     assert table.splitlines()[1:] == ["     3.00  failed   b", "     1.75  passed   a"]
+
+
+def test_a_popen_kept_from_a_fast_test_asks_about_the_test_running_now(monkeypatch):
+    """jupyter_client binds `Popen` at import: imported during a fast test, it keeps the guard, and the notebook tests
+    (slow) later in the session must still start their kernels; a fast test is still refused."""
+    monkeypatch.setitem(conftest.FAST_TEST, "running", False)
+    kept = conftest.FastTierPopen([sys.executable, "-c", "pass"])
+    assert kept.wait() == 0
+    monkeypatch.setitem(conftest.FAST_TEST, "running", True)
+    with pytest.raises(pytest.fail.Exception, match="started a fresh interpreter"):
+        conftest.FastTierPopen([sys.executable, "-c", "pass"])

@@ -64,7 +64,7 @@ def test_each_recurtrace_task_trains_and_workbench_probe_reads_it(write_recipe, 
         assert saved["probes"]["depth_matrix"]["final_total"] == 6
     else:                # six register values, an integer: no per-loop intermediate labels to grade
         assert saved["probes"]["depth_matrix"]["status"] == "not_applicable"
-        assert "multi-token answer" in saved["probes"]["depth_matrix"]["reason"]
+        assert "needs one-token answers" in saved["probes"]["depth_matrix"]["reason"]
 
 
 def test_state_query_trains_with_the_chase_keepers_chain_stage_and_reads_like_the_chase(write_recipe, tmp_path):
