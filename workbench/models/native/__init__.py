@@ -133,14 +133,7 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
-    model.workbench_spec = spec_str
-    if tok is not None:  # None: a weights-only directory
-        if tok.pad_token_id is None:
-            tok.pad_token = tok.eos_token
-        tok.padding_side = "left"
-    looped = FAMILIES[model.config.model_type](model)
-    looped.eval()
-    return looped, tok
+    return _with_pad(FAMILIES[model.config.model_type](model), tok, spec_str)
 
 
 def _from_transformers(path: Path, spec_str: str, family: str, dtype: torch.dtype):
@@ -165,7 +158,7 @@ def require_tokenizer(tok, spec: str):
                              "tokenizer_config.json) to the directory, or read it from Python with token ids")
     return tok
 def _with_pad(looped: NativeLoopedLM, tok, spec: str) -> tuple[NativeLoopedLM, object]:
-    """A family written here, ready as `load_looped` returns it: eval mode, its spec, a left-padding tokenizer."""
+    """`looped` ready as `load_looped` returns it: eval mode, its spec, a left-padding tokenizer (None: weights only)."""
     looped.eval()
     looped.base.workbench_spec = spec
     if tok is not None:
