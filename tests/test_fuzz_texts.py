@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from tests.test_cli_errors import invoke
+from tests.test_texts import tiny  # noqa: F401  (the module fixture: the tiny retrofit, built once)
 from tests.test_user_rows import CAPITALS
 from workbench.tasks.manifest import read_manifest
 
@@ -137,16 +138,9 @@ def rows_files(draw) -> tuple[File, list[tuple]]:
     return draw(encoded(lines, refused)), [(r["prompt"], r["answer"], r.get("meta")) for r in rows]
 
 
-# ----------------------------------------------------------------------------- the runs
-@pytest.fixture(scope="module")
-def tiny():
-    from workbench.runs import load_model
-
-    return load_model("tiny-llama", "2:4")
-
-
+# ----------------------------------------------------------------------------- the runs (`tiny`: test_texts')
 @pytest.fixture
-def quick(tiny, monkeypatch):
+def quick(tiny, monkeypatch):  # noqa: F811  (the fixture imported above)
     """The tiny model loaded once, the reader's limit at `LIMIT`: each case reads a file, not a model."""
     monkeypatch.setattr("workbench.runs.load_model", lambda spec, block=None: tiny)
     monkeypatch.setattr("workbench.commands.rows._tokenizer_and_config", lambda spec: (tiny[1], tiny[0].config))
