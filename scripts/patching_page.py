@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from workbench.analysis.headlines import attribution as trust
+from workbench.analysis.results import load_results
+from workbench.probes.attribution import agreement, stored_check
+
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = ROOT / "docs" / "results" / "patching.md"
 SPECIMENS = [  # (label, results directory, what it is)
@@ -61,7 +65,7 @@ def section(label: str, folder: Path, about: str) -> list[str]:
     if "patching" in probes and "status" not in probes["patching"]:
         out += _patching(folder, probes["patching"])
     if "attribution" in probes and "status" not in probes["attribution"]:
-        out += _attribution(folder, probes["attribution"])
+        out += _attribution(folder, probes["attribution"], summary.get("seed", 0))
     if "paths" in probes and "status" not in probes["paths"]:
         out += _paths(folder, probes["paths"])
     for name in ("patching", "attribution", "paths"):
@@ -120,21 +124,45 @@ def _patching(folder: Path, result: dict) -> list[str]:
     return out
 
 
-def _attribution(folder: Path, result: dict) -> list[str]:
-    agree = pd.read_parquet(folder / "attribution__agreement.parquet")
-    cost = pd.read_parquet(folder / "attribution__cost.parquet").iloc[0]
+RULE = ("Trust rule (issue 58, fixed before any table was read; `workbench/analysis/headlines/attribution.py`): per "
+        "corruption and component, a cell clears the noise floor when the exact grid's 95% row-bootstrap interval "
+        f"across the check pairs excludes 0 and its |share| is at least {trust.FLOOR} of the table's largest; with fewer "
+        f"than {trust.MIN_CELLS} such cells the table is not comparable (more pairs in the exact grid would make it so). "
+        f"On the cleared cells the map is trusted when Spearman's ρ (average ranks) ≥ {trust.SPEARMAN_BAR} and its "
+        f"one-sided permutation p ≤ {trust.P_BAR} ({trust.N_PERM:,} permutations of the gradient values, a generator "
+        f"seeded {trust.PERM_SEED}); a map constant on them has no ranking. Sign agreement and the top-10 overlap are "
+        "information only.")
+
+
+def _attribution(folder: Path, result: dict, seed: int) -> list[str]:
+    """The agreement re-read from the stored cells under the current trust rule (a run before issue 58 stored the
+    replaced rule's verdicts in attribution__agreement: they are shown beside it)."""
+    tables = load_results(folder)
+    stored = tables["attribution__agreement"]
+    tables["attribution__agreement"] = agree = agreement(stored_check(tables, seed))
+    cost = tables["attribution__cost"].iloc[0]
+    before = "verdict" not in stored.columns
     out = ["### The gradient map against the exact grid", "",
            f"{result['pairs']} pairs mapped by gradients; the exact grid also run on {int(cost['pairs'])} of them "
-           f"({int(cost['cells'])} cells). Trust rule (fixed in `workbench/probes/attribution.py` before any run): "
-           "Spearman ≥ 0.8 and at least 7 of the exact grid's 10 largest cells among the gradient map's 10 largest.",
-           "", "| corruption | component | cells | Spearman | top-10 shared | trusted |", "|---|---|---|---|---|---|"]
+           f"({int(cost['cells'])} cells). {RULE}"
+           + (" This run stored the rule it replaced (Spearman ≥ 0.8 over every cell and 7 of the exact grid's 10 "
+              "largest cells among the gradient map's 10 largest; last column); the table re-reads the stored cells, "
+              "the exact interval from the same run's per-pair `patching` values of the check pairs." if before else ""),
+           "", "| corruption | component | cells | pairs | cleared | Spearman | p | signs agree | top-10 shared | "
+           "verdict |" + (" issue 46 rule |" if before else ""), "|---|---|---|---|---|---|---|---|---|---|"
+           + ("---|" if before else "")]
+    was = stored.set_index(["corruption", "component"])["trusted"] if before else None
     for r in agree.to_dict("records"):
-        out.append(f"| {r['corruption']} | {r['component']} | {r['cells']} | {_f(r['spearman'])} | "
-                   f"{r['top10']} of {r['top_k']} | {'yes' if r['trusted'] else 'no'} |")
+        reason = f" ({r['reason']})" if r["reason"] else ""
+        out.append(f"| {r['corruption']} | {r['component']} | {r['cells']} | {r['pairs']} | {r['cleared']} | "
+                   f"{_f(r['spearman'])} | {_f(r['p'], 4)} | {_f(r['sign_share'])} | {r['top10']} of {r['top_k']} | "
+                   f"{r['verdict']}{reason} |"
+                   + (f" {'trusted' if was[(r['corruption'], r['component'])] else 'not trusted'} |" if before else ""))
     if pd.notna(cost["ratio"]):
         out += ["", f"Cost on the same {int(cost['pairs'])} pairs, measured in the same run: exact "
-                f"{cost['exact_s']:.0f} s, gradient {cost['gradient_s']:.1f} s ({cost['ratio']:.0f}x)."]
-    out += ["", f"Headline: {result['headline']['sentence']}", ""]
+                f"{cost['exact_s']:.0f} s ({cost['exact_s'] / cost['pairs']:.0f} s a pair), gradient "
+                f"{cost['gradient_s']:.1f} s ({cost['ratio']:.0f}x)."]
+    out += ["", f"Headline: {trust.headline(tables).sentence}", ""]
     return out
 
 

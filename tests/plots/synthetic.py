@@ -298,7 +298,8 @@ def patching(rng, loops: int = 3, layers=(10, 11, 12), pairs: int = 4) -> dict[s
     pairs_table = frame.drop_duplicates("pair_id")[["pair_id", "row_id", "depth", "corruption", "step", "ld_clean",
                                                     "ld_corrupted"]].assign(edited="A -> B -> C", clean_answer="B",
                                                                             corrupted_answer="C")
-    agreement = pd.DataFrame([dict(corruption=c, component=k, cells=45, spearman=0.85, top10=8, top_k=10, trusted=True)
+    agreement = pd.DataFrame([dict(corruption=c, component=k, cells=45, pairs=1, cleared=12, spearman=0.85, p=0.0003,
+                                   sign_share=1.0, top10=8, top_k=10, verdict="trusted", reason="", trusted=True)
                               for c in ("entry", "start") for k in ("all", "attn", "mlp", "resid")])
     cost = pd.DataFrame([dict(pairs=2, cells=len(check), exact_s=120.0, gradient_s=3.0, ratio=40.0)])
     return {"patching": frame, "patching__grid": grid, "patching__steps": steps, "patching__pairs": pairs_table,

@@ -15,15 +15,21 @@ query-key recomputation concerns attention-pattern sites, which this grid does n
 implemented. So the probe measures its own error: on the first `check_pairs` pairs it also runs the exact
 grid and reports the agreement of the two maps, cell by cell, with a fixed rule for trusting the cheap one.
 
-Trust rule (fixed before any run): per corruption and component, over the grid's cells, the map is
-"trusted" when the Spearman correlation of the two recovered shares is >= 0.8 and at least 7 of the exact
-grid's 10 largest cells (by |share|) are among the gradient map's 10 largest; otherwise "not trusted".
+Trust rule (issue 58, fixed before any table was read; `workbench.analysis.headlines.attribution.agreement_of`):
+per corruption and component, the cells that clear the noise floor are those whose exact interval across the
+check pairs excludes 0 and whose |exact share| is at least 0.1 of the table's largest. Fewer than 8 such cells
+read "not comparable" (more pairs in the exact grid would make it comparable). On them, the map is "trusted" when
+Spearman's rho (average ranks) is >= 0.8 and its one-sided permutation p over 9,999 permutations of the gradient
+values (a generator seeded 0) is <= 0.01; a map constant on them has no ranking; otherwise "cannot be trusted".
+The sign agreement and the top-10 overlap are shown as information.
 
 Tables:
     attribution              the patching table's columns, ld_patched holding LD_corrupted + the estimate
     attribution__grid        corruption, loop, layer, position, component, recovered, low, high, n (all pairs)
-    attribution__check       corruption, loop, layer, position, component, exact, gradient (the check pairs)
-    attribution__agreement   corruption, component ("all" or one), cells, spearman, top10, trusted
+    attribution__check       corruption, loop, layer, position, component, exact, exact_low, exact_high, exact_n
+                             (the exact grid on the check pairs: share, 95% interval, pairs), gradient
+    attribution__agreement   corruption, component ("all" or one), cells, pairs, cleared, spearman, p, sign_share,
+                             top10, top_k (information), verdict, reason, trusted
     attribution__cost        pairs, cells, exact_s, gradient_s, ratio: both maps on the check pairs, timed here
 """
 
@@ -36,7 +42,7 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from workbench.analysis.headlines.attribution import SPEARMAN_BAR, TOP, TOP_BAR, headline
+from workbench.analysis.headlines.attribution import TOP, TRUSTED, agreement_of, headline
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.probes.common import default_loops
@@ -112,7 +118,7 @@ def run(model, tokenizer, rows: list[dict], corruptions=CORRUPTIONS, positions=P
     pairs, skipped = corrupt_pairs(tokenizer, rows, list(corruptions), seed)
     if not pairs:
         raise WorkbenchError(f"attribution built no corrupted twin from {len(rows)} rows ({skipped} skipped)")
-    checked = _check_set(pairs, check_pairs)
+    checked = _check_set([(p.pair_id, p.corruption) for p in pairs], check_pairs)
     fallback = loops or default_loops(model, rows)
     records, exact_records, pair_rows = [], [], []
     exact_s = gradient_s = 0.0
@@ -153,10 +159,11 @@ def run(model, tokenizer, rows: list[dict], corruptions=CORRUPTIONS, positions=P
             "attribution__pairs": pd.DataFrame(pair_rows)}
 
 
-def _check_set(pairs, n: int) -> set[int]:
+def _check_set(pairs: list[tuple[int, str]], n: int) -> set[int]:
+    """The ids of the first n (pair_id, corruption) pairs taken in turn from each corruption."""
     by_kind: dict[str, list[int]] = {}
-    for p in pairs:
-        by_kind.setdefault(p.corruption, []).append(p.pair_id)
+    for pair_id, corruption in pairs:
+        by_kind.setdefault(corruption, []).append(pair_id)
     chosen, kinds = [], list(by_kind.values())
     while len(chosen) < n and any(kinds):
         for ids in kinds:
@@ -165,21 +172,45 @@ def _check_set(pairs, n: int) -> set[int]:
     return set(chosen)
 
 
+KEYS = ["corruption", "loop", "layer", "position", "component"]
+EXACT = {"recovered": "exact", "low": "exact_low", "high": "exact_high", "n": "exact_n"}
+
+
 def _check_table(gradient: pd.DataFrame, exact: pd.DataFrame, seed: int) -> pd.DataFrame:
-    keys = ["corruption", "loop", "layer", "position", "component"]
     if exact.empty:
-        return pd.DataFrame(columns=[*keys, "exact", "gradient"])
-    e = grid(exact, seed)[[*keys, "recovered"]].rename(columns={"recovered": "exact"})
-    g = grid(gradient, seed)[[*keys, "recovered"]].rename(columns={"recovered": "gradient"})
-    return e.merge(g, on=keys, how="inner")
+        return pd.DataFrame(columns=[*KEYS, *EXACT.values(), "gradient"])
+    e = grid(exact, seed).rename(columns=EXACT)
+    g = grid(gradient, seed)[[*KEYS, "recovered"]].rename(columns={"recovered": "gradient"})
+    return e.merge(g, on=KEYS, how="inner")
 
 
-def spearman(a: pd.Series, b: pd.Series) -> float:
-    """Spearman's rank correlation (average ranks for ties); NaN when either side is constant."""
-    ra, rb = a.rank(), b.rank()
-    if ra.std() == 0 or rb.std() == 0:
-        return float("nan")
-    return float(np.corrcoef(ra, rb)[0, 1])
+def stored_check(tables: dict[str, pd.DataFrame], seed: int = 0) -> pd.DataFrame:
+    """Returns a results directory's attribution__check with the exact grid's interval on every cell.
+
+    A run since issue 58 stores it. An earlier one stored only the exact share; its interval is rebuilt from the
+    per-pair exact values that the same run's `patching` table holds for the check pairs (same pairs, same
+    `exact_cells`), which must give the stored share bit for bit; nothing is re-run.
+
+    Args:
+        tables: the directory's tables (`workbench.analysis.results.load_results`), with `patching` for an old run.
+        seed: the run's seed (the grid's bootstrap draws).
+    """
+    check = tables["attribution__check"]
+    if "exact_low" in check.columns or check.empty:
+        return check
+    if "patching" not in tables:
+        raise WorkbenchError("attribution__check predates the exact interval (issue 58) and no patching table of "
+                             "the same run holds the check pairs' exact values")
+    pairs = tables["attribution__pairs"]
+    checked = _check_set(list(zip(pairs["pair_id"], pairs["corruption"])), int(tables["attribution__cost"]["pairs"][0]))
+    exact = tables["patching"][tables["patching"]["pair_id"].isin(checked)]
+    same = ["pair_id", "row_id", "corruption", "ld_clean", "ld_corrupted"]
+    if not exact[same].drop_duplicates().merge(pairs[same]).shape[0] == len(checked):
+        raise WorkbenchError("the patching table's pairs are not attribution's check pairs")
+    rebuilt = check.drop(columns="exact").merge(grid(exact, seed).rename(columns=EXACT), on=KEYS, how="left")
+    if not np.array_equal(rebuilt["exact"].to_numpy(), check["exact"].to_numpy(), equal_nan=True):
+        raise WorkbenchError("the patching table's check pairs do not give attribution__check's exact shares")
+    return rebuilt[[*KEYS, *EXACT.values(), "gradient"]]
 
 
 def top_overlap(exact: pd.Series, gradient: pd.Series, k: int = TOP) -> int:
@@ -188,21 +219,25 @@ def top_overlap(exact: pd.Series, gradient: pd.Series, k: int = TOP) -> int:
     return len(set(exact.abs().nlargest(k).index) & set(gradient.abs().nlargest(k).index))
 
 
+AGREEMENT = ["corruption", "component", "cells", "pairs", "cleared", "spearman", "p", "sign_share", "top10", "top_k",
+             "verdict", "reason", "trusted"]
+
+
 def agreement(check: pd.DataFrame) -> pd.DataFrame:
-    """Per corruption and component ("all" pools the components): Spearman, top-10 overlap, the trust verdict."""
+    """Per corruption and component ("all" pools the components): the trust rule's reading (`agreement_of`), with
+    the top-10 overlap beside it as information."""
     records = []
     for corruption, part in check.groupby("corruption", sort=False):
         for component in ["all", *sorted(part["component"].unique())]:
             cells = part if component == "all" else part[part["component"] == component]
             cells = cells.dropna(subset=["exact", "gradient"]).reset_index(drop=True)
-            rho, top = spearman(cells["exact"], cells["gradient"]), top_overlap(cells["exact"], cells["gradient"])
-            k = min(TOP, len(cells))
-            bar = TOP_BAR if k == TOP else int(np.ceil(TOP_BAR / TOP * k))
-            records.append(dict(corruption=corruption, component=component, cells=int(len(cells)), spearman=rho,
-                                top10=int(top), top_k=int(k),
-                                trusted=bool(np.isfinite(rho) and rho >= SPEARMAN_BAR and top >= bar)))
-    return pd.DataFrame.from_records(records, columns=["corruption", "component", "cells", "spearman", "top10",
-                                                       "top_k", "trusted"])
+            a = agreement_of(cells["exact"], cells["exact_low"], cells["exact_high"], cells["gradient"])
+            records.append(dict(corruption=corruption, component=component, cells=a.cells,
+                                pairs=int(cells["exact_n"].max()) if len(cells) else 0, cleared=a.cleared,
+                                spearman=a.spearman, p=a.p, sign_share=a.sign_share,
+                                top10=top_overlap(cells["exact"], cells["gradient"]), top_k=min(TOP, len(cells)),
+                                verdict=a.verdict, reason=a.reason, trusted=a.verdict == TRUSTED))
+    return pd.DataFrame.from_records(records, columns=AGREEMENT)
 
 
 def summarize(tables: dict[str, pd.DataFrame]) -> dict:
