@@ -20,13 +20,13 @@ BIG, NOISE = 12, 60
 
 
 def planted(seed: int = 0):
-    """(exact, low, high): BIG cells spread over 0.2..1.0 with intervals of half-width 0.05, NOISE cells within
-    0.01 of 0 whose intervals cross it."""
+    """(exact, low, high): BIG cells spread over 0.2..1.0 with intervals of half-width 0.05; NOISE cells of
+    0.002..0.01 either sign, half with intervals that cross 0 (half-width 0.05), half tiny but sure (0.001)."""
     rng = np.random.default_rng(seed)
     big = np.linspace(0.2, 1.0, BIG) * rng.choice([-1, 1], BIG)
-    noise = rng.uniform(-0.01, 0.01, NOISE)
+    noise = rng.uniform(0.002, 0.01, NOISE) * rng.choice([-1, 1], NOISE)
     exact = np.concatenate([big, noise])
-    half = np.concatenate([np.full(BIG, 0.05), np.full(NOISE, 0.05)])
+    half = np.concatenate([np.full(BIG, 0.05), np.tile([0.05, 0.001], NOISE // 2)])
     return exact, exact - half, exact + half
 
 
@@ -74,7 +74,8 @@ def test_tiny_cells_and_intervals_crossing_zero_are_not_comparable():
 
 def test_the_floor_is_why_a_map_right_on_the_big_cells_is_trusted():
     """Right on every big cell, random on the noise: the old rule's Spearman over all cells is dragged under its bar
-    by the noise cells' ranks; on the cleared cells the map is trusted."""
+    by the noise cells' ranks; on the cleared cells the map is trusted. Without either half of the floor (the
+    interval, or 0.1 of the largest) noise cells join the ranking."""
     exact, low, high = planted()
     gradient = exact.copy()
     gradient[BIG:] = np.random.default_rng(3).uniform(-0.01, 0.01, NOISE)
@@ -124,8 +125,8 @@ def per_pair(n_rows: int = 4) -> pd.DataFrame:
 
 
 def test_a_run_stored_before_the_rule_is_reread_from_its_per_pair_values():
-    frame = per_pair()
-    exact = patching.grid(frame)
+    frame = per_pair(n_rows=6)                       # the patching probe's pairs; the exact check ran on 4 of them
+    exact = patching.grid(frame[frame["pair_id"] < 4])
     check = exact[attribution.KEYS].assign(exact=exact["recovered"], gradient=exact["recovered"] * 0.9)
     pairs = frame.drop_duplicates("pair_id")[["pair_id", "row_id", "corruption", "ld_clean", "ld_corrupted"]]
     tables = {"attribution__check": check, "attribution__pairs": pairs, "patching": frame,
@@ -153,3 +154,15 @@ def test_the_headline_says_what_would_make_a_table_comparable():
     sentence = attribution.headline(tables).sentence
     assert "is not comparable: 2 of 10 cells clear the noise floor (8 needed)" in sentence
     assert "more pairs in the exact grid would make it comparable (2 now, measured 150 s a pair)" in sentence
+
+
+def test_a_headline_of_a_table_stored_under_the_replaced_rule_says_so():
+    """A results directory written before issue 58 (workbench report reads its stored agreement) gives no verdict
+    of the replaced rule as the current one's."""
+    old = pd.DataFrame([dict(corruption="entry", component=c, cells=240, spearman=0.89, top10=8, top_k=10, trusted=True)
+                        for c in ("all", "attn")])
+    tables = {"attribution__agreement": old, "attribution__pairs": pd.DataFrame({"pair_id": range(30)}),
+              "attribution__cost": pd.DataFrame([dict(pairs=4, cells=480, exact_s=300.0, gradient_s=5.0, ratio=60.0)])}
+    h = attribution.headline(tables)
+    assert h.sentence.startswith("The gradient map's agreement here was stored under the rule issue 58 replaced")
+    assert "trusted" not in h.sentence and [n.key for n in h.numbers] == ["exact_over_gradient"]
