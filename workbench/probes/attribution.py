@@ -202,10 +202,10 @@ def stored_check(tables: dict[str, pd.DataFrame], seed: int = 0) -> pd.DataFrame
         raise WorkbenchError("attribution__check predates the exact interval (issue 58) and no patching table of "
                              "the same run holds the check pairs' exact values")
     pairs = tables["attribution__pairs"]
-    checked = _check_set(list(zip(pairs["pair_id"], pairs["corruption"])), int(tables["attribution__cost"]["pairs"][0]))
+    checked = _check_set(list(zip(pairs["pair_id"], pairs["corruption"])), int(tables["attribution__cost"]["pairs"].iloc[0]))
     exact = tables["patching"][tables["patching"]["pair_id"].isin(checked)]
     same = ["pair_id", "row_id", "corruption", "ld_clean", "ld_corrupted"]
-    if not exact[same].drop_duplicates().merge(pairs[same]).shape[0] == len(checked):
+    if len(exact[same].drop_duplicates().merge(pairs[same])) != len(checked):
         raise WorkbenchError("the patching table's pairs are not attribution's check pairs")
     rebuilt = check.drop(columns="exact").merge(grid(exact, seed).rename(columns=EXACT), on=KEYS, how="left")
     if not np.array_equal(rebuilt["exact"].to_numpy(), check["exact"].to_numpy(), equal_nan=True):
