@@ -7,6 +7,8 @@ intervals cross it; the rule compares the gradient map on the big cells only.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -154,6 +156,8 @@ def test_the_headline_says_what_would_make_a_table_comparable():
     sentence = attribution.headline(tables).sentence
     assert "is not comparable: 2 of 10 cells clear the noise floor (8 needed)" in sentence
     assert "more pairs in the exact grid would make it comparable (2 now, measured 150 s a pair)" in sentence
+    stored = json.loads(json.dumps(attribution.summarize(tables), allow_nan=False))    # summary.json: no NaN
+    assert stored["agreement"][0]["spearman"] is None and stored["agreement"][0]["verdict"] == rule.NOT_COMPARABLE
 
 
 def test_a_headline_of_a_table_stored_under_the_replaced_rule_says_so():

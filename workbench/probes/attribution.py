@@ -43,6 +43,7 @@ import torch
 from tqdm.auto import tqdm
 
 from workbench.analysis.headlines.attribution import TOP, TRUSTED, agreement_of, headline
+from workbench.analysis.headlines.depth_matrix import rounded
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.probes.common import default_loops
@@ -243,7 +244,7 @@ def agreement(check: pd.DataFrame) -> pd.DataFrame:
 def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     a, c = tables["attribution__agreement"], tables["attribution__cost"].iloc[0]
     return {"pairs": int(len(tables["attribution__pairs"])),
-            "agreement": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
+            "agreement": [{k: (rounded(v) if isinstance(v, float) else v) for k, v in r.items()}   # NaN: null
                           for r in a.to_dict("records")],
             "cost": {k: (round(float(v), 3) if isinstance(v, float) else int(v)) for k, v in c.items()},
             "headline": headline(tables).to_dict()}
