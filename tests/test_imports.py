@@ -1,30 +1,37 @@
-"""The package's import graph, read from the source: no module imports itself through others, and no part (a
-subpackage or top-level module) imports one that imports it.
+"""The package's import contracts: pyproject.toml's [tool.importlinter] (`lint-imports`), checked here on the graph of
+every `import` / `from ... import` of a workbench module (at module top or inside a function: a deferred import is
+still a dependency; grimp reads them) and of the modules the package loads by name.
 
-Every `import` / `from ... import` of a workbench module counts, at module top or inside a
-function (a deferred import is still a dependency). `from workbench.x import y` is an edge to
-`workbench.x.y` when that is a module, else to `workbench.x`.
-
-A module that loads modules by name (`importlib.import_module`) has an edge, in the graph the layering checks read
-(`dynamic=True`), to every module a name it spells can load: a string that names a module ("workbench.plots.lens",
-"workbench.models:load_base") and an f-string that starts with a package's path (f"workbench.probes.{name}": every
-module under `workbench.probes`). `get_probe` loads a probe that way, so whatever reaches it reaches torch. The
-check for import cycles between modules reads the `import` statements only: such an edge names every module the
-pattern could load, not one that is imported while the module itself is.
+A module that loads modules by name (`importlib.import_module`) has an edge to every module a name it spells can load:
+a string that names a module ("workbench.plots.lens", "workbench.models:load_base") and an f-string that starts with a
+package's path (f"workbench.probes.{name}": every module under `workbench.probes`). `get_probe` loads a probe that way,
+so whatever reaches it reaches torch. import-linter sees import statements only, so `import_graph` adds these edges
+before the contracts are checked. Two checks import-linter cannot state stay here as grimp queries: no module imports
+itself through others (its `acyclic_siblings` contract skips a package whose child imports the package's own
+__init__), and the output gate's allow-list (a `forbidden` contract lists what may not be imported, not what may).
 """
 
 from __future__ import annotations
 
 import ast
+import copy
+import functools
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import grimp
+import importlinter.api
 import pytest
+from importlinter.contracts.acyclic_siblings import AcyclicSiblingsContract
+from importlinter.contracts.forbidden import ForbiddenContract
+from importlinter.contracts.layers import LayersContract
 
-PACKAGE = Path(__file__).resolve().parents[1] / "workbench"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "workbench"
+CONTRACT_TYPES = {c.type_name: c for c in (LayersContract, ForbiddenContract, AcyclicSiblingsContract)}
 
 
 def module_files(package: Path) -> dict[str, Path]:
@@ -59,147 +66,103 @@ def loaded_by_name(tree: ast.Module, root: str, files: dict[str, Path]) -> set[s
     return out
 
 
-def import_graph(package: Path, dynamic: bool = False) -> dict[str, set[str]]:
-    """{module: modules of the same package it imports}; with `dynamic`, also those it may load by name
-    (`loaded_by_name`)."""
+def import_graph(package: Path, dynamic: bool = True) -> grimp.ImportGraph:
+    """grimp's graph of `package` (on sys.path) from its import statements; with `dynamic`, plus an edge from each
+    module to every module it may load by name (`loaded_by_name`)."""
+    graph = grimp.build_graph(package.name, cache_dir=None)
     files = module_files(package)
-    root = package.name
-    graph = {}
-    for name, f in files.items():
-        deps = set()
-        here = name.split(".") if f.name == "__init__.py" else name.split(".")[:-1]
-        tree = ast.parse(f.read_text(), str(f))
-        if dynamic:
-            deps |= loaded_by_name(tree, root, files)
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                deps.update(a.name for a in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                if node.level:
-                    base = here[: len(here) - node.level + 1]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
-                for a in node.names:
-                    sub = f"{target}.{a.name}"
-                    deps.add(sub if sub in files else target)
-        graph[name] = {d for d in deps if d in files and d != name and d.split(".")[0] == root}
+    for name, f in files.items() if dynamic else ():
+        for loaded in loaded_by_name(ast.parse(f.read_text(), str(f)), package.name, files) - {name}:
+            graph.add_import(importer=name, imported=loaded)
     return graph
 
 
-def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """The strongly connected components of more than one module (Tarjan), each sorted."""
-    index, low, stack, on_stack, found = {}, {}, [], set(), []
+def broken_contracts(graph: grimp.ImportGraph, types: tuple[str, ...] = tuple(CONTRACT_TYPES)) -> list[str]:
+    """The ids of pyproject.toml's contracts of `types` that `graph` breaks (each checked on a copy: a check prunes)."""
+    options = importlinter.api.read_configuration(str(ROOT / "pyproject.toml"))
+    return [c["id"] for c in options["contracts_options"] if c["type"] in types
+            and not CONTRACT_TYPES[c["type"]](name=c["name"], session_options=options["session_options"],
+                                              contract_options=c).check(copy.deepcopy(graph), verbose=False).kept]
 
-    def visit(v: str) -> None:
-        index[v] = low[v] = len(index)
-        stack.append(v)
-        on_stack.add(v)
-        for w in sorted(graph[v]):
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on_stack:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on_stack.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
 
-    for v in sorted(graph):
-        if v not in index:
-            visit(v)
-    return found
+# Loaded by name, a registry's entries import the registry (plots.report -> plots.registry -> plots.report): an edge
+# every layering contract reads, and no import cycle, which the import statements alone decide.
+LAYERING = ("layers", "forbidden")
+
+
+@functools.cache
+def workbench_graph(dynamic: bool = True) -> grimp.ImportGraph:
+    """The package's graph (`import_graph`), built once; a test that plants an edge plants it in a copy."""
+    return import_graph(PACKAGE, dynamic)
+
+
+def self_importers(graph: grimp.ImportGraph) -> list[str]:
+    """The modules that import themselves through others (the members of an import cycle), sorted."""
+    return sorted(m for m in graph.modules if any(graph.chain_exists(importer=d, imported=m)
+                                                  for d in graph.find_modules_directly_imported_by(m)))
+
+
+def test_the_workbench_package_keeps_its_import_contracts():
+    graph = workbench_graph()
+    assert graph.direct_import_exists(importer="workbench.probes", imported="workbench.probes.lens_agreement")
+    assert broken_contracts(graph, LAYERING) == [] and broken_contracts(workbench_graph(dynamic=False)) == []
+
+
+def test_lint_imports_passes_on_the_import_statements(capsys):
+    """The command a contributor runs (`lint-imports`) reads the same contracts and keeps them."""
+    from importlinter.cli import lint_imports
+
+    assert lint_imports(config_filename=str(ROOT / "pyproject.toml"), cache_dir=None, no_logo=True) == 0
+    assert "7 kept, 0 broken" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(("importer", "imported", "contract"), [
+    ("workbench.io", "workbench.train.trainer", "floors"),                # a floor imports one above it
+    ("workbench.plots.report", "workbench.tasks", "floors"),             # or one beside it
+    ("workbench.errors", "workbench.gate", "floors"),                    # the bottom floor imports one above
+    ("workbench.loop.looped", "workbench", "face"),
+    ("workbench.plots.lens", "workbench.models.bases", "presentation-leaf"),   # a floor below, but model code
+    ("workbench.analysis.stats", "workbench.plots.base", "compute-draws-nothing"),
+    ("workbench.analysis.stats", "workbench.loop.looped", "analysis-reads-tables"),
+    ("workbench.models.native.check", "workbench.models", "native-below-the-room"),
+    ("workbench.loop.looped", "workbench.loop.hooks.nothing", None),   # not a module: no edge, nothing broken
+])
+def test_a_planted_import_breaks_its_contract(importer, imported, contract):
+    graph = copy.deepcopy(workbench_graph())
+    if imported in graph.modules:
+        graph.add_import(importer=importer, imported=imported)
+    broken = broken_contracts(graph, LAYERING)
+    assert contract in broken if contract else broken == []
+
+
+def test_a_planted_cycle_inside_a_part_breaks_the_sibling_contract():
+    graph = copy.deepcopy(workbench_graph(dynamic=False))
+    graph.add_import(importer="workbench.probes.heads", imported="workbench.probes.common")
+    graph.add_import(importer="workbench.probes.common", imported="workbench.probes.heads")
+    assert broken_contracts(graph, ("acyclic_siblings",)) == ["no-sibling-cycles"] and self_importers(graph) == [
+        "workbench.probes.common", "workbench.probes.heads"]
 
 
 def test_the_workbench_package_has_no_import_cycle():
-    graph = import_graph(PACKAGE)
-    assert "workbench.train.trainer" in graph and "workbench.loop.looped" in graph  # the real package was read
-    assert cycles(graph) == []
+    assert self_importers(workbench_graph(dynamic=False)) == []
 
 
-def test_the_cycle_check_finds_a_cycle_through_a_deferred_import(tmp_path):
+def test_the_cycle_check_finds_a_cycle_through_a_deferred_import_and_a_packages_init(tmp_path, monkeypatch):
+    """A package whose child imports the package's own __init__ is a cycle the sibling contract does not see."""
     pkg = tmp_path / "pkg"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from pkg.sub import e\n")
     (pkg / "a.py").write_text("from pkg.sub import b\n")
     (pkg / "sub" / "b.py").write_text("def f():\n    from pkg import c\n")
     (pkg / "c.py").write_text("import pkg.a\n")
     (pkg / "d.py").write_text("from . import a\n")   # into the cycle, not part of it
-    assert cycles(import_graph(pkg)) == [["pkg.a", "pkg.c", "pkg.sub.b"]]
+    (pkg / "sub" / "e.py").write_text("import pkg.sub\n")   # the child imports its package's __init__, which imports it
+    monkeypatch.syspath_prepend(tmp_path)
+    assert self_importers(import_graph(pkg, dynamic=False)) == ["pkg.a", "pkg.c", "pkg.sub", "pkg.sub.b", "pkg.sub.e"]
 
 
-def parts(graph: dict[str, set[str]]) -> dict[str, set[str]]:
-    """The graph between the package's parts: a subpackage (`workbench.models.native`, everything under it) or a top-level
-    module (`workbench.models`) is one node."""
-    def part(name: str) -> str:
-        return ".".join(name.split(".")[:2])
-
-    out: dict[str, set[str]] = {}
-    for name, deps in graph.items():
-        out.setdefault(part(name), set()).update(part(d) for d in deps if part(d) != part(name))
-    return out
-
-
-def test_no_import_runs_back_up_between_the_packages_parts():
-    """The parts stack in floors: no two import each other, through any modules. A module-level check misses
-    `native.check -> models -> native/__init__` (no module imports itself) and `analysis.claims -> train.recipe ->
-    tasks -> ... -> analysis`: each an arrow from a lower part up to one that imports it."""
-    found = cycles(parts(import_graph(PACKAGE, dynamic=True)))
-    assert found == [], found
-
-
-def test_the_parts_check_finds_a_cycle_through_a_subpackages_init(tmp_path):
-    pkg = tmp_path / "pkg"
-    (pkg / "low").mkdir(parents=True)
-    (pkg / "__init__.py").write_text("")
-    (pkg / "low" / "__init__.py").write_text("from pkg.low.adapter import A\n")
-    (pkg / "low" / "adapter.py").write_text("A = 1\n")
-    (pkg / "low" / "check.py").write_text("from pkg.high import load\n")  # the arrow back up
-    (pkg / "high.py").write_text("from pkg.low import A\n")
-    graph = import_graph(pkg)
-    assert cycles(graph) == []                               # no module imports itself
-    assert cycles(parts(graph)) == [["pkg.high", "pkg.low"]]
-
-
-def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
-    """Every module `start` imports, directly or through others."""
-    seen, todo = set(), [start]
-    while todo:
-        for dep in graph[todo.pop()]:
-            if dep not in seen:
-                seen.add(dep)
-                todo.append(dep)
-    return seen
-
-
-MODEL = ("workbench.loop", "workbench.models", "workbench.train", "workbench.selection", "workbench.precision")
-PRESENTATION = ("workbench.plots",)  # plots, the report (plots.report) and the paper figures (plots.export)
-COMPUTE = ("workbench.loop", "workbench.selection", "workbench.probes", "workbench.train", "workbench.tasks",
-           "workbench.analysis")
-NOT_READ = ("workbench.probes", "workbench.runs", "workbench.models")  # what drawing a results directory never needs
-
-
-def test_presentation_is_a_leaf():
-    """Plots, the report and the paper figures reach no model code and no probe, through imports or modules loaded by
-    name (the report found its sections through `get_probe`, which loads the probe and torch); no computation reaches
-    them. tests/plots/test_no_model_code.py renders a results directory in a fresh interpreter and looks."""
-    graph = import_graph(PACKAGE, dynamic=True)
-    for name in graph:
-        if name.startswith(PRESENTATION):
-            assert not sorted(d for d in reachable(graph, name) if d.startswith((*MODEL, *NOT_READ))), name
-        if name.startswith(COMPUTE):
-            assert not sorted(d for d in reachable(graph, name) if d.startswith(PRESENTATION)), name
-
-
-def test_a_module_loaded_by_name_is_an_edge_of_the_layering(tmp_path):
+def test_a_module_loaded_by_name_is_an_edge_of_the_contracts(tmp_path, monkeypatch):
     """`import_module(f"pkg.probes.{name}")` reaches every module under `pkg.probes`, and a named "pkg.heavy:attr"
     reaches `pkg.heavy`; without `dynamic`, or in a module that loads nothing by name, a string is no edge."""
     pkg = tmp_path / "pkg"
@@ -212,46 +175,25 @@ def test_a_module_loaded_by_name_is_an_edge_of_the_layering(tmp_path):
     (pkg / "lazy.py").write_text('from importlib import import_module\n\nWHERE = "pkg.heavy:attr"\n\n\n'
                                  'def load():\n    return import_module(WHERE.partition(":")[0])\n')
     (pkg / "report.py").write_text('"""Reads pkg.heavy"""\nfrom pkg.probes import get\nNAME = "pkg.heavy"\n')
-    graph = import_graph(pkg, dynamic=True)
-    assert graph["pkg.probes"] == {"pkg.probes.lens"} and graph["pkg.lazy"] == {"pkg.heavy"}
-    assert "pkg.heavy" in reachable(graph, "pkg.report") and graph["pkg.report"] == {"pkg.probes"}
-    assert "pkg.heavy" not in reachable(import_graph(pkg), "pkg.report")
+    monkeypatch.syspath_prepend(tmp_path)
+    graph = import_graph(pkg)
+    assert graph.find_modules_directly_imported_by("pkg.probes") == {"pkg.probes.lens"}
+    assert graph.find_modules_directly_imported_by("pkg.lazy") == {"pkg.heavy"}
+    assert graph.find_modules_directly_imported_by("pkg.report") == {"pkg.probes"}
+    assert graph.chain_exists(importer="pkg.report", imported="pkg.heavy")
+    assert not import_graph(pkg, dynamic=False).chain_exists(importer="pkg.report", imported="pkg.heavy")
 
 
-def test_analysis_reads_what_the_probes_wrote_and_imports_no_probe_presentation_or_cli():
-    """Analysis sits under the probes' results: a probe's headline is a module of `workbench.analysis.headlines`, found
-    by name, that reads the probe's tables. It reads without a model: no model or training code either (a run's
-    recipe.toml is read as data, not as a typed Recipe)."""
-    graph = import_graph(PACKAGE, dynamic=True)
-    outside = ("workbench.probes", *PRESENTATION, "workbench.commands", "workbench.cli", *MODEL, "workbench.models.native")
-    analysis = [name for name in graph if name.startswith("workbench.analysis")]
-    assert {"workbench.analysis.stats", "workbench.analysis.headlines", "workbench.analysis.claims"} <= set(analysis)
-    for name in analysis:
-        assert not sorted(d for d in reachable(graph, name) if d.startswith(outside)), name
+GATE_STANDS_ON = {"workbench.io", "workbench.errors", "workbench.readers"}  # what the output gate may import
 
 
-def test_the_looped_model_imports_no_probes_training_presentation_or_cli():
-    graph = import_graph(PACKAGE, dynamic=True)
-    outside = ("workbench.probes", "workbench.train", "workbench.selection", *PRESENTATION, "workbench.commands",
-               "workbench.cli")
-    for name in graph:
-        if name.startswith("workbench.loop"):
-            assert not sorted(d for d in reachable(graph, name) if d.startswith(outside)), name
-
-
-def test_the_native_adapters_stand_on_the_bases_and_the_loop_only():
-    """The native adapters sit on `workbench.models.bases` (the embedded tokenizer for the tiny ones) and the looped
-    interface (`workbench.loop`); nothing under `workbench.models.native` imports the room's face (which imports
-    them), training, block selection, probes, presentation or the CLI."""
-    graph = import_graph(PACKAGE, dynamic=True)
-    outside = ("workbench.train", "workbench.selection", "workbench.probes",
-               *PRESENTATION, "workbench.commands", "workbench.cli", "workbench.runs")
-    native = [name for name in graph if name.startswith("workbench.models.native")]
-    assert {"workbench.models.native", "workbench.models.native.check"} <= set(native)
-    for name in native:
-        found = reachable(graph, name)
-        assert "workbench.models" not in found, name
-        assert not sorted(d for d in found if d.startswith(outside)), name
+def test_the_gate_imports_no_writer():
+    """The output gate sits below every writer: it is handed each writer's `OutputKind` (the run's is declared in
+    `workbench.runs`, the results' in `workbench.probes.battery`, ...) and imports none of them, directly, through
+    others, or by name; it stands on atomic files and the training lock (`workbench.io`) and the errors alone."""
+    graph = workbench_graph()
+    assert graph.direct_import_exists(importer="workbench.runs", imported="workbench.gate")  # the real package was read
+    assert sorted(graph.find_upstream_modules("workbench.gate") - GATE_STANDS_ON) == []
 
 
 @pytest.mark.slow   # a fresh interpreter: what an import pulls in is only visible from a clean start
@@ -288,22 +230,3 @@ def test_the_length_check_finds_a_long_module(tmp_path):
     assert long_modules(tmp_path / "pkg") == ["pkg/long.py (601)"]
 
 
-def test_the_run_format_is_read_without_the_trainer():
-    """`workbench.runs` owns the run directory's format and reads runs; training writes them through
-    `workbench.train.rundir`, which imports it. Nothing the reading side reaches is training code."""
-    graph = import_graph(PACKAGE)
-    assert "workbench.runs" in graph["workbench.train.rundir"]
-    assert not sorted(d for d in reachable(graph, "workbench.runs") if d.startswith(("workbench.train",
-                                                                                      "workbench.selection")))
-
-
-GATE_STANDS_ON = ("workbench.io", "workbench.errors", "workbench.readers")  # what the output gate may import
-
-
-def test_the_gate_imports_no_writer():
-    """The output gate sits below every writer: it is handed each writer's `OutputKind` (the run's is declared in
-    `workbench.runs`, the results' in `workbench.probes.battery`, ...) and imports none of them, directly, through
-    others, or by name; it stands on atomic files and the training lock (`workbench.io`) and the errors alone."""
-    graph = import_graph(PACKAGE, dynamic=True)
-    assert "workbench.gate" in graph and "workbench.gate" in graph["workbench.runs"]  # the real package was read
-    assert sorted(reachable(graph, "workbench.gate") - set(GATE_STANDS_ON)) == []
