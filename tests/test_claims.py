@@ -419,7 +419,7 @@ def test_a_halting_claim_on_a_stage1_model_that_does_not_park_is_not_comparable(
     # parking is half the gate: a Stage 1 model that parks on a wrong answer (depth 4 lost) is not comparable
     _stage1_diagonal(tmp_path, "stage1", {1: 8, 2: 8, 3: 8, 4: 2})
     [row] = build_ledger(claims, tmp_path)
-    assert row["verdict"] == "not comparable" and "has lost loops = depth below the install bar 0.71 (depth 4: 0.25)" \
+    assert row["verdict"] == "not comparable" and "has lost loops = depth below the installation bar 0.71 (depth 4: 0.25)" \
         in row["why"]
 
 
@@ -467,7 +467,7 @@ def test_memory_vs_plain_is_not_comparable_until_the_memory_run_installs(tmp_pat
     assert row["verdict"] == "not comparable" and "a null meets this rule too" in row["why"]
 
 
-def test_a_pooled_installation_gate_cannot_hide_a_failed_depth(tmp_path):
+def test_a_pooled_installation_bar_cannot_hide_a_failed_depth(tmp_path):
     # pooled over depths 1-3 the memory arm reads 27/36 = 0.75, above the 0.7 bar; depth 3 alone reads 3/12
     _loops_specimen(tmp_path, "memory", {1: 12, 2: 12, 3: 3, 4: 6})
     _loops_specimen(tmp_path, "plain", {1: 12, 2: 12, 3: 12, 4: 2})
@@ -806,7 +806,7 @@ def test_each_step_at_its_loop_fails_the_trivial_policies(tmp_path, policy, firs
 # ----------------------------------------------------------------------------- floors: every rule fails a null
 def test_not_significantly_worse_on_few_rows_is_not_installed(tmp_path):
     """21/32 at depth 4 is not significantly below the paper's 53/64 (one-sided Fisher p = 0.09) but is below the
-    install bar 0.71; 24/32 (0.75) is above it."""
+    installation bar 0.71; 24/32 (0.75) is above it."""
     for right, verdict in ((21, "not reproduced"), (24, "reproduced")):
         root = tmp_path / str(right)
         _specimen(root, [(f"r{i}", 4, 4, i < right) for i in range(32)], [])
@@ -814,7 +814,7 @@ def test_not_significantly_worse_on_few_rows_is_not_installed(tmp_path):
                               paper_counts=[[53, 64]], **BASE)
         [row] = build_ledger(claims, root)
         assert row["verdict"] == verdict, right
-        assert ("below the install bar 0.71: 21/32" in row["comparison"]) == (right == 21)
+        assert ("below the installation bar 0.71: 21/32" in row["comparison"]) == (right == 21)
         assert row["nulls"][0]["null"] == "the majority answer" and row["nulls"][0]["verdict"] == "not reproduced"
 
 

@@ -18,7 +18,7 @@ the paper's number and ours into a verdict:
 Every claim declares its `rule` (the verdict rule and its bar, in words) in the data file before the
 specimen it reads is trained; the ledger prints it. The rules are built so that a trivial policy
 cannot pass them: a halting head must also beat every constant-depth policy at its own mean loops,
-installation gates hold per depth, overshoot counts the cells where the chain's cycle makes the
+the installation bar holds at every depth, overshoot counts the cells where the chain's cycle makes the
 iterate and park symbols coincide apart, a stateful claim is gated on the best rule with no model.
 
 The ledger is a pure function of committed files, so `workbench claims` regenerates it byte

@@ -198,7 +198,7 @@ def b_leads_beyond(claim: dict, ours: dict) -> tuple[str, str]:
 @verdict_test
 def a_faster_every_depth(claim: dict, ours: dict) -> tuple[str, str]:
     """A's median batch-1 latency below B's at every depth read, A being a model that answers: its final-answer
-    accuracy at each depth it was trained on at least `min_share` (default the install bar), so that answering
+    accuracy at each depth it was trained on at least `min_share` (default the installation bar), so that answering
     without computing (the majority answer at no cost) is not "faster"."""
     slower = [r for r in ours["depths"] if r["a_s"] >= r["b_s"]]
     ratios = [r["b_over_a"] for r in ours["depths"]]

@@ -89,8 +89,8 @@ def _stage1_gate(ours: dict, claim: dict) -> dict:
     if parks is not None:
         ours["stage1"] = parks
         if parks["lost"]:
-            _gate(ours, f"the Stage 1 model ({Path(claim['stage1']).name}) has lost loops = depth below the install "
-                        f"bar {INSTALL_BAR:g} ({', '.join(parks['lost'])}): a model that parks on a wrong answer "
+            _gate(ours, f"the Stage 1 model ({Path(claim['stage1']).name}) has lost loops = depth below the "
+                        f"installation bar {INSTALL_BAR:g} ({', '.join(parks['lost'])}): a model that parks on a wrong answer "
                         "passes the park share alone")
         if parks["share"] < parks["bar"]:
             _gate(ours, f"{parks['text']} (bar {parks['bar']:.2f}): it iterates the rule past a row's depth instead of "

@@ -424,7 +424,7 @@ def counts_not_worse(claim: dict, ours: dict) -> tuple[str, str]:
     bar = claim.get("min_share", INSTALL_BAR)   # a floor: "not significantly worse" on a few rows is not installed
     low = [f"{k}/{n}" for k, n in ours["counts"] if k / n < bar]
     if low:
-        how += f"; below the install bar {bar:g}: {', '.join(low)}"
+        how += f"; below the installation bar {bar:g}: {', '.join(low)}"
     return ("reproduced" if ps[worst] >= ALPHA and not low else "not reproduced"), how
 
 

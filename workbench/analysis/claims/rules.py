@@ -38,7 +38,7 @@ def at_most(claim: dict, ours: dict) -> tuple[str, str]:
 def counts_at_most(claim: dict, ours: dict) -> tuple[str, str]:
     """Every count's share at most `bar` (a claim that something stays low, e.g. minimal zero-shot transfer), on a
     model that is not simply broken: where the measure reads its `competence` (the same model on rows it was
-    trained for), that share must reach `min_competence` (default the install bar), or "low" says nothing."""
+    trained for), that share must reach `min_competence` (default the installation bar), or "low" says nothing."""
     over = [f"{k}/{n}" for k, n in ours["counts"] if k / n > claim["bar"]]
     floor = claim.get("min_competence", INSTALL_BAR)
     broken = "competence" in ours and ours["competence"] < floor
