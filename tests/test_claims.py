@@ -711,9 +711,9 @@ def test_the_readme_shows_the_committed_ledgers_verdict_counts():
 
 
 def _planted_sweep(root: Path, ce_by_window: dict[str, list[list[float]]], span=(2, 28)) -> Path:
-    """A Stage 2 sweep directory as `select-block --stage2 train` leaves it, with planted per-row CE readings
-    (one list per seed), and its stage2.json rebuilt by the sweep's own code."""
-    from workbench.selection import stage2 as ws
+    """A window sweep directory as `select-block --window-sweep` leaves it, with planted per-row CE readings
+    (one list per seed), and its table rebuilt by the sweep's own code."""
+    from workbench.selection import window_sweep as ws
 
     root.mkdir(parents=True)
     roles = {w: ("late control" if w == "24:30" else "span") for w in ce_by_window}
@@ -734,7 +734,7 @@ def _planted_sweep(root: Path, ce_by_window: dict[str, list[list[float]]], span=
             (root / ws.READINGS / f"{a}-{b}-seed{s + 1}.json").write_text(json.dumps(
                 {"row_ce": values, "ce": {"2": {"2": 0.0}}, "acc": {"2": {"2": 0.5}},
                  "correct": {"2": {"2": [1, 0]}}, "rows": len(values)}))
-    (root / "stage2.json").write_text(json.dumps(ws.rebuild(root)))
+    (root / ws.TABLE).write_text(json.dumps(ws.rebuild(root)))
     return root
 
 
@@ -758,10 +758,26 @@ def test_the_window_ablation_claim_needs_a_separated_winner_inside_the_span(tmp_
     }
     for name, (ce, verdict, fragment) in cases.items():
         spec = _planted_sweep(tmp_path / name.replace(" ", "_"), ce)
-        claims = _claims_file(tmp_path, id="w", measure="stage2_ablation", test="ablation_fixes_block", results=".",
+        claims = _claims_file(tmp_path, id="w", measure="window_sweep_ablation", test="ablation_fixes_block", results=".",
                               **dict(BASE, specimen=spec.name))
         [row] = build_ledger(claims, tmp_path)
         assert row["verdict"] == verdict and fragment in row["comparison"], (name, row["comparison"])
+
+
+def test_a_sweep_and_a_claims_file_under_their_old_names_still_read(tmp_path, caplog):
+    """A sweep made before the window sweep had its name holds its table as stage2.json, and a claims file may name
+    the measure `stage2_ablation`: both read as the new names, each noted in one line."""
+    base = list(np.random.default_rng(1).uniform(0.2, 1.2, 256))
+    spec = _planted_sweep(tmp_path / "old", {"2:8": [[v + 0.2 for v in base]], "12:18": [base, base],
+                                             "24:30": [[v + 0.3 for v in base]]})
+    (spec / "window_sweep.json").rename(spec / "stage2.json")
+    claims = _claims_file(tmp_path, id="w", measure="stage2_ablation", test="ablation_fixes_block", results=".",
+                          **dict(BASE, specimen=spec.name))
+    [row] = build_ledger(claims, tmp_path)
+    assert row["verdict"] == "reproduced" and "winner 12:18 inside the span 2:28" in row["comparison"]
+    assert f"{claims}: claim 'w': measure 'stage2_ablation' read as 'window_sweep_ablation' (its old name)" in \
+        caplog.messages
+    assert f"{spec / 'stage2.json'}: read as window_sweep.json (its old name)" in caplog.messages
 
 
 def _steps_specimen(root: Path, first_loop: dict[int, int], before: tuple[float, float, float] = (0.02, -0.05, 0.1)) \
@@ -1035,8 +1051,8 @@ def test_a_stale_ledger_block_and_a_stray_verdict_are_found():
 
 
 def test_a_selection_or_sweep_row_reads_its_model_from_its_own_record(tmp_path):
-    """A block selection records its model in block_selection.json, a Stage 2 sweep in sweep.json (with its
-    curriculum by name beside the shipped recipes and its ranking depths in stage2.json): both are read, not
+    """A block selection records its model in block_selection.json, a window sweep in sweep.json (with its
+    curriculum by name beside the shipped recipes and its ranking depths in its table): both are read, not
     'not recorded'."""
     from workbench.analysis.claims.ledger import ours_setting
 
@@ -1046,7 +1062,7 @@ def test_a_selection_or_sweep_row_reads_its_model_from_its_own_record(tmp_path):
     sel.mkdir(), sweep.mkdir()
     (sel / "block_selection.json").write_text(json.dumps({"model": "tiny-base"}))
     (sweep / "sweep.json").write_text(json.dumps({"model": "tiny-base", "recipe": "curriculum.toml"}))
-    (sweep / "stage2.json").write_text(json.dumps({"rank_rows": {"depths": [1, 2]}}))
+    (sweep / "window_sweep.json").write_text(json.dumps({"rank_rows": {"depths": [1, 2]}}))
     claim = {"counting": "every row"}
     assert ours_setting(sel, claim, tmp_path) == {"counting": "every row", "model": "tiny-base"}
     assert ours_setting(sweep, claim, tmp_path) == {"counting": "every row", "model": "tiny-base", "N": 12,

@@ -35,14 +35,14 @@ SWEEP = {"budget": "200 steps of r.toml's first stages (primitive 60, two-step 1
 def test_the_keeper_line_says_its_block_why_and_its_rank():
     (line, no_sweep) = keeper_lines((12, 24), WINDOWS)
     assert "block 12:24" in line and "smollm2_lora_chase.toml" in line and "ranked it 2 of 2 (damage 0.2500)" in line
-    assert no_sweep.startswith("no committed Stage 2 sweep here")
+    assert no_sweep.startswith("no committed window sweep here")
     (line, _) = keeper_lines((12, 24), None)  # --skip-selection: the reason, no rank
     assert "block 12:24" in line and "ranked" not in line
     (line, _) = keeper_lines((10, 16), WINDOWS)
     assert "not among Stage 1's windows" in line
 
 
-def test_the_keeper_lines_give_the_committed_stage2_reading_with_its_numbers():
+def test_the_keeper_lines_give_the_committed_sweeps_reading_with_its_numbers():
     lines = keeper_lines((12, 24), WINDOWS, ("training/selection/x", SWEEP))
     assert "12:24 ranks 1 of 2 there" in lines[1] and "training/selection/x" in lines[1]
     assert not any(x.startswith("why the keeper keeps") for x in lines)   # the keeper's block won: nothing to check

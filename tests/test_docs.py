@@ -46,8 +46,8 @@ def package_modules(package: Path) -> list[str]:
 
 def unnamed_modules(page: str, modules: list[str]) -> list[str]:
     """The modules `page` does not name. A module is named by its dotted path in backticks anywhere on the page
-    (`workbench.selection.stage2`), or, below the top level, by its short name in backticks on a line that also
-    names its package in backticks (the package's row of the packages table: `workbench.selection` ... `stage2`)."""
+    (`workbench.selection.window_sweep`), or, below the top level, by its short name in backticks on a line that also
+    names its package in backticks (the package's row of the packages table: `workbench.selection` ... `window_sweep`)."""
     lines = [set(re.findall(r"`([^`]+)`", line)) for line in page.splitlines() if not line.startswith("```")]
     everywhere = set().union(*lines)
     return [name for name in modules if name not in everywhere
@@ -57,7 +57,7 @@ def unnamed_modules(page: str, modules: list[str]) -> list[str]:
 
 def test_every_module_appears_in_the_architecture_page():
     modules = package_modules(PACKAGE)
-    assert "workbench.selection.stage2" in modules and "workbench.io" in modules  # the real package was read
+    assert "workbench.selection.window_sweep" in modules and "workbench.io" in modules  # the real package was read
     missing = unnamed_modules(ARCHITECTURE.read_text(), modules)
     assert missing == [], f"docs/architecture.md does not name {len(missing)} module(s): {', '.join(missing)}"
 
@@ -66,8 +66,8 @@ def test_the_module_check_finds_a_module_the_page_leaves_out(tmp_path):
     """The check above can fail: a name taken off the real page, and a module planted in a copy of a package."""
     page = ARCHITECTURE.read_text()
     modules = package_modules(PACKAGE)
-    assert unnamed_modules(page.replace("`stage2`", "stage2").replace(
-        "`workbench.selection.stage2`", "stage2"), modules) == ["workbench.selection.stage2"]
+    assert unnamed_modules(page.replace("`window_sweep`", "window_sweep").replace(
+        "`workbench.selection.window_sweep`", "window_sweep"), modules) == ["workbench.selection.window_sweep"]
     pkg = tmp_path / "workbench"
     (pkg / "train").mkdir(parents=True)
     for name in ("__init__.py", "__main__.py", "io.py", "train/__init__.py", "train/recipe.py", "train/planted.py"):

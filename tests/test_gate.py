@@ -107,11 +107,11 @@ def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
 
 # ----------------------------------------------------------------------------- each writer declares its output
 # Each writer's output kind, declared beside its code (module, name). Every gate asks every declared kind of directory
-# written in place (`workbench.places`: a run, a Stage 2 sweep) to recognise its own, whatever the writer hands.
+# written in place (`workbench.places`: a run, a window sweep) to recognise its own, whatever the writer hands.
 KINDS = {
     "demo": ("workbench.commands.demo", "DEMO_OUTPUT"),
     "select-block": ("workbench.commands.select_block", "SELECTION_OUTPUT"),
-    "select-block --stage2 train": ("workbench.selection.stage2", "SWEEP_OUTPUT"),
+    "select-block --window-sweep": ("workbench.selection.window_sweep", "SWEEP_OUTPUT"),
     "train": ("workbench.runs", "RUN_OUTPUT"),
     "launch": ("workbench.runs", "RUN_OUTPUT"),
     "probe": ("workbench.probes.battery", "RESULTS_OUTPUT"),
@@ -128,7 +128,7 @@ KINDS = {
 def _every_writers_args(tmp: Path) -> dict[str, list]:
     """`_writer_args` and the writers that are not a command of their own: each case of KINDS but export_run."""
     return {**_writer_args(tmp),
-            "select-block --stage2 train": ["select-block", "--model", "tiny-llama", "--stage2", "train",
+            "select-block --window-sweep": ["select-block", "--model", "tiny-llama", "--window-sweep",
                                             "--out", tmp / "out"],
             "lens --html": ["lens", "tiny-llama", "--block", "1:2", "--prompt", "x", "--html", tmp / "l.html"]}
 
@@ -146,7 +146,7 @@ def test_each_writer_hands_the_gate_the_kind_its_module_declares(monkeypatch, tm
         raise Reached(self.kind, {k.name for k in self.in_place})
 
     for module in ("workbench.train.trainer", "workbench.probes.battery", "workbench.plots.export",
-                   "workbench.analysis.claims", "workbench.selection.stage2", "workbench.runs"):
+                   "workbench.analysis.claims", "workbench.selection.window_sweep", "workbench.runs"):
         importlib.import_module(module)
     monkeypatch.setattr(output_gate.Gate, "_decide", reached)
     for name, (module, attr) in KINDS.items():
@@ -168,7 +168,7 @@ def test_the_gate_takes_only_a_declared_kind_and_names_no_writers_file(tmp_path)
     from workbench.plots.export import FIGURE_SUFFIXES
     from workbench.plots.report import REPORT
     from workbench.probes.battery import RESULTS_FILES
-    from workbench.selection import stage2
+    from workbench.selection import window_sweep
     from workbench.tasks.manifest import SIDECAR_SUFFIX
 
     for kind in ("dir", "run", None):
@@ -176,7 +176,8 @@ def test_the_gate_takes_only_a_declared_kind_and_names_no_writers_file(tmp_path)
             gate_output(tmp_path / "out", "probe", kind=kind)
     with pytest.raises(TypeError, match="written in place"):
         gate_output(tmp_path / "out", "probe", kind=RESULTS_OUTPUT, beside=(RESULTS_OUTPUT,))
-    writers = {*RUN_OUTPUT.continued.keeps, stage2.SWEEP, stage2.STAGE2, stage2.RUNS, stage2.READINGS, stage2.DAMAGE,
+    writers = {*RUN_OUTPUT.continued.keeps, window_sweep.SWEEP, window_sweep.TABLE, window_sweep.RUNS,
+               window_sweep.READINGS, window_sweep.DAMAGE,
                *RESULTS_FILES, *LEDGER_FILES, *WRITTEN, *FIGURE_SUFFIXES, SIDECAR_SUFFIX, REPORT, SELECTION_JSON,
                SELECTION_HTML} - {OUTPUT_MARKER, LOCK}  # the output marker and io's training lock are the gate's own
     source = Path(output_gate.__file__).read_text()
@@ -501,7 +502,7 @@ def test_rows_never_writes_a_file_a_run_keeps(capsys, monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("writer", ["train", "probe"])
 def test_nothing_but_the_sweep_writes_into_a_sweep(capsys, monkeypatch, tmp_path, writer):
-    """A Stage 2 sweep keeps every name in it: a run or results written directly inside one under a name of a run's
+    """A window sweep keeps every name in it: a run or results written directly inside one under a name of a run's
     (`checkpoints`, which would make the sweep read as a run) is refused, as the gate refused it before the kinds were
     split, and the sweep is untouched."""
     sweep = tmp_path / "sweep"
@@ -509,12 +510,12 @@ def test_nothing_but_the_sweep_writes_into_a_sweep(capsys, monkeypatch, tmp_path
     (sweep / "sweep.json").write_text("{}")
     args = {**_writer_args(tmp_path)}[writer]
     args = [*args[:args.index("--out") + 1], sweep / "checkpoints"]
-    _refused(capsys, monkeypatch, tmp_path, *args, fragment="Stage 2 sweep")
+    _refused(capsys, monkeypatch, tmp_path, *args, fragment="window sweep")
     assert sorted(p.name for p in sweep.iterdir()) == ["sweep.json"]
 
 
 # ----------------------------------------------------------------------------- every writer asks every place
-# The directories written in place (a run, a Stage 2 sweep) are declared once (`workbench.places`) and asked by every
+# The directories written in place (a run, a window sweep) are declared once (`workbench.places`) and asked by every
 # gate, so no writer can forget one. Each writer is sent at each of them: --out a name the place keeps (`inside`), or
 # the place itself carrying a forged output marker (`marked`: a marker alone never makes a run or a sweep the
 # workbench's own output to write into or replace). Writers whose --out is one file (and export_run, which refuses a
@@ -525,7 +526,7 @@ FILE_WRITERS = {"report": ".html", "rows": ".jsonl", "lens --html": ".html", "ex
 # that holds no run, or a run already there without --resume.
 OWN_WORDS = {("train", "a marked run"): "already holds a run", ("launch", "a marked run"): "already holds a run",
              ("train", "a marked sweep"): "holds no run", ("launch", "a marked sweep"): "holds no run",
-             ("select-block --stage2 train", "a marked run"): "holds no Stage 2 sweep"}
+             ("select-block --window-sweep", "a marked run"): "holds no window sweep"}
 
 
 class Passed(Exception):
@@ -533,7 +534,7 @@ class Passed(Exception):
 
 
 def _plant(tmp: Path, place: str) -> tuple[Path, str]:
-    """The place planted under `tmp` (a run in progress, before its first step: its recipe.toml alone; a Stage 2 sweep:
+    """The place planted under `tmp` (a run in progress, before its first step: its recipe.toml alone; a window sweep:
     its plan alone), a forged marker in it for the `marked` cases; returns it and the words naming it."""
     where = tmp / "place"   # a neutral name: a refusal must name the place by its kind, not by its path
     where.mkdir()
@@ -543,7 +544,7 @@ def _plant(tmp: Path, place: str) -> tuple[Path, str]:
         (where / "sweep.json").write_text("{}")
     if place.startswith("a marked"):
         (where / OUTPUT_MARKER).write_text(json.dumps({"written_by": "workbench claims"}))
-    return where, "training run" if place.endswith("run") else "Stage 2 sweep"
+    return where, "training run" if place.endswith("run") else "window sweep"
 
 
 def _out_at(writer: str, place: str, where: Path) -> Path:
@@ -618,11 +619,11 @@ def test_only_the_sweep_itself_writes_its_runs_while_it_holds_its_gate(tmp_path)
     (sweep / "sweep.json").write_text("{}")
     gate_output(sweep / "runs" / "2-8-seed1", "train", kind=RUN_OUTPUT).release()   # the sweep's own run
     held.release()
-    with pytest.raises(WorkbenchError, match="holds a Stage 2 sweep") as refused:   # no --resume: refused
+    with pytest.raises(WorkbenchError, match="holds a window sweep") as refused:   # no --resume: refused
         gate_output(sweep, "select-block", kind=SWEEP_OUTPUT)
     assert refused.value   # kept alive, with its lock: a refused gate is not the sweep's writer at work
     for out in (sweep / "runs" / "2-8-seed1", sweep / "runs" / "mine", sweep / "a" / "b" / "c"):
-        with pytest.raises(WorkbenchError, match="lies inside a Stage 2 sweep"):
+        with pytest.raises(WorkbenchError, match="lies inside a window sweep"):
             gate_output(out, "train", kind=RUN_OUTPUT)
     run = tmp_path / "run"
     run.mkdir()

@@ -1,9 +1,10 @@
-"""Block selection's Stage 2 by training (`select-block --stage2 train`, `workbench.selection.stage2`).
+"""Block selection's window sweep (`select-block --window-sweep`, `workbench.selection.window_sweep`).
 
 What a user relies on: the candidates (Stage 1's pick always among them, a late control, their own windows),
 one short recipe that differs only in the window, a ranking read that equals the training loss's own
 per-loop CE, the ranking rule (lower held-out CE first, a stopped run last, margin and seed agreement),
-a sweep that resumes without retraining what finished, and bad input refused with nothing written.
+a sweep that resumes without retraining what finished, bad input refused with nothing written, and the old names
+(`--stage2 train`, a sweep's stage2.json) still read, each with a one-line note.
 """
 
 from __future__ import annotations
@@ -19,8 +20,9 @@ import torch
 
 from tests.test_cli_errors import assert_clean_error, invoke
 from tests.training.conftest import TINY_RECIPE, merge
+from workbench.defaults import OLD_SWEEP_TABLE
 from workbench.errors import WorkbenchError
-from workbench.selection import stage2 as ws
+from workbench.selection import window_sweep as ws
 
 SELECTION = {"model": "m", "n_layers": 30, "prelude_end": 2, "coda_start": 28, "window": 6, "recommended": [2, 8],
              "windows": [{"block": [2, 8], "damage": 0.16}, {"block": [22, 28], "damage": 0.21},
@@ -53,8 +55,8 @@ def test_the_short_recipe_is_the_curriculum_cut_at_the_budget_with_only_the_wind
     from workbench.defaults import resolve
 
     raw = ws.base_recipe(resolve("recipe", "smollm2_lora_chase"))
-    a = ws.stage2_recipe(raw, "smollm2-135m-instruct", ws.Candidate(2, 8, "span"), 200, 0)
-    b = ws.stage2_recipe(raw, "smollm2-135m-instruct", ws.Candidate(12, 24, "given"), 200, 1)
+    a = ws.sweep_recipe(raw, "smollm2-135m-instruct", ws.Candidate(2, 8, "span"), 200, 0)
+    b = ws.sweep_recipe(raw, "smollm2-135m-instruct", ws.Candidate(12, 24, "given"), 200, 1)
     assert [(s.name, s.steps, s.depths) for s in a.stages] == [("primitive", 60, [1]), ("two-step", 140, [1, 2])]
     assert a.eval.depths == [1, 2] and a.eval.every == 200 and a.model.block == "2:8" and b.model.block == "12:24"
     assert b.seed == a.seed + 1
@@ -64,9 +66,9 @@ def test_the_short_recipe_is_the_curriculum_cut_at_the_budget_with_only_the_wind
     assert da == db   # nothing else differs between candidates
     assert a.guardrail.enabled and a.preserve.kl_weight == 20.0 and a.lora.r == 16
     with pytest.raises(WorkbenchError, match="--steps 0"):
-        ws.stage2_recipe(raw, "m", ws.Candidate(2, 8, "span"), 0, 0)
+        ws.sweep_recipe(raw, "m", ws.Candidate(2, 8, "span"), 0, 0)
     with pytest.raises(WorkbenchError, match="only 1100 steps"):
-        ws.stage2_recipe(raw, "m", ws.Candidate(2, 8, "span"), 5000, 0)
+        ws.sweep_recipe(raw, "m", ws.Candidate(2, 8, "span"), 5000, 0)
 
 
 # ----------------------------------------------------------------------------- the ranking read
@@ -189,7 +191,7 @@ def sweep_inputs(tmp_path_factory):
 
 def _args(inputs: Path, out: Path, *extra):
     return ["select-block", "--model", "tiny-llama", "--corpus", inputs / "corpus.txt", "--window", "2",
-            "--stage2", "train", "--steps", "3", "--candidates", "2", "--recipe", inputs / "recipe.toml",
+            "--window-sweep", "--steps", "3", "--candidates", "2", "--recipe", inputs / "recipe.toml",
             "--out", out, *extra]
 
 
@@ -227,7 +229,7 @@ def _heldout_ce(readings: list[dict]) -> float:
 @pytest.mark.slow   # five tiny trainings and their reads, end to end through the CLI
 def test_a_sweep_trains_every_candidate_and_the_top_two_twice(finished_sweep):
     out = finished_sweep
-    record = json.loads((out / ws.STAGE2).read_text())
+    record = json.loads((out / ws.TABLE).read_text())
     plan = json.loads((out / ws.SWEEP).read_text())
     names = [c["window"] for c in plan["candidates"]]
     runs = sorted(p.name for p in (out / ws.RUNS).iterdir())
@@ -250,7 +252,7 @@ def test_a_sweep_trains_every_candidate_and_the_top_two_twice(finished_sweep):
     seed1 = {w: _mean(rs[0]["row_ce"]) for w, rs in readings.items()}
     top_two = sorted(seed1, key=lambda w: (seed1[w], _start(w)))[:2]   # the second seeds went to the first seeds' best
     assert sorted(w for w, rs in readings.items() if len(rs) == 2) == sorted(top_two)
-    assert (out / "stage2.html").stat().st_size > 10_000 and (out / "block_selection.json").is_file()
+    assert (out / "window_sweep.html").stat().st_size > 10_000 and (out / "block_selection.json").is_file()
     assert record["rank_rows"]["depths"] == [1, 2]
     damage = json.loads((out / ws.DAMAGE).read_text())["windows"]   # Stage 1's measure over exactly the trained windows
     assert sorted(f"{d['block'][0]}:{d['block'][1]}" for d in damage) == sorted(names)
@@ -260,12 +262,12 @@ def test_a_sweep_trains_every_candidate_and_the_top_two_twice(finished_sweep):
 
 @pytest.mark.slow   # five tiny trainings and their reads, end to end through the CLI
 def test_the_table_regenerates_from_the_readings(finished_sweep, tmp_path):
-    """stage2.json's numbers are what readings/ give, computed here by hand; a planted change to one reading moves
-    the rebuilt table (rebuild reads the readings, it does not carry stage2.json over)."""
+    """The table's numbers are what readings/ give, computed here by hand; a planted change to one reading moves
+    the rebuilt table (rebuild reads the readings, it does not carry the table over)."""
     import shutil
 
     out = finished_sweep
-    record = json.loads((out / ws.STAGE2).read_text())
+    record = json.loads((out / ws.TABLE).read_text())
     rebuilt = ws.rebuild(out)
     assert json.dumps(rebuilt["table"], sort_keys=True) == json.dumps(record["table"], sort_keys=True)
     assert rebuilt["recommended"] == record["recommended"] and rebuilt["margin"] == record["margin"]
@@ -299,7 +301,7 @@ def test_resume_keeps_finished_candidates_and_refuses_another_plan(finished_swee
     out = finished_sweep
     before = {p: p.stat().st_mtime_ns for p in (out / ws.RUNS).rglob("trainable.safetensors")}
     code, _, err = invoke(capsys, monkeypatch, *_args(sweep_inputs, out, "--quiet"))
-    assert_clean_error(code, err, "holds a Stage 2 sweep", "--resume")
+    assert_clean_error(code, err, "holds a window sweep", "--resume")
     code, _, err = invoke(capsys, monkeypatch, *_args(sweep_inputs, out, "--quiet", "--resume"))
     assert code == 0, err
     assert {p: p.stat().st_mtime_ns for p in (out / ws.RUNS).rglob("trainable.safetensors")} == before
@@ -330,13 +332,13 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(sweep_inputs, tmp_path, m
     except (KeyboardInterrupt, click.exceptions.Abort):
         code = "interrupted"
     assert code in (130, "interrupted") and len(calls) == 2, code   # Ctrl-C: exit 130
-    assert not (out / ws.STAGE2).exists()
+    assert not (out / ws.TABLE).exists()
     first = calls[0] / "trainable.safetensors"
     stamp = first.stat().st_mtime_ns
     monkeypatch.setattr(ws, "_train_one", real)
     code, _, err = invoke(capsys, monkeypatch, *_args(sweep_inputs, out, "--quiet", "--resume"))
     assert code == 0, err
-    assert first.stat().st_mtime_ns == stamp and (out / ws.STAGE2).is_file()
+    assert first.stat().st_mtime_ns == stamp and (out / ws.TABLE).is_file()
 
 
 @pytest.mark.parametrize("extra, fragment", [
@@ -359,11 +361,27 @@ def test_bad_input_is_one_line_exit_2_and_nothing_written(sweep_inputs, tmp_path
 
 @pytest.mark.parametrize("flag", [["--steps", "50"], ["--candidates", "3"], ["--seeds", "1"], ["--include", "1:3"],
                                   ["--recipe", "smollm2_lora_chase"], ["--resume"], ["--rank-cells", "iterate"]])
-def test_stage2_options_without_stage2_train_are_refused(tmp_path, capsys, monkeypatch, flag):
+def test_sweep_options_without_window_sweep_are_refused(tmp_path, capsys, monkeypatch, flag):
     out = tmp_path / "sel"
     code, _, err = invoke(capsys, monkeypatch, "select-block", "--model", "tiny-llama", *flag, "--out", out)
-    assert_clean_error(code, err, f"{flag[0]} belongs to --stage2 train")
+    assert_clean_error(code, err, f"{flag[0]} belongs to --window-sweep")
     assert not out.exists()
+
+
+@pytest.mark.parametrize("old, asks, fragment", [
+    ("train", "--window-sweep", "--steps 900: the recipe has only 8 steps"),   # refused by the sweep's own check
+    ("damage", "no --window-sweep", "--steps belongs to --window-sweep")])
+def test_the_old_flag_is_read_as_the_window_sweep_with_a_note(sweep_inputs, tmp_path, capsys, monkeypatch, caplog,
+                                                              old, asks, fragment):
+    """`--stage2 train` (the flag's name before the window sweep had its own) asks for the sweep, `--stage2 damage`
+    for none; each is noted in one line."""
+    out = tmp_path / "sweep"
+    args = _args(sweep_inputs, out, "--stage2", old)
+    args.remove("--window-sweep")
+    args[args.index("--steps") + 1] = "900"
+    code, _, err = invoke(capsys, monkeypatch, *args)
+    assert_clean_error(code, err, fragment)
+    assert f"--stage2 {old} read as {asks} (its old name)" in caplog.messages and not out.exists()
 
 
 COMMITTED = Path(__file__).resolve().parents[1] / "training" / "selection" / "smollm2-135m-instruct-stage2"
@@ -375,10 +393,10 @@ SWEEPS = {"stage2": COMMITTED, "stage2-iterate": ITERATE}   # the page's marker 
 
 @pytest.mark.parametrize("marker", sorted(SWEEPS))
 def test_the_committed_sweep_regenerates_from_its_readings(marker):
-    """The committed Stage 2 sweeps' tables, rankings, margins and agreement are what their readings and runs give
-    now."""
+    """The committed window sweeps' tables (under their old name, stage2.json), rankings, margins and agreement are
+    what their readings and runs give now."""
     sweep = SWEEPS[marker]
-    record = json.loads((sweep / ws.STAGE2).read_text())
+    record = json.loads((sweep / OLD_SWEEP_TABLE).read_text())
     rebuilt = ws.rebuild(sweep)
     assert {k: v for k, v in record.items() if k != "seconds"} == json.loads(json.dumps(rebuilt))
     assert len(record["table"]) == len(record["candidates"]) >= 4
@@ -388,20 +406,37 @@ def test_the_committed_sweep_regenerates_from_its_readings(marker):
 
 @pytest.mark.parametrize("marker", sorted(SWEEPS))
 def test_the_results_page_shows_the_committed_sweeps_table(marker):
-    """docs/results/block-selection.md carries `table_lines` of each committed stage2.json between its markers."""
+    """docs/results/block-selection.md carries `table_lines` of each committed sweep's table between its markers."""
     page = (Path(__file__).resolve().parents[1] / "docs" / "results" / "block-selection.md").read_text()
     block = page.split(f"<!-- {marker}:start -->\n```\n", 1)[1].split(f"```\n<!-- {marker}:end -->", 1)[0]
-    record = json.loads((SWEEPS[marker] / ws.STAGE2).read_text())
+    record = json.loads((SWEEPS[marker] / OLD_SWEEP_TABLE).read_text())
     assert block == "\n".join(ws.table_lines(record)) + "\n"
 
 
-def test_the_report_on_a_selection_directory_draws_the_curve_the_knees_and_the_stage2_table(tmp_path):
+def test_the_report_on_a_selection_directory_draws_the_curve_the_knees_and_the_sweeps_table(tmp_path):
     from workbench.plots.report import write_report
 
     path = write_report(COMMITTED, tmp_path / "report.html")
     page = path.read_text()
     assert "fig-block_selection" in page and "Prelude knee 2" in page and "Coda knee 28" in page
-    assert "fig-stage2" in page and "stage2-table" in page
+    assert "fig-window_sweep" in page and "window_sweep-table" in page
     assert "Recommended: 2:8 (separated from the runner-up" in page
     for window in ("2:8", "9:15", "12:24", "15:21", "22:28", "24:30"):
         assert f">{window}<" in page   # a row of the table per candidate
+
+
+def test_a_sweep_made_before_the_name_is_read_under_its_old_table_name(tmp_path, caplog):
+    """A sweep directory holding stage2.json (every sweep made before the window sweep had its name) is drawn from
+    it, noted once in one line; where window_sweep.json is there too, that is the table read."""
+    from workbench.plots.report import write_report
+
+    old = tmp_path / "old"
+    old.mkdir()
+    for name in (OLD_SWEEP_TABLE, "block_selection.json"):
+        (old / name).write_bytes((COMMITTED / name).read_bytes())
+    page = write_report(old, tmp_path / "old.html").read_text()
+    assert "fig-window_sweep" in page and "budget: 200 steps" in page
+    assert caplog.messages == [f"{old / OLD_SWEEP_TABLE}: read as {ws.TABLE} (its old name)"]
+    record = json.loads((old / OLD_SWEEP_TABLE).read_text())
+    (old / ws.TABLE).write_text(json.dumps({**record, "budget": "the new table"}))
+    assert "budget: the new table." in write_report(old, tmp_path / "new.html").read_text()

@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# The directories written in place (a training run, a Stage 2 sweep), declared, are registered with the output gate,
+# The directories written in place (a training run, a window sweep), declared, are registered with the output gate,
 # which asks each of them before any output: imported here, so they are declared before any gate runs whatever a user
 # imported first (`workbench.gate` is imported through this file). Cheap: the gate and `workbench.io`, no torch.
 from workbench import places  # noqa: F401

@@ -51,6 +51,10 @@ TASK_NAMES = ("chase", "phop", "state", "state_query", "arith")     # `workbench
 CHASE_SURFACES = ("symbolic", "relay", "pointer")                  # `workbench.tasks.chase.TEMPLATES`
 SYMBOL_SET_NAMES = ("letters", "names")                            # `workbench.tasks.chase.SYMBOL_SETS`
 INSTALL_BAR = 0.71      # a depth counts as installed at this final-loop accuracy (the frontier's registered bar)
+# The window sweep's table (`select-block --window-sweep`): `workbench.selection.window_sweep` writes it, the report,
+# the demo and the ledger read it; a sweep made before the window sweep had its name holds it as OLD_SWEEP_TABLE.
+SWEEP_TABLE = "window_sweep.json"
+OLD_SWEEP_TABLE = "stage2.json"
 
 # The one order of the probes: `workbench.probes.PROBES` lists them in it, the headlines are printed in it and the
 # report's sections and `workbench figures` follow it. Each side finds its modules by name (the probe's compute in

@@ -11,7 +11,7 @@ its output is laid out (a directory written whole, a directory written in place 
 tell an output of its own, and, for a directory written in place, which names inside it are its own and the words
 of its refusals.
 
-The directories written in place (a training run, a Stage 2 sweep) are declared once, in `workbench.places`, and
+The directories written in place (a training run, a window sweep) are declared once, in `workbench.places`, and
 declaring such a kind registers it here (`OutputKind.__post_init__`, `in_place_kinds`): the gate asks every
 registered one to recognise its own directory, whatever the writer and whatever it hands, so that directory is never
 replaced, nor written into under a name it keeps, and no writer can forget a kind. Registering at declaration rather
@@ -289,7 +289,7 @@ class Gate:
     def _keep(self, out: Path) -> None:
         """Refused when a directory anywhere above `out` is one written in place (`in_place`) that keeps the name on
         the way down to `out` (a run's checkpoints/, anything in a sweep), unless this process is that directory's
-        own writer, holding its gate (a Stage 2 sweep training its runs, SWEEP/runs/<name>)."""
+        own writer, holding its gate (a window sweep training its runs, SWEEP/runs/<name>)."""
         child = out
         for folder in out.parents:
             keeper = folder.is_dir() and next((k for k in self.in_place if child.name in k.continued.keeps
@@ -450,7 +450,7 @@ def gate_output(path: str | os.PathLike, command: str, *, kind: OutputKind, over
         path: the --out given.
         command: the command writing (for messages).
         kind: what the writer writes, declared beside it (`OutputKind`): a directory written whole in a staging
-            sibling and moved in (`Gate.commit_dir`), a directory written in place (a training run, a Stage 2
+            sibling and moved in (`Gate.commit_dir`), a directory written in place (a training run, a window
             sweep: new, empty, or with `resume` one to continue), or files (a file, or with `names` those files
             inside the directory `path`).
         overwrite: the command's --overwrite: replace a directory the workbench wrote (marked), or a file of
@@ -459,7 +459,7 @@ def gate_output(path: str | os.PathLike, command: str, *, kind: OutputKind, over
         names: for files, the files written inside `path`.
         resume: for a directory written in place, continue the one that is there.
         beside: kinds of directories written in place to ask besides the declared ones. Every declared kind
-            (`in_place_kinds`: a run and a Stage 2 sweep, declared in `workbench.places`) is always asked, so the
+            (`in_place_kinds`: a run and a window sweep, declared in `workbench.places`) is always asked, so the
             workbench's writers hand none; this is for a kind declared outside the package whose module may not
             have been imported yet. A directory one of them recognises as its own is never replaced nor written
             into as files, and no output takes a name it keeps inside it.

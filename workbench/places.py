@@ -1,4 +1,4 @@
-"""The directories the workbench writes in place, declared once: a training run and a Stage 2 sweep.
+"""The directories the workbench writes in place, declared once: a training run and a window sweep.
 
 A directory written in place is trained (or swept) where it stands and continued with --resume, so it is never
 replaced, and no other output is written into it under a name it keeps. Its `OutputKind` (layout IN_PLACE) is
@@ -9,7 +9,7 @@ registration is complete before any gate runs, whatever a user imported first; i
 the gate and `workbench.io` alone.
 
 The run format's owner is `workbench.runs` (it reads runs, `workbench.train.rundir` writes them) and the sweep's is
-`workbench.selection.stage2`; both import their names from here, and every importer may keep importing them from
+`workbench.selection.window_sweep`; both import their names from here, and every importer may keep importing them from
 there.
 """
 
@@ -51,25 +51,25 @@ RUN_OUTPUT = OutputKind("run", IN_PLACE, owns=holds_run, continued=Continued(
     holds_one="run directory '{p}' already holds a run; pass --resume or another --out"))
 
 
-# ----------------------------------------------------------------------------- a Stage 2 sweep
+# ----------------------------------------------------------------------------- a window sweep
 SWEEP = "sweep.json"                    # the sweep's plan (what a --resume must match)
 
 
 def holds_sweep(path: Path) -> bool:
-    """Whether directory `path` is a Stage 2 sweep (its plan is there), finished or not."""
+    """Whether directory `path` is a window sweep (its plan is there), finished or not."""
     return (Path(path) / SWEEP).exists()
 
 
-# What `select-block --stage2 train` writes, handed to the output gate: a directory written in place (its runs are
+# What `select-block --window-sweep` writes, handed to the output gate: a directory written in place (its runs are
 # trained where they stand), new or empty, or with --resume one holding its plan to continue. Declared, it is asked
 # by the gate for every output: a sweep is never replaced, and nothing else is written into it.
 SWEEP_OUTPUT = OutputKind("sweep", IN_PLACE, owns=holds_sweep, continued=Continued(
     entry=SWEEP,
-    what="a Stage 2 sweep",
+    what="a window sweep",
     keeps=EVERY_NAME,
     not_a_directory="output '{p}' exists and is not a directory",
-    holds_another=f"output directory '{{p}}' is not empty and holds no Stage 2 sweep ({SWEEP}); a sweep writes into a "
+    holds_another=f"output directory '{{p}}' is not empty and holds no window sweep ({SWEEP}); a sweep writes into a "
                   "new or empty directory or one it can resume",
-    holds_one="output directory '{p}' holds a Stage 2 sweep; pass --resume to continue it or choose another --out "
+    holds_one="output directory '{p}' holds a window sweep; pass --resume to continue it or choose another --out "
               "(its training runs are never replaced)",
-    nothing_to_resume="--resume: '{p}' holds no Stage 2 sweep to continue; drop --resume to start one"))
+    nothing_to_resume="--resume: '{p}' holds no window sweep to continue; drop --resume to start one"))

@@ -7,12 +7,16 @@ instead of a traceback.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 
 import tomllib
 
 from workbench.errors import WorkbenchError
+
+log = logging.getLogger(__name__)
+_NOTED: set[Path] = set()   # each old name is noted once a process, however often it is read
 
 
 def json_value(path: Path) -> object:
@@ -24,6 +28,17 @@ def json_value(path: Path) -> object:
         raise WorkbenchError(f"{path}: not UTF-8 text") from None
     except json.JSONDecodeError as err:
         raise WorkbenchError(f"{path}: not valid JSON ({err.msg} at line {err.lineno})") from None
+
+
+def under_old_name(folder: str | os.PathLike, name: str, old: str) -> Path:
+    """Returns folder/name, or folder/old where only a file under that older name is there (noted once, one line)."""
+    folder = Path(folder)
+    if (folder / name).exists() or not (folder / old).exists():
+        return folder / name
+    if folder / old not in _NOTED:
+        _NOTED.add(folder / old)
+        log.warning("%s: read as %s (its old name)", folder / old, name)
+    return folder / old
 
 
 def read_json(path: str | os.PathLike, kind: str) -> dict:

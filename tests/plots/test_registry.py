@@ -45,7 +45,7 @@ def test_one_order_lists_the_probes_their_headlines_and_their_sections():
     for found in (PROBES, HEADLINE_MODULES, SECTION_MODULES):  # a headline or a section of its own is optional
         assert set(found) <= set(PROBES) and list(found) == sorted(found, key=stated_rank)
     # after the block selection and its Stage 2 (the report's own sections)
-    assert list(section_heads())[:2] == ["block_selection", "stage2"] and list(section_heads())[2:] == list(SECTION_MODULES)
+    assert list(section_heads())[:2] == ["block_selection", "window_sweep"] and list(section_heads())[2:] == list(SECTION_MODULES)
     assert list(figures()) == [n for n in SECTION_MODULES if n != "identity"]
     # each probe PROBE_ORDER names has a headline and a section of its own (what the shipped report relies on); a
     # probe it does not name may have neither (its report section and figure are its table's: table_section)

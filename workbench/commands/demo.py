@@ -161,31 +161,31 @@ def selection_lines(selection: dict, top: int = 3) -> list[str]:
         lines.append(f"  {a:>2}:{b:<2} damage {w['damage']:.4f}  (Δloss {w['loss_increase']:+.4f} nats, "
                      f"accuracy {w['accuracy_loop1']:.3f} -> {w['accuracy_loop2']:.3f})")
     a, b = selection["recommended"]
-    lines.append(f"recommended window {a}:{b} by untrained damage (Stage 1; `select-block --stage2 train` ranks "
+    lines.append(f"recommended window {a}:{b} by untrained damage (Stage 1; `select-block --window-sweep` ranks "
                  "windows by a short training each)")
     return lines
 
 
-SWEEP = Path("training") / "selection" / "smollm2-135m-instruct-stage2"   # the committed Stage 2 sweep
+SWEEP = Path("training") / "selection" / "smollm2-135m-instruct-stage2"   # the committed window sweep
 
 
 def committed_sweep() -> tuple[Path, dict] | None:
-    """(where, stage2.json) of the committed Stage 2 sweep on the embedded default (a checkout's, or
+    """(where, its table) of the committed window sweep on the embedded default (a checkout's, or
     WORKBENCH_DATA's, or the wheel's copy of its tables); None when none is here."""
-    from workbench.defaults import data_dirs
-    from workbench.readers import read_json
+    from workbench.defaults import OLD_SWEEP_TABLE, SWEEP_TABLE, data_dirs
+    from workbench.readers import read_json, under_old_name
 
     for root in data_dirs():
-        path = root / SWEEP / "stage2.json"
+        path = under_old_name(root / SWEEP, SWEEP_TABLE, OLD_SWEEP_TABLE)
         if path.is_file():
-            return SWEEP, read_json(path, "Stage 2 sweep")
+            return SWEEP, read_json(path, "window sweep table")
     return None
 
 
 def keeper_lines(block: tuple[int, int], windows: list[dict] | None, sweep: tuple[Path, dict] | None = None) -> list[str]:
     """Says which block the shipped keeper loops and why: Stage 1's rank of it when it is one of its windows, and
-    the committed Stage 2 sweep's reading of it (`select-block --stage2 train`), with that sweep's table."""
-    from workbench.selection.stage2 import table_lines
+    the committed window sweep's reading of it (`select-block --window-sweep`), with that sweep's table."""
+    from workbench.selection.window_sweep import table_lines
 
     a, b = block
     ranked = next((w for w in windows or [] if tuple(w["block"]) == (a, b)), None)
@@ -194,11 +194,11 @@ def keeper_lines(block: tuple[int, int], windows: list[dict] | None, sweep: tupl
     lines = [f"the keeper probed below loops block {a}:{b}, its recipe's choice (training/smollm2_lora_chase.toml)"
              + (f"; {where}" if where else "")]
     if sweep is None:
-        return lines + ["no committed Stage 2 sweep here (workbench select-block --stage2 train ranks windows by a "
+        return lines + ["no committed window sweep here (workbench select-block --window-sweep ranks windows by a "
                         "short training each)"]
     folder, record = sweep
     row = next((r for r in record["table"] if r["window"] == f"{a}:{b}"), None)
-    lines.append(f"the committed Stage 2 sweep ({folder}) trained each candidate briefly; "
+    lines.append(f"the committed window sweep ({folder}) trained each candidate briefly; "
                  + (f"{a}:{b} ranks {row['rank']} of {len(record['table'])} there" if row else
                     f"{a}:{b} was not among its candidates"))
     lines += table_lines(record)

@@ -95,7 +95,7 @@ def rows(
                 raise WorkbenchError(f"--task {task} needs {name} (e.g. --depths 1-7 --seed 1)")
     wanted = parse_depths(depths) if depths is not None else None
     # a frozen manifest is replaced only when asked, and only one the workbench wrote: both files, before any work;
-    # never a file a run keeps (its metrics.jsonl, say, before its first step wrote one) nor one inside a Stage 2
+    # never a file a run keeps (its metrics.jsonl, say, before its first step wrote one) nor one inside a window
     # sweep: the gate asks every directory written in place (`workbench.places`)
     gates = [gate_output(path, "rows", kind=ROWS_OUTPUT, overwrite=overwrite) for path in (Path(out), sidecar_path(out))]
     if user:

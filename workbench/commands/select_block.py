@@ -1,15 +1,18 @@
-"""`workbench select-block`: angular-distance sweep, Kneedle span, then Stage 2 (untrained damage, or short trainings).
+"""`workbench select-block`: angular-distance curve, Kneedle span, windows ranked by untrained damage, then the
+window sweep (short trainings) when asked.
 
 Stage 1 writes DIR/block_selection.json (the curve, the span, the windows ranked by the damage an untrained
-loop 2 does, the model's identity) and DIR/block_selection.html. `--stage2 train` then trains every candidate
-window for the same short budget (`workbench.selection.stage2`): DIR/runs/<window>-seed<N>/ are ordinary run
-directories (resumable with --resume, killable), DIR/readings/ their ranking reads, and DIR/stage2.json and
-DIR/stage2.html the table, the figure and the recommendation with its margin.
+loop 2 does, the model's identity) and DIR/block_selection.html. `--window-sweep` then trains every candidate
+window for the same short budget (`workbench.selection.window_sweep`): DIR/runs/<window>-seed<N>/ are ordinary run
+directories (resumable with --resume, killable), DIR/readings/ their ranking reads, and DIR/window_sweep.json and
+DIR/window_sweep.html the table, the figure and the recommendation with its margin. The flag's old name,
+`--stage2 train` (and `--stage2 damage`, the default), is still read, with a one-line note.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import time
@@ -25,11 +28,11 @@ from workbench.io import write_text_atomic
 
 SELECTION_JSON = "block_selection.json"
 SELECTION_HTML = "block_selection.html"
-STAGE2_HTML = "stage2.html"
-STAGE2_MODES = ("damage", "train")
+SWEEP_HTML = "window_sweep.html"
+OLD_FLAG_VALUES = ("damage", "train")   # --stage2, the old name of --window-sweep: train is it, damage its absence
 
-# What `select-block` writes without --stage2 train, handed to the output gate: Stage 1's directory, written whole
-# and moved in (`_write_stage1_dir`); --overwrite replaces one the workbench marked. (With --stage2 train the sweep
+# What `select-block` writes without --window-sweep, handed to the output gate: Stage 1's directory, written whole
+# and moved in (`_write_stage1_dir`); --overwrite replaces one the workbench marked. (With --window-sweep the sweep
 # is written in place: `workbench.places.SWEEP_OUTPUT`.)
 SELECTION_OUTPUT = OutputKind("block selection")
 
@@ -39,26 +42,28 @@ def select_block(
     corpus: Path | None = typer.Option(None, "--corpus", help="Text file, one text per line (default: the built-in corpus)."),
     window: int | None = typer.Option(None, "--window", help="Layers to loop (default: max(2, round(L/5)), "
                                       "clipped to the span)."),
-    stage2: str = typer.Option("damage", "--stage2", help="How candidate windows are ranked: 'damage' (the loss and "
-                               "accuracy an untrained loop 2 costs; minutes) or 'train' (a short training of each "
-                               "candidate, ranked by held-out CE; RecurTrace App. B; an hour or more on a CPU)."),
-    steps: int | None = typer.Option(None, "--steps", help="--stage2 train: training steps per candidate (the first "
+    sweep: bool = typer.Option(False, "--window-sweep", help="Rank the candidate windows by a short training of "
+                               "each, by held-out CE (RecurTrace App. B; an hour or more on a CPU), instead of by the "
+                               "loss and accuracy an untrained loop 2 costs (minutes)."),
+    stage2: str | None = typer.Option(None, "--stage2", hidden=True, help="The old name of --window-sweep: 'train' "
+                                      "is --window-sweep, 'damage' the default."),
+    steps: int | None = typer.Option(None, "--steps", help="--window-sweep: training steps per candidate (the first "
                                      "steps of --recipe's curriculum; default 200)."),
-    candidates: int | None = typer.Option(None, "--candidates", help="--stage2 train: windows spread over the span "
+    candidates: int | None = typer.Option(None, "--candidates", help="--window-sweep: windows spread over the span "
                                           "(Stage 1's pick among them; default 4); a late control and --include "
                                           "windows come on top."),
-    include: list[str] = typer.Option([], "--include", help="--stage2 train: another window A:B to train (any size; "
+    include: list[str] = typer.Option([], "--include", help="--window-sweep: another window A:B to train (any size; "
                                       "repeatable), e.g. the block a specimen was trained at."),
-    seeds: int | None = typer.Option(None, "--seeds", help="--stage2 train: seeds for the top two (default 2; the "
+    seeds: int | None = typer.Option(None, "--seeds", help="--window-sweep: seeds for the top two (default 2; the "
                                      "rest get one)."),
-    rank_cells: str | None = typer.Option(None, "--rank-cells", help="--stage2 train: the cells the ranking CE reads: "
+    rank_cells: str | None = typer.Option(None, "--rank-cells", help="--window-sweep: the cells the ranking CE reads: "
                                           "'all' (every loop t <= d; default) or 'iterate' (rows of depth >= 2, "
                                           "their loops 2 <= t <= d: the cells that need iterating)."),
-    recipe: str | None = typer.Option(None, "--recipe", help="--stage2 train: the curriculum cut short (a recipe "
+    recipe: str | None = typer.Option(None, "--recipe", help="--window-sweep: the curriculum cut short (a recipe "
                                       "file or a shipped recipe's name; default smollm2_lora_chase)."),
     stage1: Path | None = typer.Option(None, "--stage1", help="Reuse the block_selection.json of an earlier run on "
                                        "the same model instead of computing Stage 1 again."),
-    resume: bool = typer.Option(False, "--resume", help="--stage2 train: continue the sweep in --out (finished "
+    resume: bool = typer.Option(False, "--resume", help="--window-sweep: continue the sweep in --out (finished "
                                 "candidates are kept, a partial one resumes from its checkpoint)."),
     out: Path = typer.Option(Path("results/select_block"), "--out", help="Output directory (must be new or empty)."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Write into a non-empty --out directory that "
@@ -68,18 +73,16 @@ def select_block(
     as_json: bool = JSON,
 ) -> None:
     """Find the loopable span (angular distance + Kneedle) and rank windows in it: by untrained loop-2 damage, or
-    (--stage2 train) by a short training of each."""
+    (--window-sweep) by a short training of each."""
     from workbench.devices import resolve_device
     from workbench.errors import WorkbenchError
     from workbench.models.bases import load_base
-    from workbench.selection import stage2 as window_sweep
+    from workbench.selection import window_sweep
     from workbench.selection.ranking import RANK_CELLS
     from workbench.selection.stage1 import load_corpus
 
     ui = Output(quiet, as_json)
-    if stage2 not in STAGE2_MODES:
-        raise WorkbenchError(f"--stage2 '{stage2}' is unknown; accepted: {', '.join(STAGE2_MODES)}")
-    train = stage2 == "train"
+    train = _old_flag(stage2) | (sweep is True)   # the old flag checked (and noted) whether or not the new one is given
     for flag, value in (("--window", window), ("--steps", steps), ("--candidates", candidates), ("--seeds", seeds)):
         if value is not None and value < 1:
             raise WorkbenchError(f"{flag} {value} is not accepted; give an integer >= 1")
@@ -88,7 +91,7 @@ def select_block(
                                       ("--rank-cells", rank_cells))
              if value is not None]
     if not train and given:
-        raise WorkbenchError(f"{given[0]} belongs to --stage2 train; add --stage2 train or drop the flag")
+        raise WorkbenchError(f"{given[0]} belongs to --window-sweep; add --window-sweep or drop the flag")
     steps = window_sweep.DEFAULT_STEPS if steps is None else steps
     candidates = window_sweep.DEFAULT_CANDIDATES if candidates is None else candidates
     seeds = window_sweep.SEEDS if seeds is None else seeds
@@ -102,7 +105,7 @@ def select_block(
                        overwrite=overwrite, resume=resume, reading=[corpus, model, stage1, recipe_path])  # before any work
     texts = load_corpus(corpus)  # read before the model loads: a bad path fails fast
     have = out / SELECTION_JSON
-    base, tok = load_base(model)   # the one load: Stage 1 (or its reuse check) and Stage 2's untrained damage
+    base, tok = load_base(model)   # the one load: Stage 1 (or its reuse check) and the sweep's untrained damage
     base.to(run_on)
     record = _stage1(ui, base, tok, model, corpus, texts, window, run_on, device,
                      reuse=have if train and resume and have.is_file() else stage1)
@@ -112,8 +115,21 @@ def select_block(
         ui.wrote(out / SELECTION_HTML, "")   # named in the line above
         ui.result(record)
         return
-    _stage2_train(ui, gate, out, record, model, recipe_path, steps, candidates, include, seeds, run_on, texts,
+    _window_sweep(ui, gate, out, record, model, recipe_path, steps, candidates, include, seeds, run_on, texts,
                   rank_cells, base=(base, tok))
+
+
+def _old_flag(stage2: str | None) -> bool:
+    """Whether --stage2 (the old name of --window-sweep) asks for the sweep; a value given is noted in one line."""
+    from workbench.errors import WorkbenchError
+
+    if not isinstance(stage2, str):   # not given (or a test calling the command as a function)
+        return False
+    if stage2 not in OLD_FLAG_VALUES:
+        raise WorkbenchError(f"--stage2 '{stage2}' is unknown; accepted: {', '.join(OLD_FLAG_VALUES)}")
+    logging.getLogger(__name__).warning("--stage2 %s read as %s (its old name)", stage2,
+                                        "--window-sweep" if stage2 == "train" else "no --window-sweep")
+    return stage2 == "train"
 
 
 def _recipe_path(recipe: str) -> Path:
@@ -161,18 +177,18 @@ def _write_stage1_dir(gate, out: Path, record: dict) -> None:
         raise
 
 
-def _stage2_train(ui: Output, gate, out: Path, record: dict, model: str, recipe_path: Path, steps: int,
+def _window_sweep(ui: Output, gate, out: Path, record: dict, model: str, recipe_path: Path, steps: int,
                   n_candidates: int, include: list[str], seeds: int, run_on, texts: list[str],
                   cells: str = "all", base=None) -> None:
-    from workbench.plots.selection import stage2_figure
-    from workbench.selection import stage2 as window_sweep
+    from workbench.plots.selection import sweep_figure
+    from workbench.selection import window_sweep
 
     # every bad option (a window outside the model, a budget the recipe lacks, a span too narrow) before a write
     cands = window_sweep.candidates(record, n_candidates, include)
     raw = window_sweep.base_recipe(recipe_path)
     for c in cands:
-        window_sweep.stage2_recipe(raw, model, c, steps, 0)
-    ui.say(f"stage 2: {len(cands)} windows ({', '.join(f'{c.name} {c.role}' for c in cands)}), {steps} steps each, "
+        window_sweep.sweep_recipe(raw, model, c, steps, 0)
+    ui.say(f"window sweep: {len(cands)} windows ({', '.join(f'{c.name} {c.role}' for c in cands)}), {steps} steps each, "
            f"the top two with {seeds} seeds, ranked on {'every cell' if cells == 'all' else 'the loop >= 2 cells'}")
     gate.recheck()
     out.mkdir(parents=True, exist_ok=True)
@@ -184,19 +200,19 @@ def _stage2_train(ui: Output, gate, out: Path, record: dict, model: str, recipe_
                                 progress=ui.progress, device=run_on, say=ui.step, texts=texts, cells=cells,
                                 base=base)
     result["seconds"] = round(time.perf_counter() - start, 1)
-    write_text_atomic(out / window_sweep.STAGE2, json.dumps(result, indent=2))
-    write_text_atomic(out / STAGE2_HTML, stage2_figure(result).to_html(include_plotlyjs=True, full_html=True))
+    write_text_atomic(out / window_sweep.TABLE, json.dumps(result, indent=2))
+    write_text_atomic(out / SWEEP_HTML, sweep_figure(result).to_html(include_plotlyjs=True, full_html=True))
     gate.wrote()
     ui.say(*window_sweep.table_lines(result))
-    ui.wrote(out / window_sweep.STAGE2, f"wrote {out / window_sweep.STAGE2} and {out / STAGE2_HTML} "
+    ui.wrote(out / window_sweep.TABLE, f"wrote {out / window_sweep.TABLE} and {out / SWEEP_HTML} "
              f"({result['seconds']:.0f} s of training and reading)")
-    ui.wrote(out / STAGE2_HTML, "")
+    ui.wrote(out / SWEEP_HTML, "")
     ui.result(result)
 
 
 def _wrote_line(record: dict, out: Path) -> str:
     a, b = record["recommended"]
-    return (f"recommended block {a}:{b} (by untrained loop-2 damage; --stage2 train ranks by training); wrote "
+    return (f"recommended block {a}:{b} (by untrained loop-2 damage; --window-sweep ranks by training); wrote "
             f"{out / SELECTION_JSON} and {out / SELECTION_HTML} in {record['seconds']} s")
 
 

@@ -35,11 +35,12 @@ from workbench.analysis.headlines import (
 )
 from workbench.analysis.readings import battery_notes
 from workbench.analysis.results import compare_results, load_results, probes_run, read_summary
+from workbench.defaults import OLD_SWEEP_TABLE, SWEEP_TABLE
 from workbench.errors import WorkbenchError
 from workbench.io import write_bytes_atomic
 from workbench.plots.registry import build_all, captions, part_names, sections
-from workbench.plots.selection import angular_distance_figure, stage2_figure, stage2_frame
-from workbench.readers import json_value
+from workbench.plots.selection import angular_distance_figure, sweep_figure, sweep_frame
+from workbench.readers import json_value, under_old_name
 
 REPORT = "report.html"
 BLOCK_SELECTION = "block_selection.json"
@@ -51,11 +52,11 @@ BLOCK_SELECTION_SECTION = ("Block selection", "Angular distance between adjacent
                                               "damage of each ablated window: where the loop was cut.")
 BLOCK_SELECTION_CAPTION = ("Angular distance between consecutive layers, the knees and each window's damage. "
                            "Predicted: large distances at both ends, a flat middle span to loop.")
-STAGE2 = "stage2.json"   # `select-block --stage2 train`: the candidate windows trained briefly, ranked
-STAGE2_SECTION = ("Block selection, Stage 2 by training", "Each candidate window trained for the same short budget and "
+# `select-block --window-sweep`'s table (`SWEEP_TABLE`): the candidate windows trained briefly, ranked
+SWEEP_SECTION = ("Block selection, the window sweep", "Each candidate window trained for the same short budget and "
                   "ranked by held-out CE (RecurTrace App. B): which window learns to loop, not which one looping "
                   "disturbs least.")
-STAGE2_CAPTION = ("Held-out CE per candidate window with its 95% bootstrap interval over rows, and loop-2 accuracy at "
+SWEEP_CAPTION = ("Held-out CE per candidate window with its 95% bootstrap interval over rows, and loop-2 accuracy at "
                   "depth 2 with its Wilson interval; the recommendation in green. Predicted by Stage 1: its untrained "
                   "pick trains best.")
 CLAIMS = "claims.json"
@@ -340,28 +341,28 @@ def _block_selection_figure(results_dir: Path):
         raise WorkbenchError(f"{path}: not a block selection written by `workbench select-block` ({err})") from None
 
 
-def _stage2_parts(results_dir: Path) -> list[str] | None:
-    """The Stage 2 figure, its table and the recommendation line, drawn from stage2.json (no model code)."""
-    path = results_dir / STAGE2
+def _sweep_parts(results_dir: Path) -> list[str] | None:
+    """The window sweep's figure, its table and the recommendation line, drawn from its table (no model code)."""
+    path = under_old_name(results_dir, SWEEP_TABLE, OLD_SWEEP_TABLE)
     if not path.is_file():
         return None
     try:
         record = json.loads(path.read_bytes().decode("utf-8"))
-        fig, frame = stage2_figure(record), stage2_frame(record)
+        fig, frame = sweep_figure(record), sweep_frame(record)
         m = record.get("margin") or {}
     except (UnicodeDecodeError, json.JSONDecodeError, TypeError, KeyError, AttributeError, ValueError) as err:
-        raise WorkbenchError(f"{path}: not a Stage 2 sweep written by `workbench select-block` ({err})") from None
+        raise WorkbenchError(f"{path}: not a window sweep written by `workbench select-block` ({err})") from None
     verdict = (f"Recommended: {record.get('recommended')} ({'separated' if m.get('separated') else 'not separated'}"
                f" from the runner-up: {m.get('why', 'one candidate')}); budget: {record.get('budget')}.")
-    return [figure_html(fig, "fig-stage2") + _caption("stage2", STAGE2_CAPTION),
-            frame_table(frame, "stage2-table") + _caption("stage2-table", verdict)]
+    return [figure_html(fig, "fig-window_sweep") + _caption("window_sweep", SWEEP_CAPTION),
+            frame_table(frame, "window_sweep-table") + _caption("window_sweep-table", verdict)]
 
 
 def section_heads(results: Iterable[str] = ()) -> dict[str, tuple[str, str]]:
     """Returns {name: (heading, the sentence under it)} of every section the report can show, in its order: the
-    block selection and its Stage 2, then each probe's (`Section.title`, `.about`) in probe order
+    block selection and its window sweep, then each probe's (`Section.title`, `.about`) in probe order
     (`workbench.defaults.PROBE_ORDER`), then the table section of each probe of `results` that declares none."""
-    return {"block_selection": BLOCK_SELECTION_SECTION, "stage2": STAGE2_SECTION,
+    return {"block_selection": BLOCK_SELECTION_SECTION, "window_sweep": SWEEP_SECTION,
             **{name: (s.title, s.about) for name, s in sections(results).items()}}
 
 
@@ -391,9 +392,9 @@ def _sections(results_dir: Path, tables: dict[str, pd.DataFrame], control: Path 
     if selection is not None:
         figures["block_selection"] = [figure_html(selection, "fig-block_selection")
                                       + _caption("block_selection", BLOCK_SELECTION_CAPTION)]
-    stage2 = _stage2_parts(results_dir)
-    if stage2 is not None:
-        figures["stage2"] = stage2
+    sweep = _sweep_parts(results_dir)
+    if sweep is not None:
+        figures["window_sweep"] = sweep
     for name, s in sections().items():
         if s.table_caption is not None and name in tables:
             figures[name] = [frame_table(tables[name], f"{name}-table") + _caption(name, s.table_caption)]
@@ -428,8 +429,8 @@ def render_report(results_dir: str | os.PathLike, title: str | None = None,
                                                     progress, ran)
     shown = {n for n, _ in sections} | {part for n, _ in sections for part in part_names(n)}
     extra = [n for n in tables if n not in shown and n.split("__")[0] not in headlines]
-    # Stage 2 is an optional part of a block selection (`select-block --stage2 train`): never listed as missing
-    absent = [known[n][0] for n in known if n not in {s for s, _ in sections} and n != "stage2"]
+    # the window sweep is an optional part of a block selection (`select-block --window-sweep`): never listed as missing
+    absent = [known[n][0] for n in known if n not in {s for s, _ in sections} and n != "window_sweep"]
     shown_as = Path(shown_as) if shown_as is not None else results_dir
     title = title or report_title(summary, shown_as)
     nav = "".join(f"<a href='#{n}'>{html.escape(known[n][0])}</a>" for n, _ in sections)

@@ -94,8 +94,8 @@ def _damage(fig, windows: pd.DataFrame, recommended) -> None:
     fig.update_xaxes(title_text="layer (bottom: first layer of the looped window)", row=2, col=1)
 
 
-def stage2_frame(record: Mapping) -> pd.DataFrame:
-    """One row per Stage 2 candidate (stage2.json's table): window, role, rank, held-out CE and its interval,
+def sweep_frame(record: Mapping) -> pd.DataFrame:
+    """One row per candidate of the window sweep (its table's rows): window, role, rank, held-out CE and its interval,
     loop-2 accuracy at depth 2 and its interval, seeds."""
     rows = []
     for r in record["table"]:
@@ -107,10 +107,10 @@ def stage2_frame(record: Mapping) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def stage2_figure(record: Mapping, title: str | None = None) -> go.Figure:
-    """The Stage 2 sweep: held-out CE per candidate window with its 95% interval (left, lower is better) and loop-2
+def sweep_figure(record: Mapping, title: str | None = None) -> go.Figure:
+    """The window sweep: held-out CE per candidate window with its 95% interval (left, lower is better) and loop-2
     accuracy at depth 2 with its Wilson interval (right), in rank order, the recommendation marked."""
-    df = stage2_frame(record)
+    df = sweep_frame(record)
     df = df[df["ce"].notna()]
     fig = make_subplots(rows=1, cols=2, subplot_titles=("held-out CE (nats, lower is better)",
                                                         "accuracy at depth 2, loop 2"), horizontal_spacing=0.12)
@@ -131,7 +131,7 @@ def stage2_figure(record: Mapping, title: str | None = None) -> go.Figure:
     fig.update_yaxes(autorange="reversed", row=1, col=1)
     fig.update_yaxes(autorange="reversed", showticklabels=False, row=1, col=2)
     fig.update_xaxes(range=[0, 1.02], row=1, col=2)
-    fig.update_layout(title=title or f"Block selection, Stage 2 by training: {record.get('budget', '')}",
+    fig.update_layout(title=title or f"Block selection, the window sweep: {record.get('budget', '')}",
                       showlegend=False, height=180 + 48 * max(len(df), 1))
     fig = apply_theme(fig)
     fig.update_layout(margin=dict(l=260))   # the window labels

@@ -75,7 +75,7 @@ def older_results(path: Path) -> bool:
 
 # What `probe` writes, handed to the output gate: a results directory written whole and moved in; --overwrite
 # replaces one the workbench marked, or one a probe wrote before the marker existed. Results may sit inside a run
-# (the keepers' RUN/battery), never under one of its names nor inside a Stage 2 sweep: the gate asks every directory
+# (the keepers' RUN/battery), never under one of its names nor inside a window sweep: the gate asks every directory
 # written in place (`workbench.places`) to recognise its own.
 RESULTS_OUTPUT = OutputKind("results", owns=older_results)
 

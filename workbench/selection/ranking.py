@@ -1,4 +1,4 @@
-"""The window sweep's statistics (`workbench.selection.stage2`): each candidate's seeds pooled into one table row, the
+"""The window sweep's statistics (`workbench.selection.window_sweep`): each candidate's seeds pooled into one table row, the
 ranking rule, the recommendation's margin over the runner-up, and Stage 1's agreement with the trained ranking.
 
 The rule, fixed before any run reads it: finished before stopped by the guardrail, then held-out CE (mean over rows

@@ -54,7 +54,7 @@ TASK_ROWS = 32                  # rows per built-in task: each window reads them
 CHASE_ALPHABET, CHASE_SEED = 8, 20260705
 
 
-# ------------------------------------------------------------------ stage 1: the angular curve
+# ------------------------------------------------------------------ the angular curve
 def angular_distance_between(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Returns arccos(cos(x, y)) / pi over the last dimension, in [0, 1] (float64: small angles matter)."""
     cos = F.cosine_similarity(x.double(), y.double(), dim=-1)
@@ -160,7 +160,7 @@ def find_boundaries(curve: list[float]) -> tuple[Knee, Knee]:
     return left, right
 
 
-# ------------------------------------------------------------------ stage 2: window ablation
+# ------------------------------------------------------------------ window ablation
 def default_window(n_layers: int) -> int:
     """Returns max(2, round(n_layers / 5)): 6 of 30 for SmolLM2, 5 of 24, 6 of 28.
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import json
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -15,11 +16,13 @@ from scipy import stats as sps
 
 from workbench.analysis.claims.nulls import admit
 from workbench.analysis.results import read_table
-from workbench.defaults import DATA, data_root
+from workbench.defaults import DATA, OLD_SWEEP_TABLE, SWEEP_TABLE, data_root
 from workbench.errors import WorkbenchError
 from workbench.gate import FILES, OutputKind
 from workbench.io import write_bytes_atomic
-from workbench.readers import read_json, read_toml
+from workbench.readers import read_json, read_toml, under_old_name
+
+log = logging.getLogger(__name__)
 
 CLAIMS_FILE = DATA / "claims.toml"
 ROOT = data_root()   # the checkout's root, or an installed package's data: training/keepers/<specimen>
@@ -36,6 +39,8 @@ VERDICTS = ("reproduced", "not reproduced", "not shown", "not comparable")
 MEASURES: dict[str, Callable[[Path, dict], dict]] = {}
 TESTS: dict[str, Callable[[dict, dict], tuple[str, str]]] = {}
 F = TypeVar("F", bound=Callable)
+# A measure's old name -> its name: a claims file that gives the old one still reads, with a one-line note.
+OLD_MEASURES = {"stage2_ablation": "window_sweep_ablation"}
 
 
 def _register(registry: dict[str, Callable], kind: str, f: F) -> F:
@@ -67,6 +72,10 @@ def load_claims(path: str | Path = CLAIMS_FILE) -> list[dict]:
                                "rule", "setting", "paper_setting") if k not in c]
         if missing:
             raise WorkbenchError(f"{path}: claim '{c.get('id', '?')}' lacks '{missing[0]}'")
+        if c["measure"] in OLD_MEASURES:
+            log.warning("%s: claim '%s': measure '%s' read as '%s' (its old name)", path, c["id"], c["measure"],
+                        OLD_MEASURES[c["measure"]])
+            c["measure"] = OLD_MEASURES[c["measure"]]
         if c["measure"] not in MEASURES or c["test"] not in TESTS:
             raise WorkbenchError(f"{path}: claim '{c['id']}' names an unknown measure or test")
         if "like_for_like" in c:
@@ -187,14 +196,14 @@ def ours_setting(specimen: Path, claim: dict, root: Path) -> dict:
     """The recorded settings a row reads, from the run that trained what it measures: the claim's `stage1` when it
     names one (a halting head's Stage 1 model), else the specimen: the base model, the alphabet N, the support (the
     deepest depth of any training stage but halting) and how cells are counted (`counting`, declared: how our
-    measure counts). A block selection or a Stage 2 sweep records its model in its own JSON (and a sweep its
+    measure counts). A block selection or a window sweep records its model in its own JSON (and a sweep its
     curriculum and ranking depths)."""
     run = root / claim["stage1"] if "stage1" in claim else specimen
     out = {"counting": claim.get("counting", "every row")}
     recipe_file = run / "recipe.toml"
     if not recipe_file.is_file():
-        # a block selection (block_selection.json) or a Stage 2 sweep (sweep.json, its curriculum by name beside the
-        # shipped recipes, and its runs cut to the sweep's budget: stage2.json's ranking depths are the support)
+        # a block selection (block_selection.json) or a window sweep (sweep.json, its curriculum by name beside the
+        # shipped recipes, and its runs cut to the sweep's budget: its table's ranking depths are the support)
         for record in ("sweep.json", "block_selection.json"):
             if (run / record).is_file():
                 plan = read_json(run / record, record)
@@ -202,8 +211,8 @@ def ours_setting(specimen: Path, claim: dict, root: Path) -> dict:
                 shipped = root / "training" / plan.get("recipe", "")
                 if record == "sweep.json" and plan.get("recipe") and shipped.is_file():
                     out["N"] = read_toml(shipped, "recipe").get("task", {}).get("alphabet")
-                if (run / "stage2.json").is_file():
-                    depths = read_json(run / "stage2.json", "Stage 2 table").get("rank_rows", {}).get("depths")
+                if (table := under_old_name(run, SWEEP_TABLE, OLD_SWEEP_TABLE)).is_file():
+                    depths = read_json(table, "window sweep table").get("rank_rows", {}).get("depths")
                     out["support"] = max(depths) if depths else None
                 break
         return out

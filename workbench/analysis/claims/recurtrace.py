@@ -1,7 +1,7 @@
 """Paper 002's (RecurTrace's) measures and verdict tests, each registered where it is written (`@measure`,
 `@verdict_test`): the halting head against fixed depths (gated on the Stage 1 model parking), real early exit,
 memory against plain looping (gated on the best rule with no model), and block selection (the recommendation
-against the trained windows, and the Stage 2 ablation)."""
+against the trained windows, and the window sweep's ablation)."""
 
 from __future__ import annotations
 

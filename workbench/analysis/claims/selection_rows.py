@@ -1,9 +1,9 @@
 """Both papers' block-selection rows: `select-block`'s recommended window against the windows that were trained
-(did the recommendation install?), and RecurTrace App. B's short-training ablation (`select-block --stage2 train`):
-the trained ranking, its margin and the windows outside the angular span. Each reading carries its nulls (the
-candidate ranked last named instead; a trainer that tells no window apart; a window outside the span named the
-winner). Registered where written (`@measure`, `@verdict_test`), as `retrofit`'s and `recurtrace`'s; the recorded
-recipe (`recorded_recipe`) is read here as data."""
+(did the recommendation install?), and RecurTrace App. B's short-training ablation (the window sweep,
+`select-block --window-sweep`): the trained ranking, its margin and the windows outside the angular span. Each
+reading carries its nulls (the candidate ranked last named instead; a trainer that tells no window apart; a window
+outside the span named the winner). Registered where written (`@measure`, `@verdict_test`), as `retrofit`'s and
+`recurtrace`'s; the recorded recipe (`recorded_recipe`) is read here as data."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from workbench.analysis.claims.ledger import ROOT, Missing, _gate, measure, verdict_test
-from workbench.defaults import MAX_DROP_POINTS, REHEARSAL_SOURCES
-from workbench.readers import read_json, read_toml
+from workbench.defaults import MAX_DROP_POINTS, OLD_SWEEP_TABLE, REHEARSAL_SOURCES, SWEEP_TABLE
+from workbench.readers import read_json, read_toml, under_old_name
 
 
 # ----------------------------------------------------------------------------- measures
@@ -115,14 +115,15 @@ def _inside(window: str, lo: int, hi: int) -> bool:
 
 
 @measure
-def stage2_ablation(specimen: Path, claim: dict) -> dict:
-    """`select-block --stage2 train`'s sweep (stage2.json and block_selection.json under `results`): the trained
-    ranking, the recommendation's margin over the runner-up, and each window outside the angular span against it."""
+def window_sweep_ablation(specimen: Path, claim: dict) -> dict:
+    """The window sweep (its table and block_selection.json under `results`): the trained ranking, the
+    recommendation's margin over the runner-up, and each window outside the angular span against it (a claims file
+    naming this measure `stage2_ablation`, its old name, reads: `ledger.OLD_MEASURES`)."""
     folder = specimen / claim.get("results", ".")
-    path = folder / "stage2.json"
+    path = under_old_name(folder, SWEEP_TABLE, OLD_SWEEP_TABLE)
     if not path.is_file():
-        raise Missing(f"no {path.relative_to(specimen.parent)} (workbench select-block --stage2 train --out ...)")
-    record = read_json(path, "Stage 2 sweep")
+        raise Missing(f"no {path.relative_to(specimen.parent)} (workbench select-block --window-sweep --out ...)")
+    record = read_json(path, "window sweep table")
     sel = read_json(folder / "block_selection.json", "block selection")
     lo, hi = sel["prelude_end"], sel["coda_start"]
     table = record["table"]

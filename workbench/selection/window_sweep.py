@@ -1,4 +1,4 @@
-"""Block selection's second stage by training (RecurTrace App. B): candidate windows, one short run each.
+"""The window sweep (RecurTrace App. B's second stage of block selection): candidate windows, one short run each.
 
 Stage 1 (`workbench.selection.stage1`) finds the loopable span from the angular-distance curve and
 ranks windows in it by the damage an *untrained* loop 2 does. That ranking says which window is
@@ -10,7 +10,7 @@ that sweep:
 - `candidates`: windows of Stage 1's size spread evenly over the span (Stage 1's recommendation
   among them), a late control (the last layers of the model, past the span when it ends early)
   and any windows the user names (the window a specimen was trained at, say).
-- `stage2_recipe`: one short recipe for all of them: the first `steps` steps of a curriculum
+- `sweep_recipe`: one short recipe for all of them: the first `steps` steps of a curriculum
   (default the keeper's, `smollm2_lora_chase`: 60 steps at depth 1, then depths 1-2), guardrail
   and preservation as that recipe says, the window as the only difference.
 - `read_candidate`: each finished run read on fresh held-out rows (disjoint from the run's own
@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from workbench import runs
 from workbench.analysis.stats import paired_bootstrap
+from workbench.defaults import SWEEP_TABLE
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_bytes, write_json_atomic
 from workbench.models.bases import load_base
@@ -58,7 +59,8 @@ RANK_FIRST_INDEX = 10_000               # their row indices: disjoint from the r
 # SWEEP (sweep.json, the sweep's plan: what a --resume must match), `holds_sweep` and the sweep's output kind
 # (`SWEEP_OUTPUT`) are declared in `workbench.places` with every directory written in place, so that the output gate
 # asks a sweep to recognise its own before any output whatever the writer.
-STAGE2 = "stage2.json"                  # the table, the ranking and the recommendation
+TABLE = SWEEP_TABLE                     # the table, the ranking and the recommendation (a sweep made before the
+                                        # name holds it as stage2.json: `defaults.OLD_SWEEP_TABLE`, read)
 RUNS = "runs"                           # one run directory per (window, seed)
 READINGS = "readings"                   # one ranking read per finished run (a resumed sweep does not re-read)
 DAMAGE = "damage.json"                  # Stage 1's untrained loop-2 damage of every candidate, for the agreement
@@ -124,7 +126,7 @@ def candidates(selection: dict, n: int = DEFAULT_CANDIDATES, include=(), late: b
 
 
 # ------------------------------------------------------------------ the short recipe
-def stage2_recipe(base_raw: dict, model: str, window: Candidate, steps: int, seed_index: int) -> Recipe:
+def sweep_recipe(base_raw: dict, model: str, window: Candidate, steps: int, seed_index: int) -> Recipe:
     """Returns the short recipe for one candidate: `base_raw`'s first `steps` steps at `window`.
 
     Only the name, the base model, the block, the seed (the recipe's + seed_index) and the stages
@@ -145,6 +147,8 @@ def stage2_recipe(base_raw: dict, model: str, window: Candidate, steps: int, see
     if left > 0:
         raise WorkbenchError(f"--steps {steps}: the recipe has only {steps - left} steps of stages")
     depths = sorted({d for s in kept for d in s.get("depths", [1])})
+    # the runs keep the name the sweep's runs had before it was the window sweep: a partial run resumes only under
+    # the recipe it was trained from, and the committed sweep's runs were named so
     raw.update(name=f"stage2-{window.run_name(seed_index)}", seed=int(raw.get("seed", 0)) + seed_index,
                init_from="", stages=kept)
     raw.setdefault("model", {}).update(base=model, block=window.name)
@@ -208,6 +212,7 @@ def plan(selection_sha: str, model: str, recipe_path: str, recipe_sha: str, step
     cells_key(cells)
     over = ("the rows' loops t <= d" if cells == "all" else
             "the rows of depth >= 2, their loops 2 <= t <= d (the cells that need iterating)")
+    # the format keeps the name it had before the window sweep had its own: committed plans say it, and resume
     record = {"format": "workbench-stage2-v1", "model": model, "block_selection_sha256": selection_sha,
               "recipe": recipe_path, "recipe_sha256": recipe_sha, "steps": steps, "seeds": seeds,
               "candidates": [{"window": c.name, "role": c.role} for c in cands],
@@ -220,7 +225,7 @@ def plan(selection_sha: str, model: str, recipe_path: str, recipe_sha: str, step
 
 def check_plan(path: Path, wanted: dict) -> None:
     """Refuses a --resume whose plan differs from the one on disk (one line naming the first difference)."""
-    have = read_json(path, "Stage 2 sweep plan")
+    have = read_json(path, "window sweep plan")
     for key in ("model", "block_selection_sha256", "recipe_sha256", "steps", "seeds", "candidates", "cells"):
         default = "all" if key == "cells" else None   # a plan without `cells` ranks on every cell
         if have.get(key, default) != wanted.get(key, default):
@@ -256,7 +261,7 @@ def _train_one(recipe: Recipe, run_dir: Path, recipe_path: Path, progress: bool,
 
 def _reading(run_dir: Path, recipe: Recipe, cache: Path, device) -> dict:
     if cache.is_file():
-        return read_json(cache, "Stage 2 reading")
+        return read_json(cache, "window sweep reading")
     looped, tok, _ = runs.load_run(run_dir, precision="recorded")
     looped.to(device)
     reading = read_candidate(looped, tok, ranking_rows(recipe, tok))
@@ -274,7 +279,7 @@ def _run_record(run_dir: Path, status: str) -> dict:
 def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int = DEFAULT_STEPS,
           n_candidates: int = DEFAULT_CANDIDATES, include=(), seeds: int = SEEDS, progress: bool = True,
           device=None, say=None, texts: list[str] | None = None, cells: str = "all", base=None) -> dict:
-    """Trains every candidate for `steps` steps, the top two with `seeds` seeds; returns stage2.json's record.
+    """Trains every candidate for `steps` steps, the top two with `seeds` seeds; returns the table's record (`TABLE`).
 
     `out` is the sweep directory (its block_selection.json is `selection`); each (window, seed) is a
     run directory under out/runs, resumed where a previous sweep stopped, and read once into
@@ -287,7 +292,7 @@ def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int 
     say = say or (lambda line: None)   # a library call prints nothing unless given somewhere to say it
     raw = base_recipe(recipe_path)
     cands = candidates(selection, n_candidates, include)
-    recipes = {(c, 0): stage2_recipe(raw, model, c, steps, 0) for c in cands}   # every bad input before any run
+    recipes = {(c, 0): sweep_recipe(raw, model, c, steps, 0) for c in cands}   # every bad input before any run
     sel_sha = sha256_bytes(json_bytes(selection))
     wanted = plan(sel_sha, model, Path(recipe_path).name, sha256_bytes(recipe_path.read_bytes()), steps, cands, seeds,
                   cells)
@@ -299,9 +304,9 @@ def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int 
     (out / READINGS).mkdir(exist_ok=True)
 
     def train_read(c: Candidate, seed_index: int, position: str) -> tuple[dict | None, dict]:
-        recipe = recipes.get((c, seed_index)) or stage2_recipe(raw, model, c, steps, seed_index)
+        recipe = recipes.get((c, seed_index)) or sweep_recipe(raw, model, c, steps, seed_index)
         run_dir = out / RUNS / c.run_name(seed_index)
-        say(f"stage 2 {position}: training {c.name} ({c.role}), seed {seed_index + 1}, {steps} steps -> {run_dir}")
+        say(f"window sweep {position}: training {c.name} ({c.role}), seed {seed_index + 1}, {steps} steps -> {run_dir}")
         status = _train_one(recipe, run_dir, recipe_path, progress, device)
         reading = (_reading(run_dir, recipe, out / READINGS / f"{c.run_name(seed_index)}.json", device)
                    if status == "finished" else None)
@@ -309,7 +314,7 @@ def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int 
 
     total = len(cands) + (seeds - 1) * min(2, len(cands))
     first = {}
-    for i, c in enumerate(tqdm(cands, desc="stage 2 windows", unit="window", disable=not progress)):
+    for i, c in enumerate(tqdm(cands, desc="window sweep", unit="window", disable=not progress)):
         first[c] = train_read(c, 0, f"{i + 1}/{total}")
     table = order([summarize(c.name, c.role, [first[c][0]], [first[c][1]], cells) for c in cands])
     top = [next(c for c in cands if c.name == row["window"]) for row in table[:2] if row.get("heldout_ce")]
@@ -320,7 +325,7 @@ def sweep(out: Path, selection: dict, model: str, recipe_path: Path, steps: int 
             position += 1
             extra[c].append(train_read(c, s, f"{position}/{total}"))
     if not (out / DAMAGE).is_file() and texts is not None:
-        say(f"stage 2: the untrained loop-2 damage of the {len(cands)} candidates (Stage 1's measure, for the agreement)")
+        say(f"window sweep: the untrained loop-2 damage of the {len(cands)} candidates (Stage 1's measure, for the agreement)")
         if base is None:
             base = load_base(model)
             base[0].to(device or "cpu")
@@ -337,9 +342,9 @@ def untrained_damage(base, tok, windows: list[tuple[int, int]], texts: list[str]
 
 
 def rebuild(out: Path) -> dict:
-    """stage2.json's record from what the sweep directory holds (sweep.json, block_selection.json, the runs'
+    """The table's record (`TABLE`) from what the sweep directory holds (sweep.json, block_selection.json, the runs'
     recipes and provenance, readings/): the sweep ends with it, and a committed sweep regenerates by it."""
-    wanted = read_json(out / SWEEP, "Stage 2 sweep plan")
+    wanted = read_json(out / SWEEP, "window sweep plan")
     selection = read_json(out / "block_selection.json", "block selection")
     rows, stages = [], None
     for c in wanted["candidates"]:
@@ -354,7 +359,7 @@ def rebuild(out: Path) -> dict:
                 stages = read_toml(run_dir / runs.RECIPE, "recipe")["stages"]
             records.append(_run_record(run_dir, status))
             cache = out / READINGS / f"{cand.run_name(s)}.json"
-            readings.append(read_json(cache, "Stage 2 reading") if status == "finished" else None)
+            readings.append(read_json(cache, "window sweep reading") if status == "finished" else None)
         if records:
             rows.append(summarize(cand.name, cand.role, readings, records, wanted.get("cells", "all")))
     if not rows:
@@ -386,11 +391,11 @@ def json_bytes(obj) -> bytes:
 
 
 def table_lines(record: dict) -> list[str]:
-    """The Stage 2 table for a person: rank, window, role, held-out CE with its interval, loop-2 accuracy at depth 2,
+    """The window sweep's table for a person: rank, window, role, held-out CE with its interval, loop-2 accuracy at depth 2,
     the guardrail, then the recommendation with its margin and how Stage 1 agreed."""
     over = ("" if record.get("cells", "all") == "all" else
             " on the cells that need iterating (depth >= 2, loops 2 <= t <= d)")
-    lines = [f"stage 2 by training ({record['budget']}); held-out CE{over} over {record['rank_rows']['per_depth']} "
+    lines = [f"window sweep ({record['budget']}); held-out CE{over} over {record['rank_rows']['per_depth']} "
              "fresh rows per depth, lower first:"]
     for row in record["table"]:
         ce, acc = row.get("heldout_ce"), row.get("acc_d2_loop2")
