@@ -82,7 +82,8 @@ def select_block(
     from workbench.selection.stage1 import load_corpus
 
     ui = Output(quiet, as_json)
-    train = _old_flag(stage2) | (sweep is True)   # the old flag checked (and noted) whether or not the new one is given
+    old = _old_flag(stage2)   # checked and noted whether or not --window-sweep is given too
+    train = sweep is True or old
     for flag, value in (("--window", window), ("--steps", steps), ("--candidates", candidates), ("--seeds", seeds)):
         if value is not None and value < 1:
             raise WorkbenchError(f"{flag} {value} is not accepted; give an integer >= 1")
