@@ -50,7 +50,7 @@ REHEARSAL_SOURCES = ("corpus", "patterns", "numbers")   # the rehearsal texts' s
 TASK_NAMES = ("chase", "phop", "state", "state_query", "arith")     # `workbench.tasks.build_rows`
 CHASE_SURFACES = ("symbolic", "relay", "pointer")                  # `workbench.tasks.chase.TEMPLATES`
 SYMBOL_SET_NAMES = ("letters", "names")                            # `workbench.tasks.chase.SYMBOL_SETS`
-INSTALL_BAR = 0.71      # the installation bar: a depth counts as installed at this final-loop accuracy
+INSTALL_BAR = 0.71      # the installation bar: a depth is installed at this final-loop accuracy (the frontier's bar)
 # The window sweep's table (`select-block --window-sweep`): `workbench.selection.window_sweep` writes it, the report,
 # the demo and the ledger read it; a sweep made before the window sweep had its name holds it as OLD_SWEEP_TABLE.
 SWEEP_TABLE = "window_sweep.json"
