@@ -76,7 +76,7 @@ def test_the_wheel_holds_every_default(wheel):
                 *(f"{data}training/selection/{d}/{f}"  # the block-selection claims read these
                   for d, f in (("smollm2-135m-instruct", "block_selection.json"),
                                ("smollm2-135m-instruct-stage2", "block_selection.json"),
-                               ("smollm2-135m-instruct-stage2", "stage2.json"))),
+                               ("smollm2-135m-instruct-stage2", "window_sweep.json"))),
                 "workbench/cli.py", "workbench/defaults.py", "workbench/probes/battery.py"]
     assert len(expected) > 25
     assert [n for n in expected if n not in names] == []

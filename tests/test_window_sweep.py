@@ -393,10 +393,10 @@ SWEEPS = {"stage2": COMMITTED, "stage2-iterate": ITERATE}   # the page's marker 
 
 @pytest.mark.parametrize("marker", sorted(SWEEPS))
 def test_the_committed_sweep_regenerates_from_its_readings(marker):
-    """The committed window sweeps' tables (under their old name, stage2.json), rankings, margins and agreement are
-    what their readings and runs give now."""
+    """The committed window sweeps' tables, rankings, margins and agreement are what their readings and runs give
+    now."""
     sweep = SWEEPS[marker]
-    record = json.loads((sweep / OLD_SWEEP_TABLE).read_text())
+    record = json.loads((sweep / ws.TABLE).read_text())
     rebuilt = ws.rebuild(sweep)
     assert {k: v for k, v in record.items() if k != "seconds"} == json.loads(json.dumps(rebuilt))
     assert len(record["table"]) == len(record["candidates"]) >= 4
@@ -409,7 +409,7 @@ def test_the_results_page_shows_the_committed_sweeps_table(marker):
     """docs/results/block-selection.md carries `table_lines` of each committed sweep's table between its markers."""
     page = (Path(__file__).resolve().parents[1] / "docs" / "results" / "block-selection.md").read_text()
     block = page.split(f"<!-- {marker}:start -->\n```\n", 1)[1].split(f"```\n<!-- {marker}:end -->", 1)[0]
-    record = json.loads((SWEEPS[marker] / OLD_SWEEP_TABLE).read_text())
+    record = json.loads((SWEEPS[marker] / ws.TABLE).read_text())
     assert block == "\n".join(ws.table_lines(record)) + "\n"
 
 
@@ -432,8 +432,8 @@ def test_a_sweep_made_before_the_name_is_read_under_its_old_table_name(tmp_path,
 
     old = tmp_path / "old"
     old.mkdir()
-    for name in (OLD_SWEEP_TABLE, "block_selection.json"):
-        (old / name).write_bytes((COMMITTED / name).read_bytes())
+    (old / OLD_SWEEP_TABLE).write_bytes((COMMITTED / ws.TABLE).read_bytes())
+    (old / "block_selection.json").write_bytes((COMMITTED / "block_selection.json").read_bytes())
     page = write_report(old, tmp_path / "old.html").read_text()
     assert "fig-window_sweep" in page and "budget: 200 steps" in page
     assert caplog.messages == [f"{old / OLD_SWEEP_TABLE}: read as {ws.TABLE} (its old name)"]
