@@ -1,4 +1,4 @@
-"""Native looped models: looped architectures that transformers ships, read with the workbench's looped interface.
+"""Native looped models: looped architectures the workbench did not build, read with its looped interface.
 
 `load_looped(spec)` returns `(looped, tokenizer)` for a local Hugging Face directory of a supported family
 or a tiny random test model. Each family is one file written to the adapter contract
@@ -6,12 +6,12 @@ or a tiny random test model. Each family is one file written to the adapter cont
 
 - `inkling`: transformers' Inkling2Loop (`inkling2_loop_text`, or the composite `inkling2_loop`, text only)
 - `hrm`: transformers' HRM-Text (`hrm_text`)
-- `raven`: Huginn-0125 and every Raven-format checkpoint (`huginn_raven`), written here (no package ships it):
-  its directory's config, safetensors and tokenizer are read, its modeling code never (`raven_files`)
-- `ouro`: Ouro (`ouro`), written here (`ouro_modules`): no package ships its code, and the directory's is never run
+- the families the workbench implements itself, no package shipping their code (`own.OWN_FAMILIES`, one record
+  each): `raven`, Huginn-0125 and every Raven-format checkpoint (`huginn_raven`), and `ouro`, Ouro (`ouro`); their
+  directories' config, safetensors and tokenizer are read, their modeling code never
 
-The adapters hold transformers' model by reference and call its own modules; with no hook attached
-their logits are bit-identical to `AutoModelForCausalLM`'s (tests/test_native.py).
+The adapters of transformers' families hold transformers' model by reference and call its own modules; with no
+hook attached their logits are bit-identical to `AutoModelForCausalLM`'s (tests/test_native.py).
 """
 
 from __future__ import annotations
@@ -25,29 +25,19 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageText
 from transformers.utils import logging as hf_logging
 
 from workbench.errors import WorkbenchError, user_files
-from workbench.models.bases import load_tokenizer, torch_layers_only
-from workbench.models.native import ouro
-from workbench.models.native.contract import NativeLoopedLM
+from workbench.models.bases import SUPPORTED_ARCHITECTURES, load_tokenizer, torch_layers_only
+from workbench.models.native.contract import NativeLoopedLM, frozen
 from workbench.models.native.hrm import HrmLooped
 from workbench.models.native.inkling import InklingLooped
-from workbench.models.native.ouro import OuroLooped
-from workbench.models.native.raven import RavenLooped, load_raven, tiny_raven
-from workbench.models.native.raven_files import RavenConfig
+from workbench.models.native.own import OWN_FAMILIES, OWN_TINY, OwnFamily
 
-# model_type in config.json -> adapter class
+# model_type in config.json -> adapter class: transformers' families, then those written here (`own`)
 FAMILIES: dict[str, type[NativeLoopedLM]] = {
     "inkling2_loop_text": InklingLooped,
     "inkling2_loop": InklingLooped,
     "hrm_text": HrmLooped,
-    "huginn_raven": RavenLooped,
-    "ouro": OuroLooped,
+    **{model_type: own.adapter for model_type, own in OWN_FAMILIES.items()},
 }
-# families written here rather than read through transformers (their directories' code is never run):
-# a raw-model reader wrapped by its FAMILIES adapter (Raven), or a module with `load(path, dtype)` and `tiny(...)`
-# returning the adapter itself (Ouro)
-OWN_READERS = {"huginn_raven": load_raven}
-OWN = {"ouro": ouro}
-WRITTEN_HERE = frozenset(OWN_READERS) | frozenset(OWN)
 # looped families without an adapter, and why (a config of one of these is refused by name); none today
 UNSUPPORTED: dict[str, str] = {}
 TINY_SEED = 20260702
@@ -64,19 +54,19 @@ TINY_NATIVE: dict[str, dict] = {
     "tiny-hrm-text": dict(
         model_type="hrm_text", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         head_dim=16, H_cycles=2, L_cycles=2, max_position_embeddings=1024),
-    # 2 Prelude, 2 recurrent, 2 Coda layers, hidden 64, 8 steps by default (Huginn-0125's shape, shrunk)
-    "tiny-raven": dict(
-        model_type="huginn_raven", n_embd=64, n_heads=4, intermediate_size=128, block_size=1024,
-        n_layers_in_prelude=2, n_layers_in_recurrent_block=2, n_layers_in_coda=2, mean_recurrence=8),
-    # 2 layers, hidden 64, the stack looped 4 times; the exit threshold reached at different steps by different tokens
-    "tiny-ouro": dict(
-        model_type="ouro", hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, total_ut_steps=4, early_exit_threshold=0.6, max_position_embeddings=1024),
+    # the families written here: their records' sizes (tiny-raven, tiny-ouro)
+    **{own.tiny_name: dict(model_type=model_type, **own.tiny_sizes) for model_type, own in OWN_FAMILIES.items()},
 }
 
 
 def native_family(spec: str | os.PathLike) -> str | None:
-    """The model_type of a directory's config.json when it is a native looped family, else None (nothing loaded)."""
+    """The model_type of a native looped model (a tiny one's name, or a directory whose config.json names a family
+    with an adapter), else None: something else the workbench reads (a base model, a run, a GGUF). Nothing loaded.
+
+    Raises:
+        WorkbenchError: a directory whose config.json names an architecture the workbench reads neither as a looped
+            family nor as a base to retrofit (every command that takes a directory says so in the same line).
+    """
     if str(spec) in TINY_NATIVE:
         return TINY_NATIVE[str(spec)]["model_type"]
     config = Path(str(spec)).expanduser() / "config.json"
@@ -86,7 +76,13 @@ def native_family(spec: str | os.PathLike) -> str | None:
         model_type = json.loads(config.read_text()).get("model_type")
     except (OSError, ValueError, AttributeError):
         return None
-    return model_type if model_type in FAMILIES or model_type in UNSUPPORTED else None
+    if model_type in FAMILIES or model_type in UNSUPPORTED:
+        return model_type
+    if isinstance(model_type, str) and model_type not in SUPPORTED_ARCHITECTURES:
+        raise WorkbenchError(f"model '{spec}' has architecture '{model_type}', which the workbench reads neither as a "
+                             f"looped family ({', '.join(FAMILIES)}) nor as a base model to retrofit "
+                             f"({', '.join(SUPPORTED_ARCHITECTURES)})")
+    return None
 
 
 def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
@@ -106,34 +102,29 @@ def load_looped(spec: str | os.PathLike, dtype: torch.dtype = torch.float32,
     spec_str = str(spec)
     if spec_str in TINY_NATIVE:
         tok = tokenizer if tokenizer is not None else load_tokenizer()
-        sizes = dict(TINY_NATIVE[spec_str])
-        if sizes["model_type"] in OWN:
-            return _with_pad(OWN[sizes.pop("model_type")].tiny(dtype, tok, TINY_SEED, **sizes), tok, spec_str)
+        own = OWN_TINY.get(spec_str)
+        if own is not None:
+            return _with_pad(own.tiny(dtype, tok, TINY_SEED, **own.tiny_sizes), tok, spec_str)
         model = _tiny(spec_str, dtype, tok)
+        return _with_pad(FAMILIES[model.config.model_type](frozen(torch_layers_only(model))), tok, spec_str)
+    path = Path(spec_str).expanduser()
+    if not (path / "config.json").is_file():
+        raise WorkbenchError(f"native looped model '{spec_str}' is not a directory with config.json "
+                             f"(or one of {', '.join(TINY_NATIVE)})")
+    family = _model_type(path)
+    own = OWN_FAMILIES.get(family)
+    if own is not None:
+        with user_files(spec_str, own.holds):
+            looped, tok = own.load(path, dtype)
+    elif family in FAMILIES:
+        model, tok = _from_transformers(path, spec_str, family, dtype)
+        looped = FAMILIES[model.config.model_type](frozen(torch_layers_only(model)))
     else:
-        path = Path(spec_str).expanduser()
-        if not (path / "config.json").is_file():
-            raise WorkbenchError(f"native looped model '{spec_str}' is not a directory with config.json "
-                                 f"(or one of {', '.join(TINY_NATIVE)})")
-        family = _model_type(path)
-        if family in OWN:
-            with user_files(spec_str, f"an {family} checkpoint directory: config.json and safetensors weights"):
-                looped, tok = OWN[family].load(path, dtype)
-            return _with_pad(looped, tok, spec_str)
-        if family not in FAMILIES:
-            why = UNSUPPORTED.get(family, "it is not a looped family the workbench has an adapter for")
-            raise WorkbenchError(f"model '{spec_str}' has architecture '{family}', which load_looped does not "
-                                 f"support ({why}); supported: {', '.join(FAMILIES)}")
-        if family in OWN_READERS:
-            with user_files(spec_str, "a Raven-format directory: config.json, safetensors, tokenizer files"):
-                model, tok = OWN_READERS[family](path, dtype)
-        else:
-            model, tok = _from_transformers(path, spec_str, family, dtype)
-    torch_layers_only(model)
-    model.eval()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    return _with_pad(FAMILIES[model.config.model_type](model), tok, spec_str)
+        why = UNSUPPORTED.get(family, "it is not a looped family the workbench has an adapter for")
+        raise WorkbenchError(f"model '{spec_str}' has architecture '{family}', which load_looped does not "
+                             f"support ({why}); supported: {', '.join(FAMILIES)}")
+    check_vocabulary(looped, tok, spec_str)
+    return _with_pad(looped, tok, spec_str)
 
 
 def _from_transformers(path: Path, spec_str: str, family: str, dtype: torch.dtype):
@@ -148,6 +139,15 @@ def _from_transformers(path: Path, spec_str: str, family: str, dtype: torch.dtyp
             raise WorkbenchError(f"model '{spec_str}': its weights do not match its config ({len(names)} "
                                  f"{kind.replace('_', ' ')}, e.g. {sorted(map(str, names))[0]})")
         return model, AutoTokenizer.from_pretrained(path)
+
+
+def check_vocabulary(looped: NativeLoopedLM, tok, spec: str) -> None:
+    """Refuses a directory whose tokenizer has more tokens than the model's embedding has rows: its ids would index
+    past the embedding (a crash inside the first forward) and its text is not this checkpoint's."""
+    rows = looped.config.vocab_size
+    if tok is not None and len(tok) > rows:
+        raise WorkbenchError(f"model '{spec}': its tokenizer has {len(tok)} tokens but the model's embedding has "
+                             f"{rows} rows (config vocab_size); the tokenizer files are not this checkpoint's")
 
 
 def require_tokenizer(tok, spec: str):
@@ -196,10 +196,9 @@ def _model_type(path: Path) -> str:
 
 
 def _tiny(name: str, dtype: torch.dtype, tok):
+    """A random model of a family transformers ships (`TINY_NATIVE[name]`), over `tok`'s vocabulary."""
     extra = dict(TINY_NATIVE[name])
     model_type = extra.pop("model_type")
-    if model_type == "huginn_raven":
-        return tiny_raven(RavenConfig(vocab_size=len(tok), **extra), TINY_SEED, dtype)
     vocab = {"unpadded_vocab_size": len(tok)} if model_type.startswith("inkling") else {}
     pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
     config = AutoConfig.for_model(model_type, vocab_size=len(tok), bos_token_id=tok.bos_token_id,
@@ -217,5 +216,5 @@ def _tiny(name: str, dtype: torch.dtype, tok):
     return model
 
 
-__all__ = ["FAMILIES", "TINY_NATIVE", "NativeLoopedLM", "default_size", "load_looped", "native_family",
-           "require_tokenizer"]
+__all__ = ["FAMILIES", "OWN_FAMILIES", "TINY_NATIVE", "NativeLoopedLM", "OwnFamily", "default_size", "load_looped",
+           "native_family", "require_tokenizer"]

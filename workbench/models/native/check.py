@@ -12,18 +12,18 @@ import torch
 from workbench.errors import WorkbenchError
 from workbench.loop.identity import IDENTITY_PROMPTS
 from workbench.loop.positions import position_ids
-from workbench.models.native import WRITTEN_HERE, load_looped, native_family
+from workbench.models.native import OWN_FAMILIES, load_looped, native_family
 
 
 def exactness(spec: str) -> dict:
     """Returns {"model", "family", "native_passes", "prompts", "per_pass", "max_abs_diff"}: max |Δlogit| of the
     adapter against transformers' forward run with its pass count set to t, for t = 1..max_loops (`per_pass`),
     and the worst of them. A family written here has no transformers forward to compare with: refused."""
-    family = native_family(spec)
-    if family in WRITTEN_HERE:
-        raise WorkbenchError(f"'{spec}' is a {family} model, a family the workbench writes itself (transformers "
+    own = OWN_FAMILIES.get(native_family(spec))
+    if own is not None:
+        raise WorkbenchError(f"'{spec}' is a {own.model_type} model, a family the workbench writes itself (transformers "
                              "ships no model to compare with); its exactness is against the reference code's "
-                             "committed numbers (tests/fixtures/, a directory per family)")
+                             f"committed numbers (tests/fixtures/, a directory per family: {own.fixture})")
     looped, tok = load_looped(spec)
     reference, _ = load_looped(spec)              # a second, independent load: its base is transformers' model alone
     ref = reference.base

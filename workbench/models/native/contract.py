@@ -293,6 +293,15 @@ class NativeLoopedLM(StrictHookNames, HookedRootModule):
         return self.output_class(last_hidden_state=normed, cache=ctx.cache)
 
 
+def frozen(module: nn.Module) -> nn.Module:
+    """`module` in eval mode with every parameter frozen: how `load_looped` returns a model (the workbench trains
+    nothing in a native one)."""
+    module.eval()
+    for p in module.parameters():
+        p.requires_grad_(False)
+    return module
+
+
 @contextlib.contextmanager
 def instance_forward(module: nn.Module, forward):
     """Routes one module's calls through `forward` for the duration (removed after, whatever happens)."""

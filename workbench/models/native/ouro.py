@@ -20,7 +20,6 @@ committed tiny checkpoint (tests/fixtures/ouro/README.md).
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,7 +31,7 @@ from transformer_lens.hook_points import HookPoint
 from workbench.errors import WorkbenchError, user_files
 from workbench.loop.components import component_hooks
 from workbench.loop.looped import AdaptiveReadout, LoopedOutput
-from workbench.models.native.contract import Carry, NativeLoopedLM, Site, hooked
+from workbench.models.native.contract import Carry, NativeLoopedLM, Site, frozen, hooked
 from workbench.models.native.ouro_modules import (
     OuroConfig,
     OuroForCausalLM,
@@ -45,7 +44,6 @@ from workbench.models.native.ouro_modules import (
 )
 from workbench.models.weights_check import check_hf_weights, weights_index
 
-log = logging.getLogger(__name__)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
@@ -270,10 +268,6 @@ def load(path: Path, dtype: torch.dtype) -> tuple[OuroLooped, object]:
     except (OSError, ValueError) as err:
         raise WorkbenchError(f"model '{spec}': config.json cannot be read ({type(err).__name__})") from None
     config = OuroConfig.from_dict(raw, f"model '{spec}'")
-    code = sorted(p.name for p in path.glob("*.py"))
-    if code:
-        log.info("model '%s': read config.json and the safetensors weights; its own code (%s) is never imported",
-                 spec, ", ".join(code))
     with torch.device("meta"):
         base = OuroForCausalLM(config)
     expected = {k: tuple(v.shape) for k, v in base.state_dict().items()}
@@ -290,7 +284,7 @@ def load(path: Path, dtype: torch.dtype) -> tuple[OuroLooped, object]:
     base.load_state_dict({k: v.to(dtype) for k, v in tensors.items()}, strict=True, assign=True)
     if config.tie_word_embeddings:
         base.lm_head.weight = base.model.embed_tokens.weight
-    return OuroLooped(_ready(base)), _tokenizer(path)
+    return OuroLooped(frozen(base)), _tokenizer(path)
 
 
 def tiny(dtype: torch.dtype, tokenizer, seed: int, **sizes) -> OuroLooped:
@@ -306,14 +300,7 @@ def tiny(dtype: torch.dtype, tokenizer, seed: int, **sizes) -> OuroLooped:
             noise = torch.randn(p.shape, generator=generator)
             p.copy_(1 + 0.1 * noise if "norm" in name else 0.5 * noise if p.dim() == 1 else
                     noise * 0.5 / p.shape[1] ** 0.5)
-    return OuroLooped(_ready(base.to(dtype)))
-
-
-def _ready(base: OuroForCausalLM) -> OuroForCausalLM:
-    base.eval()
-    for p in base.parameters():
-        p.requires_grad_(False)
-    return base
+    return OuroLooped(frozen(base.to(dtype)))
 
 
 def _shards(path: Path) -> list[str]:

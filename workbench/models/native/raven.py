@@ -35,7 +35,7 @@ from transformer_lens.hook_points import HookPoint
 
 from workbench.errors import WorkbenchError
 from workbench.loop.looped import AdaptiveReadout
-from workbench.models.native.contract import Carry, NativeLoopedLM, Site, hooked
+from workbench.models.native.contract import Carry, NativeLoopedLM, Site, frozen, hooked
 from workbench.models.native.raven_exits import CRITERIA, DEFAULTS, ZeroShotExit, exit_steps, zero_shot_read
 from workbench.models.native.raven_files import RavenConfig
 
@@ -437,6 +437,17 @@ def _mask(attention_mask: torch.Tensor | None, b: int, s: int, past: int, device
     return (allowed | (key == query))[:, None]
 
 
+def load(path, dtype: torch.dtype) -> tuple[RavenLooped, object]:
+    """(looped, tokenizer or None) from a Raven-format directory (`load_raven`), eval mode, every parameter frozen."""
+    model, tok = load_raven(path, dtype)
+    return RavenLooped(frozen(model)), tok
+
+
+def tiny(dtype: torch.dtype, tokenizer, seed: int, **sizes) -> RavenLooped:
+    """A random Raven of `sizes` (config.json fields) over `tokenizer`'s vocabulary (`tiny_raven`), frozen."""
+    return RavenLooped(frozen(tiny_raven(RavenConfig(vocab_size=len(tokenizer), **sizes), seed, dtype)))
+
+
 def load_raven(path, dtype: torch.dtype = torch.float32) -> tuple[RavenModel, object]:
     """A Raven-format directory as (model, tokenizer or None), strictly: every tensor checked before any is used.
 
@@ -448,7 +459,6 @@ def load_raven(path, dtype: torch.dtype = torch.float32) -> tuple[RavenModel, ob
     from workbench.models.native import raven_files  # noqa: PLC0415 - the file reader, beside this module
 
     path = Path(path).expanduser()
-    raven_files.note_code(path)
     config = raven_files.read_config(path)
     with torch.device("meta"):
         model = RavenModel(config)

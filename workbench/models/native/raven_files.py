@@ -5,8 +5,8 @@ The directory holds `config.json` under the reference's field names (`n_embd`, `
 as safetensors (one file or shards with `model.safetensors.index.json`) under the reference's tensor names
 (`transformer.core_block.{i}.attn.Wqkv.weight`, ...), and usually tokenizer files and the modeling code itself
 (`raven_modeling_minimal.py`). The workbench reads the config, the weights and the tokenizer; it never imports
-the directory's code (one log line says so). Everything is checked before any tensor is assigned: a config the
-family cannot run, a shard the index names and the directory lacks (`workbench.models.weights_check` reads the
+the directory's code (one log line says so: `own.note_code`). Everything is checked before any tensor is assigned:
+a config the family cannot run, a shard the index names and the directory lacks (`workbench.models.weights_check` reads the
 headers), a tensor whose shape disagrees with the config (named), a tensor missing or unexpected. Pickled `.bin`
 weights are refused, never unpickled.
 """
@@ -169,14 +169,6 @@ def read_weights(path: Path, expected: dict[str, torch.Size], optional: frozense
         for name, tensor in load_file(file).items():
             found[name] = tensor.float() if name == "freqs_cis" else tensor.to(dtype)
     return found
-
-
-def note_code(path: Path) -> None:
-    """One log line when the directory carries modeling code: it is never imported."""
-    code = sorted(p.name for p in path.glob("*.py"))
-    if code:
-        log.warning("model '%s' carries modeling code (%s); the workbench reads its config and weights only and "
-                    "never imports that code", path, ", ".join(code))
 
 
 def read_tokenizer(path: Path):
