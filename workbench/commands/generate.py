@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from workbench.commands.initial_state import INIT_SEED, INIT_STATE
 from workbench.commands.lens import MODEL_HELP, read_prompts
 from workbench.commands.output import JSON, QUIET, Output
 from workbench.devices import DEVICE_HELP
@@ -35,11 +36,14 @@ def generate(
                                "whole sequence each token."),
     stop_at_eos: bool = typer.Option(True, "--stop-at-eos/--ignore-eos", help="Stop a prompt at the model's "
                                      "end-of-sequence token (default), or always run --max-new-tokens."),
+    init_seed: Optional[int] = INIT_SEED,
+    init_state: Optional[Path] = INIT_STATE,
     device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
     quiet: bool = QUIET,
     as_json: bool = JSON,
 ) -> None:
     """Continue each prompt under every loop count (greedy, or seeded sampling) and print them side by side."""
+    from workbench.commands.initial_state import prompt_states, read_init_state, refuse_without_initial_state
     from workbench.devices import resolve_device
     from workbench.generation import check_loops, check_settings, parse_loops
     from workbench.generation import generate as run_generate
@@ -53,22 +57,27 @@ def generate(
                              "decoding, the default, takes the most probable token)")
     temperature = 1.0 if temperature is None else temperature
     check_settings(max_new_tokens, temperature, top_k, seed, 8)
+    states = prompt_states(read_init_state(init_state), len(texts))
     run_on = resolve_device(device)
     from workbench.runs import load_model
 
     ui.step(f"loading {model}")
     looped, tok, info = load_model(model, block)
     asked = check_loops(looped, asked)
+    given = [name for name, value in (("--init-state", init_state), ("--init-seed", init_seed)) if value is not None]
+    if given:
+        refuse_without_initial_state(looped, model, " and ".join(given))
     looped.to(run_on)
     frame = run_generate(looped, tok, texts, loops=asked, max_new_tokens=max_new_tokens, sample=sample,
                          temperature=temperature, top_k=top_k, seed=seed, cache=cache, stop_at_eos=stop_at_eos,
-                         progress=ui.progress)
+                         progress=ui.progress, init_state=states, init_seed=init_seed)
     if ui.human:
         print_generations(frame, model)
     ui.result({"model": {"spec": model, "kind": info["kind"], "max_loops": int(looped.max_loops),
                          "native_loops": frame.attrs["native_loops"]},
                "settings": {k: frame.attrs[k] for k in ("loops", "max_new_tokens", "sample", "temperature", "top_k",
                                                         "seed", "cached", "stop_at_eos")},
+               "initial_state": {"init_seed": init_seed, "init_state": None if init_state is None else str(init_state)},
                "device": str(run_on), "prompts": texts, "rows": frame.to_dict(orient="records")})
 
 

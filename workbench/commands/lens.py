@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from workbench.commands.initial_state import INIT_SEED
 from workbench.commands.output import JSON, QUIET, Output
 from workbench.devices import DEVICE_HELP
 from workbench.errors import WorkbenchError
@@ -48,11 +49,13 @@ def lens(
     html_out: Optional[Path] = typer.Option(None, "--html", help="Also write an offline HTML page: a loop x position "
                                             "map of the top token and its probability per prompt and lens."),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an --html page the workbench wrote."),
+    init_seed: Optional[int] = INIT_SEED,
     device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
     quiet: bool = QUIET,
     as_json: bool = JSON,
 ) -> None:
     """Per-loop lens on your prompts: top tokens, probabilities, entropy and KL to the last loop, every loop."""
+    from workbench.commands.initial_state import seed_initial_state
     from workbench.devices import resolve_device
     from workbench.lenses import parse_positions, target_ids
 
@@ -77,6 +80,7 @@ def lens(
 
     ui.step(f"loading {model}")
     looped, tok, info = load_model(model, block)
+    seed_initial_state(looped, init_seed, model)
     target_ids(tok, target)                     # a target that is not one token: refused before any forward
     from workbench.lenses import check_loops
     from workbench.lenses import lens as read_lens
@@ -96,7 +100,7 @@ def lens(
         Path(html_out).parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(Path(html_out), page.encode("utf-8"))
         ui.wrote(html_out)
-    ui.result({"model": {"spec": model, "kind": info["kind"], "loops": T},
+    ui.result({"model": {"spec": model, "kind": info["kind"], "loops": T, "init_seed": init_seed},
                "lenses": frame.attrs["lenses"], "prompts": texts, "rows": frame.to_dict(orient="records")})
 
 

@@ -28,7 +28,7 @@ from safetensors.torch import load_file
 from torch import nn
 from transformer_lens.hook_points import HookPoint
 
-from workbench.errors import WorkbenchError, user_files
+from workbench.errors import WorkbenchError
 from workbench.loop.components import component_hooks
 from workbench.loop.looped import AdaptiveReadout, LoopedOutput
 from workbench.models.native.contract import Carry, NativeLoopedLM, Site, frozen, hooked
@@ -43,8 +43,6 @@ from workbench.models.native.ouro_modules import (
     rotary,
 )
 from workbench.models.weights_check import check_hf_weights, weights_index
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
 @dataclass
@@ -259,9 +257,9 @@ class OuroLooped(NativeLoopedLM):
 
 
 # ----------------------------------------------------------------------------- loading
-def load(path: Path, dtype: torch.dtype) -> tuple[OuroLooped, object]:
-    """(looped, tokenizer or None) from an Ouro checkpoint directory, strictly: every tensor the config describes,
-    with its shape, and no other. The directory's own .py files are never imported."""
+def load(path: Path, dtype: torch.dtype) -> OuroLooped:
+    """The model of an Ouro checkpoint directory, strictly: every tensor the config describes, with its shape, and no
+    other (its tokenizer and code are the registry's: `own.OwnFamily.load`)."""
     spec = str(path)
     try:
         raw = json.loads((path / "config.json").read_text())
@@ -284,7 +282,7 @@ def load(path: Path, dtype: torch.dtype) -> tuple[OuroLooped, object]:
     base.load_state_dict({k: v.to(dtype) for k, v in tensors.items()}, strict=True, assign=True)
     if config.tie_word_embeddings:
         base.lm_head.weight = base.model.embed_tokens.weight
-    return OuroLooped(frozen(base)), _tokenizer(path)
+    return OuroLooped(frozen(base))
 
 
 def tiny(dtype: torch.dtype, tokenizer, seed: int, **sizes) -> OuroLooped:
@@ -307,13 +305,3 @@ def _shards(path: Path) -> list[str]:
     if (path / "model.safetensors").is_file():
         return ["model.safetensors"]
     return list(json.loads((path / "model.safetensors.index.json").read_text())["weight_map"].values())
-
-
-def _tokenizer(path: Path):
-    """The directory's tokenizer, or None for a weights-only directory (never its code: no trust_remote_code)."""
-    if not any((path / name).is_file() for name in TOKENIZER_FILES):
-        return None
-    from transformers import AutoTokenizer  # noqa: PLC0415 - only a directory with tokenizer files needs it
-
-    with user_files(str(path), "an Ouro checkpoint directory with a tokenizer transformers reads without code"):
-        return AutoTokenizer.from_pretrained(path, trust_remote_code=False)

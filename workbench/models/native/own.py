@@ -23,6 +23,7 @@ from workbench.models.native.ouro import OuroLooped
 from workbench.models.native.raven import RavenLooped
 
 log = logging.getLogger(__name__)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class OwnFamily:
     name: str                # the family's short name (docs, messages)
     model_type: str          # config.json's model_type: how its directory is recognised
     adapter: type[NativeLoopedLM]
-    read: Callable[[Path, torch.dtype], tuple[NativeLoopedLM, object]]   # (looped, tokenizer or None), code never run
+    read: Callable[[Path, torch.dtype], NativeLoopedLM]   # the directory's config and weights, strictly checked
     tiny: Callable[..., NativeLoopedLM]     # (dtype, tokenizer, seed, **tiny_sizes): a random model, eval, frozen
     tiny_name: str           # the spec of the tiny random model (`load_looped("tiny-raven")`)
     tiny_sizes: dict = field(hash=False)    # config.json fields of the tiny model (the tokenizer sizes its vocabulary)
@@ -49,7 +50,7 @@ class OwnFamily:
     def load(self, path: Path, dtype: torch.dtype) -> tuple[NativeLoopedLM, object]:
         """(looped, tokenizer or None) from a directory of this family: its code named in a log line, never run."""
         note_code(path)
-        return self.read(path, dtype)
+        return self.read(path, dtype), read_tokenizer(path)
 
 
 def note_code(path: Path) -> None:
@@ -58,6 +59,18 @@ def note_code(path: Path) -> None:
     if code:
         log.warning("model '%s' carries modeling code (%s); the workbench reads its config and weights only and "
                     "never imports that code", path, ", ".join(code))
+
+
+def read_tokenizer(path: Path):
+    """The directory's tokenizer (transformers' fast tokenizer, no remote code), or None when it has no files."""
+    if not any((path / name).is_file() for name in TOKENIZER_FILES):
+        log.info("model '%s' has no tokenizer files: loaded weights only (tokenizer None)", path)
+        return None
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: PLC0415 - with the model readers only
+
+    if (path / "tokenizer.json").is_file():  # the hub's fast tokenizer (AutoTokenizer would read config.json too)
+        return PreTrainedTokenizerFast.from_pretrained(path)
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
 
 
 OWN_FAMILIES: dict[str, OwnFamily] = {f.model_type: f for f in (

@@ -437,10 +437,9 @@ def _mask(attention_mask: torch.Tensor | None, b: int, s: int, past: int, device
     return (allowed | (key == query))[:, None]
 
 
-def load(path, dtype: torch.dtype) -> tuple[RavenLooped, object]:
-    """(looped, tokenizer or None) from a Raven-format directory (`load_raven`), eval mode, every parameter frozen."""
-    model, tok = load_raven(path, dtype)
-    return RavenLooped(frozen(model)), tok
+def load(path, dtype: torch.dtype) -> RavenLooped:
+    """The model of a Raven-format directory (`load_raven`), eval mode, every parameter frozen."""
+    return RavenLooped(frozen(load_raven(path, dtype)))
 
 
 def tiny(dtype: torch.dtype, tokenizer, seed: int, **sizes) -> RavenLooped:
@@ -448,8 +447,9 @@ def tiny(dtype: torch.dtype, tokenizer, seed: int, **sizes) -> RavenLooped:
     return RavenLooped(frozen(tiny_raven(RavenConfig(vocab_size=len(tokenizer), **sizes), seed, dtype)))
 
 
-def load_raven(path, dtype: torch.dtype = torch.float32) -> tuple[RavenModel, object]:
-    """A Raven-format directory as (model, tokenizer or None), strictly: every tensor checked before any is used.
+def load_raven(path, dtype: torch.dtype = torch.float32) -> RavenModel:
+    """A Raven-format directory's model, strictly: every tensor checked before any is used (its tokenizer and code
+    are the registry's: `own.OwnFamily.load`).
 
     Raises:
         WorkbenchError: as `raven_files.read_config`, `weight_files` and `read_weights`.
@@ -472,7 +472,7 @@ def load_raven(path, dtype: torch.dtype = torch.float32) -> tuple[RavenModel, ob
     model.load_state_dict(found, strict=False, assign=True)
     if config.tie_embeddings:
         model.lm_head.weight = model.transformer.wte.weight
-    return model, raven_files.read_tokenizer(path)
+    return model
 
 
 def tiny_raven(config: RavenConfig, seed: int, dtype: torch.dtype = torch.float32) -> RavenModel:

@@ -14,7 +14,6 @@ weights are refused, never unpickled.
 from __future__ import annotations
 
 import json
-import logging
 import math
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -24,10 +23,7 @@ import torch
 from workbench.errors import WorkbenchError
 from workbench.models.weights_check import FLOATING, INDEX, SINGLE, weights_index
 
-log = logging.getLogger(__name__)
-
 MODEL_TYPE = "huginn_raven"
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")
 # what the family implements; a config naming another variant is refused (the value it must have)
 VARIANTS = {"block_class_name": "SandwichBlock", "norm_class_name": "RMSNorm_llama", "mlp_class_name": "GatedMLP",
             "nonlin_name": "SiLU", "injection_type": "linear"}
@@ -169,15 +165,3 @@ def read_weights(path: Path, expected: dict[str, torch.Size], optional: frozense
         for name, tensor in load_file(file).items():
             found[name] = tensor.float() if name == "freqs_cis" else tensor.to(dtype)
     return found
-
-
-def read_tokenizer(path: Path):
-    """The directory's tokenizer (transformers' fast tokenizer, no remote code), or None when it has no files."""
-    if not any((path / name).is_file() for name in TOKENIZER_FILES):
-        log.info("model '%s' has no tokenizer files: loaded weights only (tokenizer None)", path)
-        return None
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast  # noqa: PLC0415 - with the model readers only
-
-    if (path / "tokenizer.json").is_file():  # the hub's fast tokenizer (AutoTokenizer would read config.json too)
-        return PreTrainedTokenizerFast.from_pretrained(path)
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=False)
