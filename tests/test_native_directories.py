@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
@@ -286,9 +287,30 @@ def test_a_bad_init_state_file_is_one_line(capsys, monkeypatch, tmp_path, bad):
 @pytest.mark.parametrize("command", ["generate", "lens"])
 def test_a_family_without_an_initial_state_refuses_the_options(capsys, monkeypatch, tmp_path, command):
     code, _, err = invoke(capsys, monkeypatch, command, "tiny-ouro", "--prompt", PROMPT, "--init-seed", "1")
-    assert_clean_error(code, err, "--init-seed sets the initial state of a family whose loop starts from one (raven)",
+    assert_clean_error(code, err, "--init-seed: only a family whose loop starts from a state of its own (raven) takes",
                        "'tiny-ouro' has none")
     if command == "generate":
         path = _state_file(tmp_path, {"s0": torch.zeros(2, D)})
         code, _, err = invoke(capsys, monkeypatch, command, "tiny-ouro", "--prompt", PROMPT, "--init-state", path)
-        assert_clean_error(code, err, "--init-state sets the initial state", "'tiny-ouro' has none")
+        assert_clean_error(code, err, "--init-state: only a family whose loop starts", "'tiny-ouro' has none")
+
+
+@pytest.mark.slow   # two battery runs of the logit lens on tiny-raven
+def test_probe_reads_raven_from_the_state_of_its_init_seed_and_records_it(capsys, monkeypatch, tmp_path):
+    def lens_table(seed):
+        out = tmp_path / f"seed{seed}"
+        code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", "tiny-raven", "--out", out, "--only",
+                              "logit_lens", "--init-seed", seed)
+        assert code == 0, err
+        assert json.loads((out / "summary.json").read_text())["model"]["init_seed"] == int(seed)
+        return pd.read_parquet(out / "logit_lens.parquet")
+
+    three = lens_table("3")
+    assert not three["prob"].equals(lens_table("4")["prob"])
+
+
+def test_probe_refuses_an_init_seed_for_a_family_without_an_initial_state(capsys, monkeypatch, tmp_path):
+    out = tmp_path / "out"
+    code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", "tiny-ouro", "--out", out, "--init-seed", "1")
+    assert_clean_error(code, err, "--init-seed: only a family whose loop starts", "'tiny-ouro' has none")
+    assert not out.exists()

@@ -36,6 +36,7 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.lenses import check_prompts  # one rule for prompts, lens and generate alike
 from workbench.loop.positions import position_ids
+from workbench.models.native.own import require_initial_state
 from workbench.tasks.reader import encode_prompts
 from workbench.texts import check_fits, context_limit
 
@@ -202,9 +203,7 @@ def check_init_state(model, init_state, init_seed, lengths: list[int]) -> list[t
     """Each prompt's s_0 [tokens, d] from `init_state`, checked against the model and the prompts' token counts."""
     if init_state is None and init_seed is None:
         return None
-    if not model.has_initial_state:
-        raise WorkbenchError("init_state / init_seed set the initial state of a family that starts from one "
-                             "(raven); this model has none")
+    require_initial_state(model, "init_state / init_seed", "this model")
     if init_seed is not None and (isinstance(init_seed, bool) or not isinstance(init_seed, int) or init_seed < 0):
         raise WorkbenchError(f"init_seed={init_seed!r} must be a non-negative integer")
     if init_state is None:

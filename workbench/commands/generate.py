@@ -43,7 +43,7 @@ def generate(
     as_json: bool = JSON,
 ) -> None:
     """Continue each prompt under every loop count (greedy, or seeded sampling) and print them side by side."""
-    from workbench.commands.initial_state import prompt_states, read_init_state, refuse_without_initial_state
+    from workbench.commands.initial_state import prompt_states, read_init_state
     from workbench.devices import resolve_device
     from workbench.generation import check_loops, check_settings, parse_loops
     from workbench.generation import generate as run_generate
@@ -66,7 +66,9 @@ def generate(
     asked = check_loops(looped, asked)
     given = [name for name, value in (("--init-state", init_state), ("--init-seed", init_seed)) if value is not None]
     if given:
-        refuse_without_initial_state(looped, model, " and ".join(given))
+        from workbench.models.native.own import require_initial_state
+
+        require_initial_state(looped, " and ".join(given), f"'{model}'")
     looped.to(run_on)
     frame = run_generate(looped, tok, texts, loops=asked, max_new_tokens=max_new_tokens, sample=sample,
                          temperature=temperature, top_k=top_k, seed=seed, cache=cache, stop_at_eos=stop_at_eos,

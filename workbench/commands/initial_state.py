@@ -64,21 +64,3 @@ def prompt_states(state, n_prompts: int):
         raise WorkbenchError(f"--init-state holds one s_0 {tuple(state.shape)} for {n_prompts} prompts; give one "
                              "[prompts, tokens, d] tensor")
     return [state]
-
-
-def seed_initial_state(looped, init_seed: int | None, spec: str) -> None:
-    """Sets the seed every read of `looped` draws s_0 from (`--init-seed`); refuses a model without an initial state."""
-    if init_seed is None:
-        return
-    refuse_without_initial_state(looped, spec, "--init-seed")
-    looped.init_seed = init_seed
-
-
-def refuse_without_initial_state(looped, spec: str, option: str) -> None:
-    """The one-line refusal of an initial-state option on a model whose loop does not start from a state of its own."""
-    if not looped.has_initial_state:
-        from workbench.models.native import OWN_FAMILIES
-
-        having = ", ".join(f.name for f in OWN_FAMILIES.values() if f.initial_state)
-        raise WorkbenchError(f"{option} sets the initial state of a family whose loop starts from one ({having}); "
-                             f"'{spec}' has none")

@@ -55,7 +55,6 @@ def lens(
     as_json: bool = JSON,
 ) -> None:
     """Per-loop lens on your prompts: top tokens, probabilities, entropy and KL to the last loop, every loop."""
-    from workbench.commands.initial_state import seed_initial_state
     from workbench.devices import resolve_device
     from workbench.lenses import parse_positions, target_ids
 
@@ -80,7 +79,9 @@ def lens(
 
     ui.step(f"loading {model}")
     looped, tok, info = load_model(model, block)
-    seed_initial_state(looped, init_seed, model)
+    from workbench.models.native.own import seed_initial_state
+
+    seed_initial_state(looped, init_seed, f"'{model}'")
     target_ids(tok, target)                     # a target that is not one token: refused before any forward
     from workbench.lenses import check_loops
     from workbench.lenses import lens as read_lens

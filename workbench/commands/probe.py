@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 
+from workbench.commands.initial_state import INIT_SEED
 from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import EMBEDDED_DEFAULT, shipped
 from workbench.devices import DEVICE_HELP
@@ -32,6 +33,7 @@ def probe(
     precision: str = typer.Option("fp32", "--precision", help="fp32 (exact) or bf16 (frozen weights in bf16, "
                                   "autocast; about 1.75x faster reads on a CPU with bf16 units). identity and "
                                   "gradient_audit always run in fp32."),
+    init_seed: Optional[int] = INIT_SEED,
     device: str = typer.Option("auto", "--device", help="Device: " + DEVICE_HELP),
     quiet: bool = QUIET,
     as_json: bool = JSON,
@@ -44,6 +46,7 @@ def probe(
     ui = Output(quiet, as_json)
     summary = run_battery(checkpoint, battery, out, rows=rows, only=parse_only(only), overwrite=overwrite, seed=seed,
                           precision=precision, finish=lambda staging: write_report(staging, shown_as=out), device=device,
+                          init_seed=init_seed,
                           progress=ui.progress,
                           announce=lambda skipped: ui.say(*(f"not applicable: {n}: {r}" for n, r in skipped.items())))
     if ui.human:

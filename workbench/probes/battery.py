@@ -46,6 +46,7 @@ from workbench.gate import OUTPUT_MARKER, OutputKind, gate_output, mark_output
 from workbench.io import LOCK, atomic_path, write_json_atomic
 from workbench.models.looped import lacking
 from workbench.models.native import native_family
+from workbench.models.native.own import seed_initial_state
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
@@ -197,7 +198,8 @@ EXACT_PROBES = ("identity", "gradient_audit")  # always in fp32: their point is 
 def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | os.PathLike, rows: str | None = None,
                 only: list[str] | None = None, overwrite: bool = False, seed: int = 0,
                 progress: bool = True, precision: str = "fp32", finish: Callable[[Path], None] | None = None,
-                device: str | None = None, announce: Callable[[dict[str, str]], None] | None = None) -> dict:
+                device: str | None = None, announce: Callable[[dict[str, str]], None] | None = None,
+                init_seed: int | None = None) -> dict:
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:
@@ -215,6 +217,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
         device: "auto" (None), "cpu", "cuda" or "cuda:N" (`workbench.devices`), recorded in the summary.
         announce: called with {probe: reason} of the probes that do not apply, once every probe is asked
             (`unmet`) and before the first runs.
+        init_seed: the seed a model whose loop starts from a random state (Raven) draws s_0 from; recorded.
 
     Raises:
         WorkbenchError: bad input (a battery, a manifest, --out, a row longer than the model's positions),
@@ -244,6 +247,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
         todo = {**{n: o for n, o in todo.items() if n in EXACT_PROBES},
                 **{n: o for n, o in todo.items() if n not in EXACT_PROBES}}
     model, tok, info = load_checkpoint(checkpoint)
+    seed_initial_state(model, init_seed, f"'{checkpoint}'")   # Raven's s_0 seed (--init-seed); others refuse it
     check_positions(manifests, model, tok)
     chosen = {name: chosen_rows(o, manifests) for name, o in todo.items()}
     skipped = {name: reason for name in todo if (reason := unmet(get_probe(name), model, chosen[name])) is not None}
@@ -259,6 +263,8 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
                "model": _model_record(model, info), "battery": spec["path"], "seed": seed, "created_by": _created_by(),
                "device": device_record(device, run_on),
                "precision": {**precision_record, "fp32_probes": [n for n in todo if n in EXACT_PROBES or used == "fp32"]}}
+    if init_seed is not None:   # only when given: a summary without it is byte for byte what it was
+        summary["model"]["init_seed"] = init_seed
     try:  # made inside the try: a signal that lands as it is made still removes it
         staging.mkdir(parents=True, exist_ok=False)
         for name in tqdm(todo, desc="probes", disable=not progress):

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from workbench.errors import WorkbenchError
 from workbench.models.native import ouro, raven
 from workbench.models.native.contract import NativeLoopedLM
 from workbench.models.native.ouro import OuroLooped
@@ -100,3 +101,21 @@ OWN_FAMILIES: dict[str, OwnFamily] = {f.model_type: f for f in (
         fixture="tests/fixtures/ouro"),
 )}
 OWN_TINY: dict[str, OwnFamily] = {f.tiny_name: f for f in OWN_FAMILIES.values()}
+
+
+def require_initial_state(model, option: str, who: str) -> None:
+    """The one-line refusal of an initial state (`option`) given to `model` (named `who`) when its loop does not start
+    from a state of its own."""
+    if not model.has_initial_state:
+        having = ", ".join(f.name for f in OWN_FAMILIES.values() if f.initial_state)
+        raise WorkbenchError(f"{option}: only a family whose loop starts from a state of its own ({having}) takes "
+                             f"one; {who} has none")
+
+
+def seed_initial_state(model, init_seed: int | None, who: str) -> None:
+    """Sets the seed every read of `model` draws s_0 from when a call gives none (`--init-seed`; None: the model's
+    default, 0); refuses a model without an initial state."""
+    if init_seed is None:
+        return
+    require_initial_state(model, "--init-seed", who)
+    model.init_seed = init_seed
