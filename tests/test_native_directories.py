@@ -314,3 +314,23 @@ def test_probe_refuses_an_init_seed_for_a_family_without_an_initial_state(capsys
     code, _, err = invoke(capsys, monkeypatch, "probe", "--checkpoint", "tiny-ouro", "--out", out, "--init-seed", "1")
     assert_clean_error(code, err, "--init-seed: only a family whose loop starts", "'tiny-ouro' has none")
     assert not out.exists()
+
+
+def test_the_docs_and_the_help_name_the_registrys_families():
+    """The table of docs/adding-a-looped-architecture.md is the registry, row for row; every command's help names
+    each tiny model."""
+    from workbench.commands.lens import MODEL_HELP
+
+    page = (Path(__file__).parents[1] / "docs" / "adding-a-looped-architecture.md").read_text().splitlines()
+    start = page.index("| family | config.json `model_type` | checkpoints | tiny model | initial state | its own exits "
+                       "| reference numbers |")
+    rows = {}
+    for line in page[start + 2:]:
+        if not line.startswith("|"):
+            break
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        rows[cells[0]] = cells
+    assert rows == {f.name: [f.name, f"`{f.model_type}`", f.checkpoints, f"`{f.tiny_name}`",
+                             "s_0, seeded per position" if f.initial_state else "none", f.exits, f"`{f.fixture}`"]
+                    for f in OWN_FAMILIES.values()}
+    assert all(f.tiny_name in MODEL_HELP for f in OWN_FAMILIES.values())
