@@ -261,11 +261,15 @@ def _state_file(tmp_path: Path, tensors: dict) -> Path:
     return path
 
 
+def _text_file(path: Path) -> Path:
+    path.write_text("s0")
+    return path
+
+
 D = TINY_NATIVE["tiny-raven"]["n_embd"]
 BAD_STATES = {
     "a directory": (lambda tmp: tmp, "is not a file"),
-    "not safetensors": (lambda tmp: (tmp / "s0.safetensors").write_text("s0") and tmp / "s0.safetensors",
-                        "is not a readable safetensors file"),
+    "not safetensors": (lambda tmp: _text_file(tmp / "s0.safetensors"), "is not a readable safetensors file"),
     "two tensors": (lambda tmp: _state_file(tmp, {"a": torch.zeros(2, D), "b": torch.zeros(2, D)}),
                     "holds 2 tensors (a, b)"),
     "integers": (lambda tmp: _state_file(tmp, {"s0": torch.zeros(2, D, dtype=torch.int64)}), "is int64"),

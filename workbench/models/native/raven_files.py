@@ -4,11 +4,11 @@ The directory holds `config.json` under the reference's field names (`n_embd`, `
 `n_layers_in_recurrent_block`, `n_layers_in_coda`, `mean_recurrence`, `block_size`, `rope_base`, ...), its weights
 as safetensors (one file or shards with `model.safetensors.index.json`) under the reference's tensor names
 (`transformer.core_block.{i}.attn.Wqkv.weight`, ...), and usually tokenizer files and the modeling code itself
-(`raven_modeling_minimal.py`). The workbench reads the config, the weights and the tokenizer; it never imports
-the directory's code (one log line says so: `own.note_code`). Everything is checked before any tensor is assigned:
-a config the family cannot run, a shard the index names and the directory lacks (`workbench.models.weights_check` reads the
-headers), a tensor whose shape disagrees with the config (named), a tensor missing or unexpected. Pickled `.bin`
-weights are refused, never unpickled.
+(`raven_modeling_minimal.py`). This module reads the config and the weights; the registry (`own`) reads the
+tokenizer and never imports the directory's code (one log line says so: `own.note_code`). Everything is checked
+before any tensor is assigned: a config the family cannot run, a shard the index names and the directory lacks
+(`workbench.models.weights_check` reads the headers), a tensor whose shape disagrees with the config (named), a
+tensor missing or unexpected. Pickled `.bin` weights are refused, never unpickled.
 """
 
 from __future__ import annotations
