@@ -3,32 +3,31 @@ and damaged inputs, and asserts the only outcomes a user can live with.
 
 - Paths: new, unicode, empty, a user's file or directory, links (to a user's file, dangling), `..` and
   `.`, the command's input itself, inside it or above it, a repository root, a directory under a running
-  training's lock, one another workbench process is writing (its gate lock held), a directory the
-  workbench wrote (with and without --overwrite). Each command runs through the CLI up to its output gate
-  (the work after it is cut off there: models are not loaded), and the gate's decision is checked
+  training's lock, one another workbench process is writing (its guard lock held), a directory the
+  workbench wrote (with and without --overwrite). Each command runs through the CLI up to its output guard
+  (the work after it is cut off there: models are not loaded), and the guard's decision is checked
   against what the family allows.
 - Values: every recipe key gets a value of a random type through --set; battery, recipe, claims,
   figure-spec, manifest, summary and parquet files get random bytes or random JSON/TOML values.
 
-Always: exit 0 with the intended output (or the gate accepting), or exit 1/2 with one line, and every
+Always: exit 0 with the intended output (or the guard accepting), or exit 1/2 with one line, and every
 file the user owned is unchanged (checksums before and after).
 """
 
-import fcntl
-import hashlib
 import json
 import os
 import shutil
 from pathlib import Path
 
 import pytest
+from filelock import FileLock
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.test_gate import checksums
-from workbench import cli, gate
+from tests.test_guard import checksums
+from workbench import cli, guard
 from workbench.errors import WorkbenchError
-from workbench.gate import OUTPUT_MARKER
+from workbench.guard import OUTPUT_MARKER
 from workbench.io import locked_dir
 from workbench.train.recipe import parse_override
 
@@ -39,18 +38,18 @@ FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=list(Healt
 
 PATHS = ("new", "unicode", "empty dir", "user dir", "user file", "link to user dir", "link to user file",
          "dangling link", "dotdot", "dot", "input itself", "inside input", "holds input", "repository root",
-         "training lock", "gate held", "marked dir")
+         "training lock", "guard held", "marked dir")
 KIND = {"demo": "dir", "select-block": "dir", "probe": "dir", "train": "run", "report": "file", "rows": "file",
         "compare": "files", "claims": "files", "figures": "files"}
 ALWAYS_REFUSED = {"user file", "link to user dir", "link to user file", "dangling link", "dotdot", "dot",
-                  "input itself", "repository root", "training lock", "gate held"}
+                  "input itself", "repository root", "training lock", "guard held"}
 
 
-REAL_INIT = gate.Gate.__init__
+REAL_INIT = guard.Guard.__init__
 
 
 class Accepted(Exception):
-    """The gate let the command through: the work after it is cut off here."""
+    """The guard let the command through: the work after it is cut off here."""
 
 
 def _sandbox(root: Path) -> dict:
@@ -116,9 +115,9 @@ def _out(root: Path, family: str, command: str, inputs: dict) -> Path:
     if family == "repository root":
         (root / "repo" / ".git").mkdir(parents=True)
         return root / "repo"
-    if family in ("training lock", "gate held"):
+    if family in ("training lock", "guard held"):
         (root / "busy").mkdir()
-        return root / f"busy{suffix}" if family == "gate held" else root / "busy"
+        return root / f"busy{suffix}" if family == "guard held" else root / "busy"
     if family == "marked dir":
         (root / "marked").mkdir()
         (root / "marked" / OUTPUT_MARKER).write_text('{"written_by": "workbench probe"}')
@@ -154,7 +153,7 @@ def _run(args: list[str]) -> tuple[str, str]:
     return "done", ""
 
 
-@pytest.mark.slow   # 300 generated cases (12.6 s quiet); tests/test_gate.py keeps every command's gate fast
+@pytest.mark.slow   # 300 generated cases (12.6 s quiet); tests/test_guard.py keeps every command's guard fast
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)  # ~all 306
 @given(command=st.sampled_from(sorted(KIND)), family=st.sampled_from(PATHS), overwrite=st.booleans())
 def test_every_command_on_every_path_family(tmp_path_factory, monkeypatch, command, family, overwrite):
@@ -162,31 +161,29 @@ def test_every_command_on_every_path_family(tmp_path_factory, monkeypatch, comma
     inputs = _sandbox(root)
     out = _out(root, family, command, inputs)
     monkeypatch.chdir(root)
-    real = REAL_INIT  # not gate.Gate.__init__: a previous example's patch is still in place
+    real = REAL_INIT  # not guard.Guard.__init__: a previous example's patch is still in place
 
-    def stop_at_the_gate(self, *a, **k):
+    def stop_at_the_guard(self, *a, **k):
         real(self, *a, **k)
         raise Accepted(self.command)
 
-    monkeypatch.setattr(gate.Gate, "__init__", stop_at_the_gate)
+    monkeypatch.setattr(guard.Guard, "__init__", stop_at_the_guard)
     holders = []
     if family == "training lock":
         holders.append(locked_dir(out, "run directory"))
         holders[-1].__enter__()
-    if family == "gate held":  # another process's gate: a lock on the same file through another open file
-        gate.lock_dir().mkdir(parents=True, exist_ok=True)
-        key = hashlib.sha256(str(out.resolve()).encode()).hexdigest()[:32]
-        handle = open(gate.lock_dir() / f"{key}.lock", "a+")
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        holders.append(handle)
+    if family == "guard held":  # another process's guard: filelock's lock on the same file through another open file
+        guard.lock_dir().mkdir(parents=True, exist_ok=True)
+        holders.append(FileLock(guard.output_lock_file(out.resolve()), timeout=0))
+        holders[-1].__enter__()
     before = checksums(root)
     try:
         outcome, message = _run(_args(command, out, inputs, overwrite))
         after = checksums(root)
     finally:
         for h in holders:
-            h.__exit__(None, None, None) if hasattr(h, "__exit__") and not hasattr(h, "fileno") else h.close()
-    assert outcome in ("accepted", "refused"), (command, family, outcome)  # nothing got past the gate
+            h.__exit__(None, None, None)
+    assert outcome in ("accepted", "refused"), (command, family, outcome)  # nothing got past the guard
     assert after == before, (command, family, outcome, message)
     kind = KIND[command]
     if family in ALWAYS_REFUSED or (family in ("user dir", "holds input") and kind in ("dir", "run", "file")):
@@ -215,18 +212,18 @@ def _known_keys():
 
 
 def _train_with(root: Path, monkeypatch, item: str) -> tuple[str, str]:
-    """The outcome of `workbench train RECIPE --set item` in the sandbox under `root`, stopped at the gate."""
+    """The outcome of `workbench train RECIPE --set item` in the sandbox under `root`, stopped at the guard."""
     inputs = _sandbox(root)
-    real = REAL_INIT  # not gate.Gate.__init__: a previous example's patch is still in place
+    real = REAL_INIT  # not guard.Guard.__init__: a previous example's patch is still in place
 
-    def stop_at_the_gate(self, *a, **k):
+    def stop_at_the_guard(self, *a, **k):
         real(self, *a, **k)
         raise Accepted(self.command)
 
-    monkeypatch.setattr(gate.Gate, "__init__", stop_at_the_gate)
+    monkeypatch.setattr(guard.Guard, "__init__", stop_at_the_guard)
     before = checksums(root)
     outcome, message = _run(["train", str(inputs["recipe"]), "--out", str(root / "new"), "--set", item])
-    assert checksums(root) == before, (item, outcome, message)  # refused or accepted, nothing written before the gate
+    assert checksums(root) == before, (item, outcome, message)  # refused or accepted, nothing written before the guard
     return outcome, message
 
 
@@ -249,8 +246,8 @@ def _declared(key: str, value) -> bool:
 def test_a_value_its_key_declares_wrong_is_refused_in_one_line_before_any_file(tmp_path_factory, monkeypatch, key,
                                                                                 value):
     outcome, message = _train_with(tmp_path_factory.mktemp("set"), monkeypatch, f"{key}={value}")
-    assert outcome in ("accepted", "refused"), (key, value)  # the gate is reached or the recipe refused, one line
-    if not _declared(key, parse_override(f"{key}={value}")[1]):  # what its declaration refuses never reaches the gate
+    assert outcome in ("accepted", "refused"), (key, value)  # the guard is reached or the recipe refused, one line
+    if not _declared(key, parse_override(f"{key}={value}")[1]):  # what its declaration refuses never reaches the guard
         assert outcome == "refused" and key in message, (key, value, outcome, message)
 
 
@@ -274,14 +271,14 @@ DAMAGE = st.one_of(st.binary(max_size=80), json_values.map(lambda v: json.dumps(
 def test_damaged_files_every_command_reads(tmp_path_factory, monkeypatch, target, data):
     root = tmp_path_factory.mktemp("dmg")
     inputs = _sandbox(root)
-    real = REAL_INIT  # not gate.Gate.__init__: a previous example's patch is still in place
+    real = REAL_INIT  # not guard.Guard.__init__: a previous example's patch is still in place
 
     def stop_expensive(self, *a, **k):
         real(self, *a, **k)
         if self.command in ("probe", "train"):
             raise Accepted(self.command)  # a model load follows: inputs are validated by then
 
-    monkeypatch.setattr(gate.Gate, "__init__", stop_expensive)
+    monkeypatch.setattr(guard.Guard, "__init__", stop_expensive)
     res, out = inputs["res"], root / "out"
     if target == "summary":
         (res / "summary.json").write_bytes(data)
@@ -319,7 +316,7 @@ def test_damaged_files_every_command_reads(tmp_path_factory, monkeypatch, target
         after = checksums(root)
         if outcome == "refused":
             assert after == before, (args, message)
-        else:  # done (or accepted at the gate): only the intended output is new, nothing else changed
+        else:  # done (or accepted at the guard): only the intended output is new, nothing else changed
             assert {k: v for k, v in after.items() if not k.startswith("out")} == before, args
         shutil.rmtree(out, ignore_errors=True)
 
@@ -336,14 +333,14 @@ def test_a_path_taken_from_a_recipe_never_leaves_runs(tmp_path_factory, monkeypa
     inputs = _sandbox(root)
     monkeypatch.chdir(root)
     seen = []
-    real = REAL_INIT  # not gate.Gate.__init__: a previous example's patch is still in place
+    real = REAL_INIT  # not guard.Guard.__init__: a previous example's patch is still in place
 
-    def stop_at_the_gate(self, *a, **k):
+    def stop_at_the_guard(self, *a, **k):
         real(self, *a, **k)
         seen.append(self.target)
         raise Accepted(self.command)
 
-    monkeypatch.setattr(gate.Gate, "__init__", stop_at_the_gate)
+    monkeypatch.setattr(guard.Guard, "__init__", stop_at_the_guard)
     before = checksums(root)
     outcome, _ = _run(["train", str(inputs["recipe"]), "--set", f"name={json.dumps(name)}"])
     assert outcome in ("accepted", "refused")
@@ -359,14 +356,14 @@ def test_a_figure_file_name_from_a_spec_never_leaves_out(tmp_path_factory, monke
     inputs = _sandbox(root)
     (root / "spec.toml").write_text(f'[[figure]]\nname = "depth_matrix"\nfile = {json.dumps(stem)}\n')
     seen = []
-    real = REAL_INIT  # not gate.Gate.__init__: a previous example's patch is still in place
+    real = REAL_INIT  # not guard.Guard.__init__: a previous example's patch is still in place
 
-    def stop_at_the_gate(self, *a, **k):
+    def stop_at_the_guard(self, *a, **k):
         real(self, *a, **k)
         seen.append([self.target / n for n in self.names])
         raise Accepted(self.command)
 
-    monkeypatch.setattr(gate.Gate, "__init__", stop_at_the_gate)
+    monkeypatch.setattr(guard.Guard, "__init__", stop_at_the_guard)
     before = checksums(root)
     out = root / "figs"
     outcome, _ = _run(["figures", "--results", str(inputs["res"]), "--format", "html", "--spec", str(root / "spec.toml"),

@@ -8,7 +8,7 @@ package's path (f"workbench.probes.{name}": every module under `workbench.probes
 so whatever reaches it reaches torch. import-linter sees import statements only, so `import_graph` adds these edges
 before the contracts are checked. Two checks import-linter cannot state stay here as grimp queries: no module imports
 itself through others (its `acyclic_siblings` contract skips a package whose child imports the package's own
-__init__), and the output gate's allow-list (a `forbidden` contract lists what may not be imported, not what may).
+__init__), and the output guard's allow-list (a `forbidden` contract lists what may not be imported, not what may).
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def test_lint_imports_passes_on_the_import_statements(capsys):
 @pytest.mark.parametrize(("importer", "imported", "contract"), [
     ("workbench.io", "workbench.train.trainer", "floors"),                # a floor imports one above it
     ("workbench.plots.report", "workbench.tasks", "floors"),             # or one beside it
-    ("workbench.errors", "workbench.gate", "floors"),                    # the bottom floor imports one above
+    ("workbench.errors", "workbench.guard", "floors"),                   # the bottom floor imports one above
     ("workbench.loop.looped", "workbench", "face"),
     ("workbench.plots.lens", "workbench.models.bases", "presentation-leaf"),   # a floor below, but model code
     ("workbench.analysis.stats", "workbench.plots.base", "compute-draws-nothing"),
@@ -185,16 +185,17 @@ def test_a_module_loaded_by_name_is_an_edge_of_the_contracts(tmp_path, monkeypat
     assert not import_graph(pkg, dynamic=False).chain_exists(importer="pkg.report", imported="pkg.heavy")
 
 
-GATE_STANDS_ON = {"workbench.io", "workbench.errors", "workbench.readers"}  # what the output gate may import
+GUARD_STANDS_ON = {"workbench.io", "workbench.errors", "workbench.readers", "workbench.places"}  # what the guard imports
 
 
-def test_the_gate_imports_no_writer():
-    """The output gate sits below every writer: it is handed each writer's `OutputKind` (the run's is declared in
+def test_the_guard_imports_no_writer():
+    """The output guard sits below every writer: it is handed each writer's `OutputKind` (the run's is declared in
     `workbench.runs`, the results' in `workbench.probes.battery`, ...) and imports none of them, directly, through
-    others, or by name; it stands on atomic files and the training lock (`workbench.io`) and the errors alone."""
+    others, or by name; it stands on atomic files and the training lock (`workbench.io`), the errors, and the names
+    of the directories written in place (`workbench.places`, which imports nothing of the workbench) alone."""
     graph = workbench_graph()
-    assert graph.direct_import_exists(importer="workbench.runs", imported="workbench.gate")  # the real package was read
-    assert sorted(graph.find_upstream_modules("workbench.gate") - GATE_STANDS_ON) == []
+    assert graph.direct_import_exists(importer="workbench.runs", imported="workbench.guard")  # the real package was read
+    assert sorted(graph.find_upstream_modules("workbench.guard", as_package=True) - GUARD_STANDS_ON) == []
 
 
 @pytest.mark.slow   # a fresh interpreter: what an import pulls in is only visible from a clean start

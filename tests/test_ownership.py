@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args
-from workbench.gate import OUTPUT_MARKER
+from workbench.guard import OUTPUT_MARKER
 
 
 def tree(path):

@@ -165,7 +165,7 @@ def staged(parent: Path, name: str, inner: str) -> bool:
 
 def test_ctrl_c_during_demo_keeps_the_previous_demo(tmp_path):
     """The demo on the embedded model, stopped while its battery runs: the previous demo is untouched."""
-    from workbench.gate import mark_output
+    from workbench.guard import mark_output
 
     out = tmp_path / "demo"
     out.mkdir()
@@ -193,7 +193,7 @@ def test_sigterm_during_demo_training_leaves_nothing(tmp_path):
 def test_an_interrupted_select_block_keeps_the_previous_selection(tmp_path, sig, code):
     """select-block stopped during its sweep: the previous selection (both files) is untouched, nothing staged."""
     from workbench.commands.select_block import SELECTION_HTML, SELECTION_JSON
-    from workbench.gate import mark_output
+    from workbench.guard import mark_output
 
     out = tmp_path / "sel"
     out.mkdir()

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_cli_errors import assert_clean_error, invoke, probe_args
-from tests.test_gate import checksums
+from tests.test_guard import checksums
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "training" / "smollm2_lora_chase.toml"

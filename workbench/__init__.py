@@ -19,11 +19,6 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-# The directories written in place (a training run, a window sweep), declared, are registered with the output gate,
-# which asks each of them before any output: imported here, so they are declared before any gate runs whatever a user
-# imported first (`workbench.gate` is imported through this file). Cheap: the gate and `workbench.io`, no torch.
-from workbench import places  # noqa: F401
-
 __version__ = "0.1.0"
 
 # public name -> the module that defines it ("module:name" where the name differs; tests/test_api.py keeps it)

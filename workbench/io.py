@@ -7,8 +7,8 @@ path to a library (parquet, safetensors) go through it. A whole directory is wri
 hidden staging sibling and moved in (`replace_dir`); what a killed writer left of either is
 removed by `clean_stale_staging`.
 
-Reading JSON and TOML files is `workbench.readers`; the output gate every writing command asks
-before any work is `workbench.gate`.
+Reading JSON and TOML files is `workbench.readers`; the output guard every writing command asks
+before any work is `workbench.guard`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from filelock import FileLock, Timeout
+from filelock import FileLock, Timeout, lock_descriptor
 
 from workbench.errors import WorkbenchError
 
@@ -125,6 +125,24 @@ class HeldLock:
 def _write_pid(fd: int) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+
+def lock_holder(file: Path) -> str | None:
+    """The pid written in `file` while a `HeldLock` on it is held, else None (no file, or a killed holder's file).
+
+    Asked with filelock's own primitive on a descriptor opened for reading, so the probe creates nothing, and a
+    lock held by this process through another `HeldLock` counts as held.
+    """
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)   # never through a link, never waiting on a fifo
+    except OSError:
+        return None
+    try:
+        if lock_descriptor(fd, blocking=False):
+            return None   # nobody holds it: closing the descriptor lets it go
+        return os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+    finally:
+        os.close(fd)
 
 
 @contextmanager

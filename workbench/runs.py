@@ -25,8 +25,8 @@ model, `untrained:RUN_DIR`, `untrained:BASE:A:B`, and for the reading commands a
 notebooks and the public API (`workbench.load_run`) read runs through here; training writes them through
 `workbench.train.rundir`, which imports this module, never the other way.
 
-The file names above, `holds_run` and the run's output kind (`RUN_OUTPUT`) are declared in `workbench.places`, with
-every directory written in place, so that the output gate asks a run to recognise its own before any output
+The file names above and `holds_run` are declared in `workbench.places`, below the output guard, and the run's output
+kind (`RUN_OUTPUT`) in `workbench.guard.in_place`, which every guard asks to recognise its own before any output
 whatever the writer; they are imported here and may be taken from either.
 """
 
@@ -43,13 +43,13 @@ import torch
 
 from workbench.defaults import EMBEDDED_DEFAULT, resolve_run, shipped_keepers
 from workbench.errors import WorkbenchError
-from workbench.gate import WHOLE, OutputKind, gate_output
+from workbench.guard import RUN_OUTPUT, WHOLE, OutputKind, guard_output  # noqa: F401  (RUN_OUTPUT: importers take it here)
 from workbench.io import sha256_bytes, sha256_file
 from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import TINY_CONFIGS, load_base, load_looped, weights_sha256
 from workbench.models.native import native_family, require_tokenizer
-from workbench.places import (  # noqa: F401  (the run's file names and kind: importers keep taking them from here)
+from workbench.places import (  # noqa: F401  (the run's file names: importers keep taking them from here)
     CHECKPOINTS,
     FORMAT,
     METRICS,
@@ -58,7 +58,6 @@ from workbench.places import (  # noqa: F401  (the run's file names and kind: im
     RETROFIT,
     RUN_ENTRIES,
     RUN_FILES,
-    RUN_OUTPUT,
     TRAINABLE,
     holds_run,
 )
@@ -284,7 +283,7 @@ def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
         raise WorkbenchError(f"'{dest}' already exists; remove it or choose another destination")
     if run_dir.resolve() in dest.resolve().parents:
         raise WorkbenchError(f"'{dest}' lies inside '{run_dir}', which this command reads; export elsewhere")
-    gate = gate_output(dest, "export", kind=EXPORT_OUTPUT, reading=[run_dir])  # before any work; re-checked at the move
+    guard = guard_output(dest, "export", kind=EXPORT_OUTPUT, reading=[run_dir])  # before any work; re-checked at the move
     prov = verify_files(run_dir)
     tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
     tmp.mkdir(parents=True)
@@ -296,7 +295,7 @@ def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
                 shutil.copy2(run_dir / name, tmp / name)
         if dest.exists():
             raise WorkbenchError(f"'{dest}' appeared while the run was copied; nothing replaced")
-        gate.commit_dir(tmp)
+        guard.commit_dir(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

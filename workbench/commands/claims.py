@@ -23,10 +23,10 @@ def claims(
     """Print the claims ledger: each paper claim, the paper's number, ours, the comparison and a verdict."""
     from workbench.analysis.claims import CLAIMS_FILE, LEDGER_FILES, ROOT, VERDICTS, build_ledger, write_ledger
     from workbench.analysis.claims.ledger import LEDGER_OUTPUT
-    from workbench.gate import gate_output
+    from workbench.guard import guard_output
 
-    gate = None if out is None else gate_output(out, "claims", kind=LEDGER_OUTPUT, names=LEDGER_FILES,
-                                                overwrite=True, reading=[claims_file or CLAIMS_FILE])  # before any work
+    guard = None if out is None else guard_output(out, "claims", kind=LEDGER_OUTPUT, names=LEDGER_FILES,
+                                                  overwrite=True, reading=[claims_file or CLAIMS_FILE])  # before any work
     ui = Output(quiet, as_json)
     rows = build_ledger(claims_file or CLAIMS_FILE, root or ROOT)
     ui.say("papers: 000 = the retrofit paper (Retrofitting Recurrent Depth into a Pretrained Language Model), "
@@ -38,8 +38,8 @@ def claims(
                f"{'':<15} {r['why']}")
     counts = {v: sum(r["verdict"] == v for r in rows) for v in VERDICTS}
     ui.say(", ".join(f"{n} {v}" for v, n in counts.items()))
-    if gate is not None:
-        gate.recheck()
+    if guard is not None:
+        guard.recheck()
         for path in write_ledger(out, rows):
             ui.wrote(path)
     ui.result({"claims": rows, "counts": counts})

@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from workbench.commands.output import JSON, QUIET, Output
-from workbench.gate import FILES, OutputKind
+from workbench.guard import FILES, OutputKind
 
 WRITTEN = ("compare.json", "compare.parquet")
 
@@ -28,7 +28,7 @@ def compare_file(path: Path) -> bool:
     return isinstance(record, dict) and {"a", "b", "depths"} <= set(record)
 
 
-# What `compare` writes, handed to the output gate: WRITTEN in one directory, each replaced only when it is a
+# What `compare` writes, handed to the output guard: WRITTEN in one directory, each replaced only when it is a
 # comparison the workbench wrote.
 COMPARE_OUTPUT = OutputKind("comparison", FILES, owns=compare_file)
 
@@ -47,14 +47,14 @@ def compare(
 
     from workbench.analysis.headlines import compare_headlines, headlines_from_tables
     from workbench.analysis.results import compare_results, load_results
-    from workbench.gate import dir_inputs, gate_output
+    from workbench.guard import dir_inputs, guard_output
     from workbench.io import atomic_path, write_json_atomic
     from workbench.plots.terminal import console, print_comparison
 
     ui = Output(quiet, as_json)
     target = Path(out) if out is not None else Path(results_b)
-    gate = gate_output(target, "compare", kind=COMPARE_OUTPUT, names=WRITTEN, overwrite=True,  # before any work
-                       reading=dir_inputs(results_a, results_b, exclude=WRITTEN))
+    guard = guard_output(target, "compare", kind=COMPARE_OUTPUT, names=WRITTEN, overwrite=True,  # before any work
+                         reading=dir_inputs(results_a, results_b, exclude=WRITTEN))
     table = compare_results(results_a, results_b)
     records = [{k: (None if pd.isna(v) else v) for k, v in r.items()} for r in table.to_dict("records")]
     tables = [load_results(r) for r in (results_a, results_b)]  # headlines recomputed, with per-row values
@@ -63,7 +63,7 @@ def compare(
                  for r in compare_headlines(head_a, head_b)]
     rows = table.attrs.get("rows", {})
     report = {"a": str(results_a), "b": str(results_b), "rows": rows, "depths": records, "headlines": headlines}
-    gate.recheck()
+    guard.recheck()
     target.mkdir(parents=True, exist_ok=True)
     write_json_atomic(target / "compare.json", report)
     with atomic_path(target / "compare.parquet") as tmp:

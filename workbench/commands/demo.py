@@ -17,9 +17,9 @@ import typer
 from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import DEFAULT_KEEPER, DEFAULT_RECIPE, DEMO_BATTERY, resolve, resolve_run
 from workbench.devices import DEVICE_HELP
-from workbench.gate import OutputKind
+from workbench.guard import OutputKind
 
-# What `demo` writes, handed to the output gate: one directory written whole in a staging sibling and moved in;
+# What `demo` writes, handed to the output guard: one directory written whole in a staging sibling and moved in;
 # --overwrite replaces one the workbench marked.
 DEMO_OUTPUT = OutputKind("demo")
 
@@ -45,13 +45,13 @@ def demo(
 ) -> None:
     """The main job on the embedded default: select, retrofit, identity, probe, report."""
     from workbench.devices import resolve_device
-    from workbench.gate import gate_output, mark_output
+    from workbench.guard import guard_output, mark_output
     from workbench.io import write_json_atomic
 
     ui = Output(quiet, as_json)
     resolve_device(device)   # a device the machine lacks: one line, nothing written
-    gate = gate_output(out, "demo", kind=DEMO_OUTPUT, overwrite=overwrite,  # before any work
-                       reading=[resolve_run(DEFAULT_KEEPER)])
+    guard = guard_output(out, "demo", kind=DEMO_OUTPUT, overwrite=overwrite,  # before any work
+                         reading=[resolve_run(DEFAULT_KEEPER)])
     # All or nothing: every part is written into a hidden sibling and moved into place at the end, so an
     # interrupt or a failure leaves `out` as it was (absent, or the previous complete demo) and no staging.
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
@@ -60,7 +60,7 @@ def demo(
         headline, summary = _run(ui, staging, out, train_steps, eval_per_depth, skip_selection, device)
         write_json_atomic(staging / "demo.json", headline)
         mark_output(staging, "demo")
-        gate.commit_dir(staging)
+        guard.commit_dir(staging)
     except BaseException:  # Ctrl-C and SIGTERM (workbench.cli) included
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -97,7 +97,7 @@ def launch(
 
     --quiet and --json pass to the main rank's `workbench train`, which alone prints."""
     from workbench.defaults import resolve
-    from workbench.gate import gate_output, safe_child
+    from workbench.guard import RUN_OUTPUT, guard_output, safe_child  # a run's kind, declared without the model stack
     from workbench.train.recipe import Recipe
 
     path = preset_path(preset)
@@ -105,10 +105,9 @@ def launch(
     recipe_path = resolve("recipe", recipe)
     resolved = Recipe.from_toml(recipe_path, overrides)   # a bad recipe or --set: one line here, not one per rank
     run_dir = Path(out) if out is not None else safe_child("runs", resolved.name, "recipe name")
-    from workbench.places import RUN_OUTPUT  # what a run directory is, declared without the model stack
 
-    with gate_output(run_dir, "launch", kind=RUN_OUTPUT, resume=resume, reading=[recipe_path]):
-        pass   # decided before any process starts; the main rank's `train` takes the gate (and its lock) itself
+    with guard_output(run_dir, "launch", kind=RUN_OUTPUT, resume=resume, reading=[recipe_path]):
+        pass   # decided before any process starts; the main rank's `train` takes the guard (and its lock) itself
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or shutil.which("accelerate")
     if accelerate is None:
         raise WorkbenchError("accelerate's launcher is not installed next to this Python")

@@ -66,15 +66,15 @@ def lens(
     if tuned is not None and not Path(tuned).is_file():
         raise WorkbenchError(f"--tuned '{tuned}' does not exist (write one with workbench.lenses.save_tuned_lens)")
     run_on = resolve_device(device)
-    gate = None
+    guard = None
     if html_out is not None:
-        from workbench.gate import gate_output
+        from workbench.guard import guard_output
         from workbench.plots.prompt_lens import LENS_OUTPUT
 
         if Path(html_out).suffix != ".html":
             raise WorkbenchError(f"--html '{html_out}' must end in .html")
-        gate = gate_output(html_out, "lens", kind=LENS_OUTPUT, overwrite=overwrite,
-                           reading=[p for p in (prompts_file, tuned) if p is not None])
+        guard = guard_output(html_out, "lens", kind=LENS_OUTPUT, overwrite=overwrite,
+                             reading=[p for p in (prompts_file, tuned) if p is not None])
     from workbench.runs import load_model
 
     ui.step(f"loading {model}")
@@ -92,12 +92,12 @@ def lens(
                       tuned=tuned, progress=ui.progress)
     if ui.human:
         print_lens(frame)
-    if gate is not None:
+    if guard is not None:
         from workbench.io import write_bytes_atomic
         from workbench.plots.prompt_lens import lens_page
 
         page = lens_page(frame, title=f"Per-loop lens: {model}")
-        gate.recheck()
+        guard.recheck()
         Path(html_out).parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(Path(html_out), page.encode("utf-8"))
         ui.wrote(html_out)

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from workbench.commands.output import JSON, QUIET, Output
-from workbench.gate import FILES, OutputKind
+from workbench.guard import FILES, OutputKind
 
 
 def report_file(path: Path) -> bool:
@@ -23,7 +23,7 @@ def report_file(path: Path) -> bool:
     return b"name='generator' content='workbench" in page or b"id='render-status'" in page
 
 
-# What `report` writes, handed to the output gate: one HTML file, replaced only when it is such a page.
+# What `report` writes, handed to the output guard: one HTML file, replaced only when it is such a page.
 REPORT_OUTPUT = OutputKind("report", FILES, owns=report_file)
 
 
@@ -39,15 +39,15 @@ def report(
     ledger when present, captioned figures, provenance; works offline."""
     from workbench.analysis.results import load_results
     from workbench.errors import WorkbenchError
-    from workbench.gate import dir_inputs, gate_output
+    from workbench.guard import dir_inputs, guard_output
     from workbench.plots.report import REPORT, write_report
 
-    gate = gate_output(out or results_dir / REPORT, "report", kind=REPORT_OUTPUT, overwrite=True,  # before any work
-                       reading=dir_inputs(results_dir, control, exclude=(REPORT,)))
-    if out is not None and out.suffix != ".html":  # after the gate's own refusals; never a name a run keeps
+    guard = guard_output(out or results_dir / REPORT, "report", kind=REPORT_OUTPUT, overwrite=True,  # before any work
+                         reading=dir_inputs(results_dir, control, exclude=(REPORT,)))
+    if out is not None and out.suffix != ".html":  # after the guard's own refusals; never a name a run keeps
         raise WorkbenchError(f"--out '{out}' must end in .html: the report is one HTML page")
     ui = Output(quiet, as_json)
-    path = write_report(results_dir, out, control=control, before_write=gate.recheck, progress=ui.progress)
+    path = write_report(results_dir, out, control=control, before_write=guard.recheck, progress=ui.progress)
     n = len(load_results(results_dir))
     ui.wrote(path, f"report: {path} ({path.stat().st_size / 1e6:.1f} MB, {n} tables)")
     ui.result({"report": str(path), "bytes": path.stat().st_size, "tables": n})

@@ -74,7 +74,7 @@ def rows(
 
     if Path(out).suffix != ".jsonl":
         raise WorkbenchError(f"--out '{out}' must end in .jsonl")
-    from workbench.gate import gate_output
+    from workbench.guard import guard_output
 
     user = source is not None or (task is not None and ":" in task)
     if source is not None and task is not None:
@@ -95,9 +95,9 @@ def rows(
                 raise WorkbenchError(f"--task {task} needs {name} (e.g. --depths 1-7 --seed 1)")
     wanted = parse_depths(depths) if depths is not None else None
     # a frozen manifest is replaced only when asked, and only one the workbench wrote: both files, before any work;
-    # never a file a run keeps (its metrics.jsonl, say, before its first step wrote one) nor one inside a window
-    # sweep: the gate asks every directory written in place (`workbench.places`)
-    gates = [gate_output(path, "rows", kind=ROWS_OUTPUT, overwrite=overwrite) for path in (Path(out), sidecar_path(out))]
+    # never a file a run keeps (its metrics.jsonl, say, before its first step wrote one) nor one inside a Stage 2
+    # sweep: the guard asks every directory written in place (`workbench.places`)
+    guards = [guard_output(path, "rows", kind=ROWS_OUTPUT, overwrite=overwrite) for path in (Path(out), sidecar_path(out))]
     if user:
         from workbench.tasks.user import Deferred, read_user_rows, task_rows
 
@@ -116,8 +116,8 @@ def rows(
             "surface": surface, "symbols": symbols, "permutation": permutation, "split": split,
             "tokenizer": model if tokenizer is not None else None,
         }
-    for gate in gates:
-        gate.recheck()
+    for guard in guards:
+        guard.recheck()
     sidecar = write_manifest(generated, out, meta=meta)
     ui.wrote(out, f"{sidecar['rows']} rows -> {out} (rows_sha256 {sidecar['rows_sha256'][:16]})")
     ui.wrote(sidecar_path(out), "")   # the sidecar beside it: its own line only with --quiet

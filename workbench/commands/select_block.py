@@ -23,7 +23,7 @@ import typer
 from workbench.commands.output import JSON, QUIET, Output
 from workbench.defaults import EMBEDDED_DEFAULT
 from workbench.devices import DEVICE_HELP
-from workbench.gate import OutputKind, gate_output, mark_output
+from workbench.guard import SWEEP_OUTPUT, OutputKind, guard_output, mark_output
 from workbench.io import write_text_atomic
 
 SELECTION_JSON = "block_selection.json"
@@ -31,9 +31,9 @@ SELECTION_HTML = "block_selection.html"
 SWEEP_HTML = "window_sweep.html"
 OLD_FLAG_VALUES = ("damage", "train")   # --stage2, the old name of --window-sweep: train is it, damage its absence
 
-# What `select-block` writes without --window-sweep, handed to the output gate: Stage 1's directory, written whole
+# What `select-block` writes without --window-sweep, handed to the output guard: Stage 1's directory, written whole
 # and moved in (`_write_stage1_dir`); --overwrite replaces one the workbench marked. (With --window-sweep the sweep
-# is written in place: `workbench.places.SWEEP_OUTPUT`.)
+# is written in place: `workbench.guard.in_place.SWEEP_OUTPUT`.)
 SELECTION_OUTPUT = OutputKind("block selection")
 
 
@@ -102,8 +102,8 @@ def select_block(
         raise WorkbenchError(f"--rank-cells {rank_cells!r} is unknown; accepted: {', '.join(RANK_CELLS)}")
     run_on = resolve_device(device)   # a device the machine lacks: one line, nothing written
     recipe_path = _recipe_path(recipe) if train else None
-    gate = gate_output(out, "select-block", kind=window_sweep.SWEEP_OUTPUT if train else SELECTION_OUTPUT,
-                       overwrite=overwrite, resume=resume, reading=[corpus, model, stage1, recipe_path])  # before any work
+    guard = guard_output(out, "select-block", kind=SWEEP_OUTPUT if train else SELECTION_OUTPUT,
+                         overwrite=overwrite, resume=resume, reading=[corpus, model, stage1, recipe_path])  # before any work
     texts = load_corpus(corpus)  # read before the model loads: a bad path fails fast
     have = out / SELECTION_JSON
     base, tok = load_base(model)   # the one load: Stage 1 (or its reuse check) and the sweep's untrained damage
@@ -111,12 +111,12 @@ def select_block(
     record = _stage1(ui, base, tok, model, corpus, texts, window, run_on, device,
                      reuse=have if train and resume and have.is_file() else stage1)
     if not train:
-        _write_stage1_dir(gate, out, record)
+        _write_stage1_dir(guard, out, record)
         ui.wrote(out / SELECTION_JSON, _wrote_line(record, out))
         ui.wrote(out / SELECTION_HTML, "")   # named in the line above
         ui.result(record)
         return
-    _window_sweep(ui, gate, out, record, model, recipe_path, steps, candidates, include, seeds, run_on, texts,
+    _window_sweep(ui, guard, out, record, model, recipe_path, steps, candidates, include, seeds, run_on, texts,
                   rank_cells, base=(base, tok))
 
 
@@ -164,7 +164,7 @@ def _figure_html(record: dict) -> str:
     return angular_distance_figure(record).to_html(include_plotlyjs=True, full_html=True)
 
 
-def _write_stage1_dir(gate, out: Path, record: dict) -> None:
+def _write_stage1_dir(guard, out: Path, record: dict) -> None:
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")  # both files or neither, old ones kept until then
     html = _figure_html(record)
     try:  # made inside the try: a signal that lands as it is made still removes it
@@ -172,13 +172,13 @@ def _write_stage1_dir(gate, out: Path, record: dict) -> None:
         write_text_atomic(staging / SELECTION_JSON, json.dumps(record, indent=2))
         write_text_atomic(staging / SELECTION_HTML, html)
         mark_output(staging, "select-block")
-        gate.commit_dir(staging)
+        guard.commit_dir(staging)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
 
 
-def _window_sweep(ui: Output, gate, out: Path, record: dict, model: str, recipe_path: Path, steps: int,
+def _window_sweep(ui: Output, guard, out: Path, record: dict, model: str, recipe_path: Path, steps: int,
                   n_candidates: int, include: list[str], seeds: int, run_on, texts: list[str],
                   cells: str = "all", base=None) -> None:
     from workbench.plots.selection import sweep_figure
@@ -191,7 +191,7 @@ def _window_sweep(ui: Output, gate, out: Path, record: dict, model: str, recipe_
         window_sweep.sweep_recipe(raw, model, c, steps, 0)
     ui.say(f"window sweep: {len(cands)} windows ({', '.join(f'{c.name} {c.role}' for c in cands)}), {steps} steps each, "
            f"the top two with {seeds} seeds, ranked on {'every cell' if cells == 'all' else 'the loop >= 2 cells'}")
-    gate.recheck()
+    guard.recheck()
     out.mkdir(parents=True, exist_ok=True)
     if not (out / SELECTION_JSON).is_file():
         write_text_atomic(out / SELECTION_JSON, json.dumps(record, indent=2))
@@ -203,7 +203,7 @@ def _window_sweep(ui: Output, gate, out: Path, record: dict, model: str, recipe_
     result["seconds"] = round(time.perf_counter() - start, 1)
     write_text_atomic(out / window_sweep.TABLE, json.dumps(result, indent=2))
     write_text_atomic(out / SWEEP_HTML, sweep_figure(result).to_html(include_plotlyjs=True, full_html=True))
-    gate.wrote()
+    guard.wrote()
     ui.say(*window_sweep.table_lines(result))
     ui.wrote(out / window_sweep.TABLE, f"wrote {out / window_sweep.TABLE} and {out / SWEEP_HTML} "
              f"({result['seconds']:.0f} s of training and reading)")

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from workbench.analysis.results import load_results, probes_run
 from workbench.defaults import resolve
 from workbench.errors import WorkbenchError
-from workbench.gate import FILES, OutputKind, dir_inputs, gate_output, mark_output, marked_by, safe_child
+from workbench.guard import FILES, OutputKind, dir_inputs, guard_output, mark_output, marked_by, safe_child
 from workbench.io import write_bytes_atomic
 from workbench.plots.browser import Browser
 from workbench.plots.registry import build, captions, figure_key, figures, find_builder
@@ -46,7 +46,7 @@ def figure_file(path: Path) -> bool:
     return path.suffix in FIGURE_SUFFIXES and marked_by(path.parent, "figures")
 
 
-# What `figures` writes, handed to the output gate: files in one folder per results directory, each replaced only
+# What `figures` writes, handed to the output guard: files in one folder per results directory, each replaced only
 # when an export wrote it (its folder carries the marker of `workbench figures`).
 FIGURES_OUTPUT = OutputKind("figures", FILES, owns=figure_file)
 
@@ -272,12 +272,12 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
     folders = [Path(r).resolve().name for r in results]
     names = [str(safe_child(f, n, "figure file")) for f in folders for s in spec
              for n in (f"{s.stem}.{fmt}", f"{s.stem}.csv")]
-    gate = gate_output(out, "figures", kind=FIGURES_OUTPUT, overwrite=True, names=names, reading=dir_inputs(*results))
+    guard = guard_output(out, "figures", kind=FIGURES_OUTPUT, overwrite=True, names=names, reading=dir_inputs(*results))
     loaded = [(Path(r), load_results(r)) for r in results]
     with Browser() if fmt != "html" else contextlib.nullcontext():
         for path, tables in loaded:
             folder = Path(out) / path.resolve().name
-            gate.recheck()
+            guard.recheck()
             if not folder.exists():
                 folder.mkdir(parents=True)
                 mark_output(folder, "figures")  # a later export may replace what this one writes here, nothing else
@@ -292,5 +292,5 @@ def export_figures(results: list[str | os.PathLike], fmt: str = "pdf", out: str 
                     done.skipped.append(f"{path.name}/{s.stem}: {result} tables absent")
                     continue
                 done.written += _write_one(fig, s, fmt, folder, dpi, ran)
-            gate.wrote()  # what this export wrote is its own: the next folder's re-check compares against it
+            guard.wrote()  # what this export wrote is its own: the next folder's re-check compares against it
     return done

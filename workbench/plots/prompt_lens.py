@@ -15,7 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.offline import get_plotlyjs
 
-from workbench.gate import FILES, OutputKind
+from workbench.guard import FILES, OutputKind
 from workbench.plots.theme import apply_theme
 
 CAPTION = ("Each cell is one loop (row) at one position of the prompt (column, labelled by the token there): the "
@@ -36,7 +36,7 @@ def lens_page_file(path: Path) -> bool:
         return False
 
 
-# What `lens --html` writes, handed to the output gate: one HTML file, replaced only when the workbench generated it.
+# What `lens --html` writes, handed to the output guard: one HTML file, replaced only when the workbench generated it.
 LENS_OUTPUT = OutputKind("lens page", FILES, owns=lens_page_file)
 
 def lens_figure(frame: pd.DataFrame, prompt_index: int, lens: str = "coda") -> go.Figure:

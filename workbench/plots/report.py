@@ -490,7 +490,7 @@ def write_report(results_dir: str | os.PathLike, out: str | os.PathLike | None =
         out: the HTML file to write; default `results_dir/report.html`.
         control: a control results directory shown beside it (see `render_report`).
         shown_as: the path the page names (see `render_report`).
-        before_write: called just before the file is written (the output gate's re-check, `Gate.recheck`).
+        before_write: called just before the file is written (the output guard's re-check, `Guard.recheck`).
     """
     out = Path(out) if out is not None else Path(results_dir) / REPORT
     text = render_report(results_dir, control=control, shown_as=shown_as, progress=progress)

@@ -42,7 +42,7 @@ from workbench.analysis.readings import chance
 from workbench.defaults import resolve, resolve_run
 from workbench.devices import device_record, resolve_device
 from workbench.errors import WorkbenchError
-from workbench.gate import OUTPUT_MARKER, OutputKind, gate_output, mark_output
+from workbench.guard import OUTPUT_MARKER, OutputKind, guard_output, mark_output
 from workbench.io import LOCK, atomic_path, write_json_atomic
 from workbench.models.looped import lacking
 from workbench.models.native import native_family
@@ -74,9 +74,9 @@ def older_results(path: Path) -> bool:
         for p in path.iterdir())
 
 
-# What `probe` writes, handed to the output gate: a results directory written whole and moved in; --overwrite
+# What `probe` writes, handed to the output guard: a results directory written whole and moved in; --overwrite
 # replaces one the workbench marked, or one a probe wrote before the marker existed. Results may sit inside a run
-# (the keepers' RUN/battery), never under one of its names nor inside a window sweep: the gate asks every directory
+# (the keepers' RUN/battery), never under one of its names nor inside a window sweep: the guard asks every directory
 # written in place (`workbench.places`) to recognise its own.
 RESULTS_OUTPUT = OutputKind("results", owns=older_results)
 
@@ -236,7 +236,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     reading = [*{o["manifest"] for o in todo.values()}, resolve_run(str(checkpoint).removeprefix(UNTRAINED)),
                spec["path"]]
     manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}  # checked first
-    gate = gate_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=overwrite, reading=reading)  # before any work,
+    guard = guard_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=overwrite, reading=reading)  # before any work,
     # held to the move
     out = Path(out)
     used, precision_record = resolve_precision(precision, run_on)
@@ -284,7 +284,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
                 summary["finish_error"] = f"{type(err).__name__}: {err}"
                 write_json_atomic(staging / "summary.json", summary)
         mark_output(staging, "probe")
-        gate.commit_dir(staging)  # only now does `out` change, re-checked under the lock: complete, or as it was
+        guard.commit_dir(staging)  # only now does `out` change, re-checked under the lock: complete, or as it was
     except BaseException:  # Ctrl-C and SIGTERM (workbench.cli) included
         shutil.rmtree(staging, ignore_errors=True)
         raise

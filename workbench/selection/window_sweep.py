@@ -41,7 +41,7 @@ from workbench.defaults import SWEEP_TABLE
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_bytes, write_json_atomic
 from workbench.models.bases import load_base
-from workbench.places import SWEEP, SWEEP_OUTPUT, holds_sweep  # noqa: F401  (importers keep taking them from here)
+from workbench.places import SWEEP, holds_sweep  # noqa: F401  (importers keep taking them from here)
 from workbench.readers import read_json, read_toml
 from workbench.selection.ranking import agreement, cells_key, margin, order, summarize
 from workbench.selection.stage1 import split_texts, task_rows, window_ablation
@@ -56,9 +56,9 @@ DEFAULT_CANDIDATES = 4                  # windows inside the span (the late cont
 SEEDS = 2                               # the top two are trained with this many seeds
 RANK_PER_DEPTH = 128                    # fresh held-out rows per depth for the ranking read
 RANK_FIRST_INDEX = 10_000               # their row indices: disjoint from the runs' own evaluation rows (0..per_depth)
-# SWEEP (sweep.json, the sweep's plan: what a --resume must match), `holds_sweep` and the sweep's output kind
-# (`SWEEP_OUTPUT`) are declared in `workbench.places` with every directory written in place, so that the output gate
-# asks a sweep to recognise its own before any output whatever the writer.
+# SWEEP (sweep.json, the sweep's plan: what a --resume must match) and `holds_sweep` are declared in `workbench.places`,
+# and the sweep's output kind (`SWEEP_OUTPUT`) in `workbench.guard.in_place`, which every output guard asks to recognise
+# its own before any output whatever the writer.
 TABLE = SWEEP_TABLE                     # the table, the ranking and the recommendation (a sweep made before the
                                         # name holds it as stage2.json: `defaults.OLD_SWEEP_TABLE`, read)
 RUNS = "runs"                           # one run directory per (window, seed)

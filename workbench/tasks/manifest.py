@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, NamedTuple
 
 from workbench.errors import WorkbenchError
-from workbench.gate import FILES, OutputKind
+from workbench.guard import FILES, OutputKind
 from workbench.io import write_bytes_atomic
 from workbench.texts import read_json_lines
 
@@ -38,7 +38,7 @@ def manifest_file(path: Path) -> bool:
     return False
 
 
-# What `rows` writes, handed to the output gate (once for F.jsonl, once for its sidecar): each replaced only with
+# What `rows` writes, handed to the output guard (once for F.jsonl, once for its sidecar): each replaced only with
 # --overwrite, and only when it is a manifest's own half.
 ROWS_OUTPUT = OutputKind("rows", FILES, owns=manifest_file)
 

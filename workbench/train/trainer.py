@@ -34,7 +34,7 @@ from workbench import runs
 from workbench.defaults import resolve
 from workbench.devices import device_record, training_accelerator
 from workbench.errors import WorkbenchError
-from workbench.gate import gate_output, safe_child
+from workbench.guard import guard_output, safe_child
 from workbench.io import locked_dir, write_bytes_atomic, write_json_atomic
 from workbench.loop.config import LoraSettings, RetrofitConfig
 from workbench.loop.halting import oracle_labels
@@ -94,7 +94,7 @@ class Trainer:
                  choose_block=None):
         self.recipe, self.run_dir, self.resume, self.progress = recipe, Path(run_dir), resume, progress
         self.choose_block = choose_block   # block = "auto": (base, tokenizer, "auto") -> ((a, b), record), handed in
-        self.inputs = list(inputs)  # files the run reads (the recipe): the output gate never writes over them
+        self.inputs = list(inputs)  # files the run reads (the recipe): the output guard never writes over them
         self.recipe_dir = Path(recipe_dir) if recipe_dir is not None else Path.cwd()  # init_from resolves here
         self.acc, self.device = training_accelerator(device)   # --device; each rank's own under accelerate launch
         self.device_record = device_record(device, self.device)
@@ -106,7 +106,7 @@ class Trainer:
         self.main_total = sum(s.steps for s in self.stages if s.kind != "halting")
         self.state = TrainState()   # what a checkpoint saves and a resume restores
         self.status = "running"
-        self.gated = False               # run() holds the output gate: setup() does not take it again
+        self.guarded = False             # run() holds the output guard: setup() does not take it again
         # Built by setup():
         self.looped = self.tok = None    # the retrofit and its tokenizer
         self.block_record: dict | None = None
@@ -134,8 +134,8 @@ class Trainer:
     # -------------------------------------------------------------- setup
     def setup(self) -> None:
         r, m = self.recipe, self.recipe.model
-        if not self.gated:  # called by hand, not from run(): the gate decides before any write
-            with self._gate():
+        if not self.guarded:  # called by hand, not from run(): the guard decides before any write
+            with self._guard():
                 pass
         check_run_dir(self.run_dir, dumps(r), self.resume)
         self.acc.wait_for_everyone()  # every rank checks before the main process writes
@@ -372,25 +372,25 @@ class Trainer:
 
         The run directory is locked meanwhile: a second process training into it is refused."""
         main = self.acc.is_main_process
-        # A Trainer set up by hand (setup() before run()) passed the gate in setup() and wrote the directory itself.
-        gate = contextlib.nullcontext() if self.looped is not None else self._gate()
+        # A Trainer set up by hand (setup() before run()) passed the guard in setup() and wrote the directory itself.
+        guard = contextlib.nullcontext() if self.looped is not None else self._guard()
         lock = locked_dir(self.run_dir, "run directory") if main else contextlib.nullcontext()
-        with gate, lock, compile_limits(self.recipe.train.compile):
+        with guard, lock, compile_limits(self.recipe.train.compile):
             return self._run(stop_after)
 
-    def _gate(self):
-        """The output gate's decision on the run directory (main process), before any work; held until released."""
+    def _guard(self):
+        """The output guard's decision on the run directory (main process), before any work; held until released."""
         if not self.acc.is_main_process:
             return contextlib.nullcontext()
         parent = self.recipe.init_from or None
         reading = [*self.inputs, *([self.recipe_dir / parent, Path(parent)] if parent else [])]
         if self.resume:  # a run resumed from its own recipe.toml reads it: that is not writing over an input
             reading = [r for r in reading if Path(r).resolve() != (self.run_dir / runs.RECIPE).resolve()]
-        return gate_output(self.run_dir, "train", kind=runs.RUN_OUTPUT, resume=self.resume, reading=reading)
+        return guard_output(self.run_dir, "train", kind=runs.RUN_OUTPUT, resume=self.resume, reading=reading)
 
     def _run(self, stop_after: int | None) -> dict:
         if self.looped is None:
-            self.gated = True   # run() holds the gate
+            self.guarded = True   # run() holds the guard
             self.setup()
         start = self._restore() if self.resume else 0
         t0 = time.perf_counter() - self.state.elapsed_s

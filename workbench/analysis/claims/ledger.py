@@ -18,7 +18,7 @@ from workbench.analysis.claims.nulls import admit
 from workbench.analysis.results import read_table
 from workbench.defaults import DATA, OLD_SWEEP_TABLE, SWEEP_TABLE, data_root
 from workbench.errors import WorkbenchError
-from workbench.gate import FILES, OutputKind
+from workbench.guard import FILES, OutputKind
 from workbench.io import write_bytes_atomic
 from workbench.readers import read_json, read_toml, under_old_name
 

@@ -1,8 +1,8 @@
-"""One output gate (workbench.gate.gate_output): every writer asks it before any work, and it never lets a
+"""One output guard (workbench.guard.guard_output): every writer asks it before any work, and it never lets a
 command replace what a user owns, what the command reads, a repository root, or a run being trained.
 
 The first test enumerates the commands from the Typer app itself: a new command with --out that does
-not reach the gate fails it. The others are the cases an adversarial pass found (issue 29), run
+not reach the guard fails it. The others are the cases an adversarial pass found (issue 29), run
 through the CLI in process, each asserting one line, exit 2 and every file unchanged (checksums).
 """
 
@@ -20,9 +20,10 @@ import pytest
 
 from tests.test_cli_errors import assert_clean_error, copy_run, invoke, probe_args
 from workbench import cli
-from workbench import gate as output_gate
+from workbench import guard as output_guard
 from workbench.errors import WorkbenchError
-from workbench.gate import OUTPUT_MARKER, gate_output
+from workbench.guard import OUTPUT_MARKER, guard_output
+from workbench.io import LOCK
 from workbench.probes.battery import RESULTS_OUTPUT
 from workbench.runs import RUN_OUTPUT
 
@@ -45,11 +46,11 @@ def checksums(path: Path) -> dict:
 
 
 class Reached(Exception):
-    """Raised by the patched gate: the command got there."""
+    """Raised by the patched guard: the command got there."""
 
 
 def _writer_args(tmp: Path) -> dict[str, list]:
-    """Minimal arguments with which each writing command gets as far as its output gate."""
+    """Minimal arguments with which each writing command gets as far as its output guard."""
     out = tmp / "out"
     return {
         "demo": ["demo", "--out", out],
@@ -76,16 +77,16 @@ def _writers() -> list[str]:
     return names
 
 
-def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
+def test_every_writer_reaches_the_guard_before_any_work(monkeypatch, tmp_path):
     writers = _writers()
     args = _writer_args(tmp_path)
-    assert sorted(writers) == sorted(args), "a command with --out has no case here: add one (it must use the gate)"
+    assert sorted(writers) == sorted(args), "a command with --out has no case here: add one (it must use the guard)"
 
     def reached(self):
         raise Reached(self.command)
 
     def no_work(*a, **k):
-        raise AssertionError("a model was loaded before the output gate")
+        raise AssertionError("a model was loaded before the output guard")
 
     import importlib
 
@@ -93,27 +94,27 @@ def test_every_writer_reaches_the_gate_before_any_work(monkeypatch, tmp_path):
                    "workbench.plots.report", "workbench.selection.stage1", "workbench.loop.identity", "workbench.tasks.manifest",
                    "workbench.runs"):
         importlib.import_module(module)  # imported before the patch: none binds the patched load_base for good
-    monkeypatch.setattr(output_gate.Gate, "_decide", reached)
+    monkeypatch.setattr(output_guard.Guard, "_decide", reached)
     for module in ("workbench.models", "workbench.models.bases", "workbench.train.trainer", "workbench.runs"):
         monkeypatch.setattr(f"{module}.load_base", no_work)
     before = checksums(tmp_path)
     for name in writers:
         with pytest.raises(Reached) as exc:
             cli.app([str(a) for a in args[name]], standalone_mode=False)
-        assert exc.value.args[0] == name  # its own gate, first
-        assert checksums(tmp_path) == before, f"{name} wrote before its gate"
+        assert exc.value.args[0] == name  # its own guard, first
+        assert checksums(tmp_path) == before, f"{name} wrote before its guard"
 
 
 
 # ----------------------------------------------------------------------------- each writer declares its output
-# Each writer's output kind, declared beside its code (module, name). Every gate asks every declared kind of directory
-# written in place (`workbench.places`: a run, a window sweep) to recognise its own, whatever the writer hands.
+# Each writer's output kind, declared beside its code (module, name); the directories written in place (a run, a
+# window sweep) are declared with the guard (`workbench.guard.in_place`), which asks both whatever the writer hands.
 KINDS = {
     "demo": ("workbench.commands.demo", "DEMO_OUTPUT"),
     "select-block": ("workbench.commands.select_block", "SELECTION_OUTPUT"),
-    "select-block --window-sweep": ("workbench.selection.window_sweep", "SWEEP_OUTPUT"),
-    "train": ("workbench.runs", "RUN_OUTPUT"),
-    "launch": ("workbench.runs", "RUN_OUTPUT"),
+    "select-block --window-sweep": ("workbench.guard.in_place", "SWEEP_OUTPUT"),
+    "train": ("workbench.guard.in_place", "RUN_OUTPUT"),
+    "launch": ("workbench.guard.in_place", "RUN_OUTPUT"),
     "probe": ("workbench.probes.battery", "RESULTS_OUTPUT"),
     "compare": ("workbench.commands.compare", "COMPARE_OUTPUT"),
     "report": ("workbench.commands.report", "REPORT_OUTPUT"),
@@ -133,7 +134,7 @@ def _every_writers_args(tmp: Path) -> dict[str, list]:
             "lens --html": ["lens", "tiny-llama", "--block", "1:2", "--prompt", "x", "--html", tmp / "l.html"]}
 
 
-def test_each_writer_hands_the_gate_the_kind_its_module_declares(monkeypatch, tmp_path):
+def test_each_writer_hands_the_guard_the_kind_its_module_declares(monkeypatch, tmp_path):
     import importlib
 
     from workbench.runs import export_run
@@ -148,7 +149,7 @@ def test_each_writer_hands_the_gate_the_kind_its_module_declares(monkeypatch, tm
     for module in ("workbench.train.trainer", "workbench.probes.battery", "workbench.plots.export",
                    "workbench.analysis.claims", "workbench.selection.window_sweep", "workbench.runs"):
         importlib.import_module(module)
-    monkeypatch.setattr(output_gate.Gate, "_decide", reached)
+    monkeypatch.setattr(output_guard.Guard, "_decide", reached)
     for name, (module, attr) in KINDS.items():
         with pytest.raises(Reached) as exc:
             if name == "export_run":
@@ -157,14 +158,13 @@ def test_each_writer_hands_the_gate_the_kind_its_module_declares(monkeypatch, tm
                 cli.app([str(a) for a in args[name]], standalone_mode=False)
         declared = getattr(importlib.import_module(module), attr)
         assert exc.value.args[0] is declared, f"{name} handed {exc.value.args[0]!r}, not {module}.{attr}"
-        assert exc.value.args[1] == {"run", "sweep"}, name  # every declared kind written in place, asked by all
+        assert exc.value.args[1] == {"run", "sweep"}, name  # both kinds written in place, asked by all
 
 
-def test_the_gate_takes_only_a_declared_kind_and_names_no_writers_file(tmp_path):
+def test_the_guard_takes_only_a_declared_kind_and_names_no_writers_file(tmp_path):
     from workbench.analysis.claims.ledger import LEDGER_FILES
     from workbench.commands.compare import WRITTEN
     from workbench.commands.select_block import SELECTION_HTML, SELECTION_JSON
-    from workbench.io import LOCK
     from workbench.plots.export import FIGURE_SUFFIXES
     from workbench.plots.report import REPORT
     from workbench.probes.battery import RESULTS_FILES
@@ -173,14 +173,14 @@ def test_the_gate_takes_only_a_declared_kind_and_names_no_writers_file(tmp_path)
 
     for kind in ("dir", "run", None):
         with pytest.raises(TypeError, match="OutputKind"):
-            gate_output(tmp_path / "out", "probe", kind=kind)
+            guard_output(tmp_path / "out", "probe", kind=kind)
     with pytest.raises(TypeError, match="written in place"):
-        gate_output(tmp_path / "out", "probe", kind=RESULTS_OUTPUT, beside=(RESULTS_OUTPUT,))
+        guard_output(tmp_path / "out", "probe", kind=RESULTS_OUTPUT, beside=(RESULTS_OUTPUT,))
     writers = {*RUN_OUTPUT.continued.keeps, window_sweep.SWEEP, window_sweep.TABLE, window_sweep.RUNS,
                window_sweep.READINGS, window_sweep.DAMAGE,
                *RESULTS_FILES, *LEDGER_FILES, *WRITTEN, *FIGURE_SUFFIXES, SIDECAR_SUFFIX, REPORT, SELECTION_JSON,
-               SELECTION_HTML} - {OUTPUT_MARKER, LOCK}  # the output marker and io's training lock are the gate's own
-    source = Path(output_gate.__file__).read_text()
+               SELECTION_HTML} - {OUTPUT_MARKER, LOCK}  # the output marker and io's training lock are the guard's own
+    source = "".join(p.read_text() for p in Path(output_guard.__file__).parent.glob("*.py"))
     assert not sorted(n for n in writers if f'"{n}' in source or f"'{n}" in source)
 
 
@@ -281,11 +281,11 @@ def test_the_older_results_rule_takes_only_a_probes_own_files(tmp_path):
     old.mkdir()
     (old / "summary.json").write_text(json.dumps({"created_by": "workbench 0.1", "probes": {}}))
     (old / "depth_matrix.parquet").write_bytes(b"x")
-    assert output_gate.is_workbench_output(old, RESULTS_OUTPUT)
+    assert output_guard.is_workbench_output(old, RESULTS_OUTPUT)
     (old / "thesis.tex").write_text("mine")
-    assert not output_gate.is_workbench_output(old, RESULTS_OUTPUT)
+    assert not output_guard.is_workbench_output(old, RESULTS_OUTPUT)
     with pytest.raises(WorkbenchError, match="--overwrite replaces only"):
-        gate_output(old, "probe", kind=RESULTS_OUTPUT, overwrite=True)
+        guard_output(old, "probe", kind=RESULTS_OUTPUT, overwrite=True)
 
 
 @pytest.mark.parametrize("kind", ["link to a dir", "dangling link", "link loop", "dot", "dotdot"])
@@ -307,7 +307,7 @@ def test_out_paths_that_name_no_new_place(tmp_path, kind):
         out = tmp_path / "real" / ".."
     before = checksums(tmp_path)
     with pytest.raises(WorkbenchError) as exc:
-        gate_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=True)
+        guard_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=True)
     assert "\n" not in str(exc.value)
     assert checksums(tmp_path) == before
 
@@ -327,9 +327,9 @@ def test_figure_spec_file_names_stay_inside_out(capsys, monkeypatch, tmp_path, r
 HOLD = textwrap.dedent("""
     import sys, time
     from workbench.io import locked_dir
-    from workbench.gate import OutputKind, gate_output
-    if sys.argv[1] == "gate":
-        g = gate_output(sys.argv[2], "probe", kind=OutputKind("held"))
+    from workbench.guard import OutputKind, guard_output
+    if sys.argv[1] == "guard":
+        g = guard_output(sys.argv[2], "probe", kind=OutputKind("held"))
         print("held", flush=True); time.sleep(60)
     else:
         with locked_dir(sys.argv[2], "run directory"):
@@ -338,33 +338,104 @@ HOLD = textwrap.dedent("""
 
 
 @pytest.mark.slow   # a second, fresh interpreter holds the directory (flock is per process)
-@pytest.mark.parametrize("holder", ["gate", "training lock"])
+@pytest.mark.parametrize("holder", ["guard", "training lock"])
 def test_a_second_writer_is_refused_while_the_first_holds_out(tmp_path, holder):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-c", HOLD, "gate" if holder == "gate" else "lock", str(out)],
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, "guard" if holder == "guard" else "lock", str(out)],
                             stdout=subprocess.PIPE, text=True, env=env)
     try:
         assert proc.stdout.readline().strip() == "held"
         for kind in (RESULTS_OUTPUT, RUN_OUTPUT):
             with pytest.raises(WorkbenchError, match="another workbench process|in use by another process"):
-                gate_output(out, "probe", kind=kind, overwrite=True)
+                guard_output(out, "probe", kind=kind, overwrite=True)
     finally:
         proc.kill()
         proc.wait()
-    gate_output(out, "probe", kind=RESULTS_OUTPUT).release()  # free once the holder is gone (flock: never stale)
+    guard_output(out, "probe", kind=RESULTS_OUTPUT).release()  # free once the holder is gone (flock: never stale)
+
+
+NO_PID = 4_194_305   # above Linux's largest pid (2**22): no process holds it, as after a killed writer
+
+
+def test_the_output_lock_is_filelocks(tmp_path):
+    """The lock on an output is filelock's: while a guard holds --out, filelock cannot take the lock's file, and while
+    any filelock user holds that file, the guard is refused in one line."""
+    from filelock import FileLock, Timeout
+
+    from workbench.guard import output_lock_file
+
+    out = tmp_path / "out"
+    file = output_lock_file(out.resolve())
+    guard = guard_output(out, "probe", kind=RESULTS_OUTPUT)
+    with pytest.raises(Timeout):
+        FileLock(file, timeout=0).acquire()
+    assert file.read_text().strip() == str(os.getpid())
+    guard.release()
+    theirs = FileLock(file, timeout=0)
+    with theirs, pytest.raises(WorkbenchError, match="being written by another workbench process"):
+        guard_output(out, "probe", kind=RESULTS_OUTPUT)
+    guard_output(out, "probe", kind=RESULTS_OUTPUT).release()
+
+
+def test_a_stale_lock_of_a_killed_writer_is_taken(tmp_path):
+    """A lock file a killed writer left behind (its pid in it, nobody holding it) locks nothing: the guard takes the
+    output and writes its own pid, and a run's stale `.lock` refuses nothing until a training holds it again."""
+    from workbench.guard import output_lock_file
+    from workbench.io import locked_dir
+
+    out = tmp_path / "out"
+    file = output_lock_file(out.resolve())
+    file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    file.write_text(f"{NO_PID}\n")
+    guard = guard_output(out, "probe", kind=RESULTS_OUTPUT)
+    assert file.read_text().strip() == str(os.getpid())
+    guard.release()
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / LOCK).write_text(f"{NO_PID}\n")
+    guard_output(run / "battery", "probe", kind=RESULTS_OUTPUT).release()
+    with locked_dir(run, "run directory"), pytest.raises(WorkbenchError, match=f"pid {os.getpid()}\\)"):
+        guard_output(run / "battery", "probe", kind=RESULTS_OUTPUT)
+
+
+def test_two_writers_of_one_lock_take_it_in_turn(tmp_path):
+    """Two threads asking for one lock (processes: the slow test above): the second is refused with the first's pid
+    while the first holds it, and takes it once the first lets go."""
+    import threading
+
+    from workbench.io import HeldLock
+
+    file, taken = tmp_path / "x.lock", []
+
+    def second():
+        try:
+            taken.append(HeldLock(file, lambda pid: WorkbenchError(f"held by {pid}")))
+        except WorkbenchError as err:
+            taken.append(str(err))
+
+    def in_a_thread():
+        thread = threading.Thread(target=second)
+        thread.start()
+        thread.join()
+
+    first = HeldLock(file, lambda pid: WorkbenchError(pid))
+    in_a_thread()
+    first.release()
+    in_a_thread()
+    assert taken[0] == f"held by {os.getpid()}" and taken[1].is_locked
 
 
 def test_the_move_is_rechecked_under_the_lock(tmp_path):
     out = tmp_path / "out"
-    gate = gate_output(out, "probe", kind=RESULTS_OUTPUT)
+    guard = guard_output(out, "probe", kind=RESULTS_OUTPUT)
     staging = tmp_path / ".out.tmp1"
     staging.mkdir()
     (staging / "summary.json").write_text("{}")
     out.mkdir()  # another writer (not a workbench process) got there first
     (out / "theirs.txt").write_text("theirs")
     with pytest.raises(WorkbenchError, match="changed while this command ran"):
-        gate.commit_dir(staging)
+        guard.commit_dir(staging)
     assert (out / "theirs.txt").read_text() == "theirs"
 
 
@@ -379,7 +450,7 @@ def test_stale_staging_of_a_killed_writer_is_cleaned(tmp_path):
     alive.mkdir()
     other = tmp_path / f".other.tmp{dead}"
     other.mkdir()
-    gate_output(tmp_path / "out", "probe", kind=RESULTS_OUTPUT).release()
+    guard_output(tmp_path / "out", "probe", kind=RESULTS_OUTPUT).release()
     assert not stale.exists() and alive.exists() and other.exists()
 
 
@@ -435,7 +506,7 @@ def test_a_shard_index_may_not_leave_the_model_directory(tmp_path):
         weights_index(tmp_path / "m")
 
 
-def test_export_run_goes_through_the_gate_and_never_into_its_own_run(monkeypatch, tmp_path):
+def test_export_run_goes_through_the_guard_and_never_into_its_own_run(monkeypatch, tmp_path):
     from workbench.runs import export_run
 
     run = tmp_path / "run"
@@ -450,15 +521,15 @@ def test_export_run_goes_through_the_gate_and_never_into_its_own_run(monkeypatch
     def reached(self):
         raise Reached(self.command)
 
-    monkeypatch.setattr(output_gate.Gate, "_decide", reached)
+    monkeypatch.setattr(output_guard.Guard, "_decide", reached)
     with pytest.raises(Reached, match="export"):
         export_run(KEEPER, tmp_path / "keeper")
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_file_writers_write_nothing_into_a_run(capsys, monkeypatch, tmp_path):
-    """report, figures, claims and compare never load the run format (no torch), yet the gate asks the run's kind,
-    declared without it (`workbench.places`): their files never go into a run nor under one of its names."""
+    """report, figures, claims and compare never load the run format (no torch), yet the guard asks the run's kind,
+    declared without it (`workbench.guard.in_place`): their files never go into a run nor under one of its names."""
     run = tmp_path / "run"
     shutil.copytree(KEEPER, run, ignore=shutil.ignore_patterns("arms", "battery*", "final", "loops", "verbal*"))
     res = ROOT / "training" / "keepers" / "smollm2-chase-anneal" / "battery"
@@ -479,14 +550,14 @@ def test_results_inside_a_run_it_reads_but_never_its_own_names(tmp_path):
     run = tmp_path / "run"
     shutil.copytree(KEEPER, run, ignore=shutil.ignore_patterns("arms", "battery", "final", "loops"))
     probe = {"kind": RESULTS_OUTPUT, "reading": [run]}  # as the battery asks: the run's kind is asked unhanded
-    gate_output(run / "battery", "probe", **probe).release()  # the keepers' layout: RUN/battery
+    guard_output(run / "battery", "probe", **probe).release()  # the keepers' layout: RUN/battery
     for name in ("checkpoints", "metrics.jsonl", "trainable.safetensors"):
         with pytest.raises(WorkbenchError, match="training run's own"):
-            gate_output(run / name, "probe", **probe)
+            guard_output(run / name, "probe", **probe)
         with pytest.raises(WorkbenchError, match="training run's own"):
-            gate_output(run / name, "train", kind=RUN_OUTPUT)  # a run asks itself: no run inside a run's own names
+            guard_output(run / name, "train", kind=RUN_OUTPUT)  # a run asks itself: no run inside a run's own names
     with pytest.raises(WorkbenchError, match="which is a file"):
-        gate_output(run / "recipe.toml" / "x.html", "report", kind=REPORT_OUTPUT)
+        guard_output(run / "recipe.toml" / "x.html", "report", kind=REPORT_OUTPUT)
 
 
 def test_rows_never_writes_a_file_a_run_keeps(capsys, monkeypatch, tmp_path):
@@ -503,7 +574,7 @@ def test_rows_never_writes_a_file_a_run_keeps(capsys, monkeypatch, tmp_path):
 @pytest.mark.parametrize("writer", ["train", "probe"])
 def test_nothing_but_the_sweep_writes_into_a_sweep(capsys, monkeypatch, tmp_path, writer):
     """A window sweep keeps every name in it: a run or results written directly inside one under a name of a run's
-    (`checkpoints`, which would make the sweep read as a run) is refused, as the gate refused it before the kinds were
+    (`checkpoints`, which would make the sweep read as a run) is refused, as the guard refused it before the kinds were
     split, and the sweep is untouched."""
     sweep = tmp_path / "sweep"
     sweep.mkdir()
@@ -515,8 +586,8 @@ def test_nothing_but_the_sweep_writes_into_a_sweep(capsys, monkeypatch, tmp_path
 
 
 # ----------------------------------------------------------------------------- every writer asks every place
-# The directories written in place (a run, a window sweep) are declared once (`workbench.places`) and asked by every
-# gate, so no writer can forget one. Each writer is sent at each of them: --out a name the place keeps (`inside`), or
+# The directories written in place (a run, a window sweep) are declared once (`workbench.guard.in_place`) and asked by every
+# guard, so no writer can forget one. Each writer is sent at each of them: --out a name the place keeps (`inside`), or
 # the place itself carrying a forged output marker (`marked`: a marker alone never makes a run or a sweep the
 # workbench's own output to write into or replace). Writers whose --out is one file (and export_run, which refuses a
 # destination that exists) are sent to a name inside the place, with the marker there in the `marked` cases.
@@ -530,7 +601,7 @@ OWN_WORDS = {("train", "a marked run"): "already holds a run", ("launch", "a mar
 
 
 class Passed(Exception):
-    """Raised by the patched gate once its real decision let the output through: the command would have written."""
+    """Raised by the patched guard once its real decision let the output through: the command would have written."""
 
 
 def _plant(tmp: Path, place: str) -> tuple[Path, str]:
@@ -571,22 +642,22 @@ def _cases() -> list:
 
 @pytest.mark.parametrize(("writer", "place"), _cases())
 def test_no_writer_writes_into_a_run_or_a_sweep(capsys, monkeypatch, tmp_path, writer, place):
-    """Planted: each writer's --out at a run or a sweep it does not hand the gate (before `workbench.places`, figures,
-    report, compare, claims and lens handed none, rows and export_run the run's only): refused by the gate itself,
-    one line, every file unchanged. The gate's real decision runs; one that lets the output through raises Passed
+    """Planted: each writer's --out at a run or a sweep it does not hand the guard (before they were declared once, figures,
+    report, compare, claims and lens handed none, rows and export_run the run's only): refused by the guard itself,
+    one line, every file unchanged. The guard's real decision runs; one that lets the output through raises Passed
     before any work, so a writer that would write there fails here without writing."""
     from workbench.runs import export_run
 
     assert sorted(KINDS) == sorted([*_every_writers_args(tmp_path), "export_run"])
     where, words = _plant(tmp_path, place)
     out = _out_at(writer, place, where)
-    decide = output_gate.Gate._decide
+    decide = output_guard.Guard._decide
 
     def decide_then_stop(self):
         decide(self)
         raise Passed(f"{self.command} --out {self.path}")
 
-    monkeypatch.setattr(output_gate.Gate, "_decide", decide_then_stop)
+    monkeypatch.setattr(output_guard.Guard, "_decide", decide_then_stop)
     fragment = OWN_WORDS.get((writer, place), words)
     before = checksums(tmp_path)
     try:
@@ -604,41 +675,38 @@ def test_no_writer_writes_into_a_run_or_a_sweep(capsys, monkeypatch, tmp_path, w
             code, _, err = invoke(capsys, monkeypatch, *args)
             assert_clean_error(code, err, fragment)
     except Passed as passed:
-        pytest.fail(f"the gate let {passed} through ({place})")
+        pytest.fail(f"the guard let {passed} through ({place})")
     assert checksums(tmp_path) == before
 
 
-def test_only_the_sweep_itself_writes_its_runs_while_it_holds_its_gate(tmp_path):
-    """A sweep's runs lie inside it (SWEEP/runs/<name>): its own process, holding the sweep's gate, trains them
+def test_only_the_sweep_itself_writes_its_runs_while_it_holds_its_guard(tmp_path):
+    """A sweep's runs lie inside it (SWEEP/runs/<name>): its own process, holding the sweep's guard, trains them
     there; any other writer, a `train --out SWEEP/runs/x` of its own included, is refused, at any depth."""
-    from workbench.places import RUN_OUTPUT, SWEEP_OUTPUT
+    from workbench.guard import RUN_OUTPUT, SWEEP_OUTPUT
 
     sweep = tmp_path / "sweep"
-    held = gate_output(sweep, "select-block", kind=SWEEP_OUTPUT)
+    held = guard_output(sweep, "select-block", kind=SWEEP_OUTPUT)
     sweep.mkdir()
     (sweep / "sweep.json").write_text("{}")
-    gate_output(sweep / "runs" / "2-8-seed1", "train", kind=RUN_OUTPUT).release()   # the sweep's own run
+    guard_output(sweep / "runs" / "2-8-seed1", "train", kind=RUN_OUTPUT).release()   # the sweep's own run
     held.release()
     with pytest.raises(WorkbenchError, match="holds a window sweep") as refused:   # no --resume: refused
-        gate_output(sweep, "select-block", kind=SWEEP_OUTPUT)
-    assert refused.value   # kept alive, with its lock: a refused gate is not the sweep's writer at work
+        guard_output(sweep, "select-block", kind=SWEEP_OUTPUT)
+    assert refused.value   # kept alive, with its lock: a refused guard is not the sweep's writer at work
     for out in (sweep / "runs" / "2-8-seed1", sweep / "runs" / "mine", sweep / "a" / "b" / "c"):
         with pytest.raises(WorkbenchError, match="lies inside a window sweep"):
-            gate_output(out, "train", kind=RUN_OUTPUT)
+            guard_output(out, "train", kind=RUN_OUTPUT)
     run = tmp_path / "run"
     run.mkdir()
     (run / "recipe.toml").write_text('name = "x"\n')
     with pytest.raises(WorkbenchError, match="names a training run's own file or directory \\('checkpoints' of"):
-        gate_output(run / "checkpoints" / "step-9" / "x", "probe", kind=RESULTS_OUTPUT)
-    gate_output(run / "battery" / "deeper", "probe", kind=RESULTS_OUTPUT).release()   # a name the run does not keep
+        guard_output(run / "checkpoints" / "step-9" / "x", "probe", kind=RESULTS_OUTPUT)
+    guard_output(run / "battery" / "deeper", "probe", kind=RESULTS_OUTPUT).release()   # a name the run does not keep
 
 
-def test_a_declared_kind_written_in_place_is_asked_by_every_gate_while_it_lives(tmp_path):
-    """Declaring a kind written in place registers it (`OutputKind.__post_init__`): a gate asks it although no writer
-    hands it; a kind built for a moment is dropped with it, so a test's kind does not outlive the test."""
-    import gc
-
-    from workbench.gate import EVERY_NAME, IN_PLACE, Continued, OutputKind, in_place_kinds
+def _planted_place(tmp_path):
+    """A kind written in place declared outside the package (as a user's module would), and a directory of its."""
+    from workbench.guard import EVERY_NAME, IN_PLACE, Continued, OutputKind
 
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -646,31 +714,64 @@ def test_a_declared_kind_written_in_place_is_asked_by_every_gate_while_it_lives(
     kind = OutputKind("mine", IN_PLACE, owns=lambda p: (p / "plan.txt").is_file(), continued=Continued(
         entry="plan.txt", what="a planted place", keeps=EVERY_NAME, not_a_directory="{p}", holds_another="{p}",
         holds_one="{p}"))
-    assert [k.name for k in in_place_kinds()][-1] == "mine"
+    return kind, mine
+
+
+def test_a_kind_written_in_place_outside_the_package_is_asked_when_handed_beside(tmp_path):
+    """What a guard asks is a plain declaration (`IN_PLACE_KINDS`: the run and the sweep), the writer's kind and what
+    it hands `beside`; declaring another kind registers nothing, so only a guard handed it asks it."""
+    from workbench.guard import IN_PLACE_KINDS, RUN_OUTPUT, SWEEP_OUTPUT
+
+    kind, mine = _planted_place(tmp_path)
+    assert IN_PLACE_KINDS == (RUN_OUTPUT, SWEEP_OUTPUT)
+    guard_output(mine / "x", "probe", kind=RESULTS_OUTPUT).release()
     with pytest.raises(WorkbenchError, match="lies inside a planted place"):
-        gate_output(mine / "x", "probe", kind=RESULTS_OUTPUT)
-    del kind
-    gc.collect()
-    assert [k.name for k in in_place_kinds()] == ["run", "sweep"]
-    gate_output(mine / "x", "probe", kind=RESULTS_OUTPUT).release()
+        guard_output(mine / "x", "probe", kind=RESULTS_OUTPUT, beside=(kind,))
 
 
-@pytest.mark.slow   # a fresh interpreter: what an import pulls in is only visible from a clean start
-def test_the_places_are_declared_before_any_gate_whatever_is_imported():
-    """A fresh interpreter that imports the gate alone (and so `workbench/__init__`) has the run and the sweep
-    registered, without torch: a user's script that gates an output before importing any writer still asks both."""
-    code = ("import sys; from workbench.gate import in_place_kinds; "
-            "print(sorted(k.name for k in in_place_kinds()), 'torch' in sys.modules)")
+def _guard_state() -> dict[str, str]:
+    """{module.name: repr} of every value the output guard's modules hold, containers by their content."""
+    from collections.abc import Mapping
+
+    state = {}
+    for name, module in sorted(sys.modules.items()):
+        if name == "workbench.guard" or name.startswith("workbench.guard."):
+            for attr, value in vars(module).items():
+                state[f"{name}.{attr}"] = repr(dict(value) if isinstance(value, Mapping) else value)
+    return state
+
+
+def test_declaring_a_kind_changes_no_state_of_the_guard(tmp_path):
+    """Declaring an output kind, the run's and the sweep's or one of a user's, is a value and nothing more: the
+    guard's modules hold what they held (no registry filled as a side effect)."""
+    before = _guard_state()
+    kind, _ = _planted_place(tmp_path)
+    assert _guard_state() == before
+
+
+@pytest.mark.slow   # a fresh interpreter: what an import changes is only visible from a clean start
+def test_importing_the_places_and_the_writers_changes_no_state_of_the_guard():
+    """A fresh interpreter imports the guard alone, then `workbench.places` and the writers that declare an output kind
+    without torch (the others declare theirs the same way: `test_declaring_a_kind_changes_no_state_of_the_guard`):
+    the guard's modules hold exactly what they held, and the guard loads no torch."""
+    code = inspect.getsource(_guard_state) + textwrap.dedent("""
+        import sys
+        import workbench.guard
+        before, torch = _guard_state(), "torch" in sys.modules
+        import workbench.places, workbench.plots.export, workbench.plots.prompt_lens, workbench.analysis.claims.ledger
+        import workbench.commands.compare, workbench.commands.demo, workbench.commands.report
+        import workbench.commands.select_block
+        print(_guard_state() == before, torch)
+    """)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
-    assert out.stdout.strip() == "['run', 'sweep'] False", out.stdout + out.stderr
+    assert out.stdout.strip() == "True False", out.stdout + out.stderr
 
 
-def test_every_kind_written_in_place_is_declared_in_places():
-    """A kind written in place is registered when its module is imported; `workbench/__init__` imports
-    `workbench.places`, so a kind declared in any other module could be missing when a gate runs."""
+def test_every_kind_written_in_place_is_declared_with_the_guard():
+    """The guard asks `IN_PLACE_KINDS` whatever the writer hands, so a kind written in place declared in any other
+    module of the package would be asked only by the writers that hand it."""
     package = ROOT / "workbench"
     elsewhere = sorted(str(p.relative_to(ROOT)) for p in package.rglob("*.py")
-                       if p.name not in ("gate.py", "places.py") and "IN_PLACE" in p.read_text())
+                       if p.parent.name != "guard" and "IN_PLACE" in p.read_text())
     assert elsewhere == []
-    assert "from workbench import places" in (package / "__init__.py").read_text()
