@@ -23,6 +23,7 @@ from workbench.devicecheck import HOST, SIMULATED, DeviceCheck, checked_reduce
 from workbench.loop.halting import HaltPolicy
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
+from workbench.train import kinds
 from workbench.train.losses import halting_objective
 from workbench.train.recipe import HaltingTable, Recipe
 from workbench.train.trainer import Trainer
@@ -92,36 +93,13 @@ def test_the_halting_objectives_make_no_host_tensor(objective):
 
 
 # ----------------------------------------------------------------------------- training, every stage kind
-HALTING = {"model": {"block": "2:4", "reentry": "inject", "memory": True, "halting": True},
-           "train": {"block": False}, "sampler": {"max": 3}}
-RUNS = {
-    # chain with the outcome-only anneal (chain weight 1 -> 0), LoRA with the preservation KL, the guardrail on
-    "chain+outcome+kl+guardrail": {
-        "lora": {"enabled": True, "r": 2, "alpha": 4}, "train": {"block": False},
-        "preserve": {"kl_weight": 0.1, "rows": 2}, "guardrail": {"enabled": True, "max_drop": 1.0, "every": 1},
-        "stages": [{"depths": [1, 2], "steps": 1},
-                   {"depths": [1, 2], "steps": 2, "chain_weight": 1.0, "chain_weight_end": 0.0}]},
-    "sampled+oracle": {**HALTING, "halting": {"oracle_max": 3, "objective": "oracle"},
-                       "stages": [{"kind": "sampled", "depths": [1, 2], "steps": 1},
-                                  {"kind": "halting", "depths": [1, 2], "steps": 1}]},
-    "act on the sweep": {**HALTING, "halting": {"oracle_max": 3, "objective": "act", "sweep": 4},
-                         "stages": [{"kind": "halting", "depths": [1, 2], "steps": 1}]},
-    "pondernet": {**HALTING, "halting": {"oracle_max": 3, "objective": "pondernet"},
-                  "stages": [{"kind": "halting", "depths": [1, 2], "steps": 1}]},
-    "direct": {"train": {"block": False}, "lora": {"enabled": True, "r": 2, "alpha": 4},
-               "stages": [{"kind": "direct", "depths": [1, 2], "steps": 1}]},
-    "scratchpad": {"train": {"block": False}, "lora": {"enabled": True, "r": 2, "alpha": 4},
-                   "stages": [{"kind": "scratchpad", "depths": [1, 2], "steps": 1}]},
-    # the answer held at every loop d..T (T sampled), its evaluation reading past d
-    "park": {"sampler": {"max": 3}, "stages": [{"kind": "park", "depths": [1, 2], "steps": 1}]},
-}
+# Each registered stage kind's example runs (`StageKind.example`): a kind added by its module is trained here too.
+RUNS = {name: tables for kind in kinds.kinds().values() for name, tables in kind.example.items()}
 
 
 def test_the_runs_cover_every_stage_kind():
-    from workbench.train.recipe import STAGE_KINDS
-
     covered = {s.get("kind", "chain") for run in RUNS.values() for s in run["stages"]}
-    assert covered == set(STAGE_KINDS), f"stage kinds no device test trains: {set(STAGE_KINDS) - covered}"
+    assert covered == set(kinds.names()), f"stage kinds no device test trains: {set(kinds.names()) - covered}"
 
 
 def checked_training(tmp_path, tables: dict, ranks: int = 2) -> tuple[DeviceCheck, dict]:

@@ -68,16 +68,16 @@ def test_park_depths_belong_to_a_park_stage_and_its_depths(write_recipe):
 
 
 def test_a_depth_mix_run_hands_its_park_depths_to_every_step(write_recipe, tmp_path, monkeypatch):
-    from workbench.train import steps as steps_module
+    from workbench.train.stages import chain
 
-    seen, real = [], steps_module.make_batch
+    seen, real = [], chain.make_batch
 
     def spy(*args, **kw):
         if kw.get("park_loops") is not None:
             seen.append(kw.get("park_depths"))
         return real(*args, **kw)
 
-    monkeypatch.setattr(steps_module, "make_batch", spy)
+    monkeypatch.setattr(chain, "make_batch", spy)
     recipe = write_recipe(sampler={"max": 4}, eval={"every": 2, "per_depth": 2, "depths": [1, 2]},
                           stages=[{"kind": "park", "depths": [1, 2], "steps": 2, "park_depths": [1]}])
     assert train(recipe, out=tmp_path / "mix", progress=False)["finished"] is True

@@ -294,7 +294,7 @@ def test_model_and_lora_are_read_from_the_retrofit_dataclasses(monkeypatch):
 def test_the_trainer_maps_every_mirrored_key_to_the_retrofit():
     """`retrofit_config` passes each [model] and [lora] key the dataclasses share by name: a recipe setting each one
     away from its default builds exactly the retrofit it names."""
-    from workbench.train.trainer import retrofit_config
+    from workbench.train.build import retrofit_config
 
     raw = {"model": {"reentry": "inject", "memory": True, "memory_window": 5, "memory_heads": 2, "halting": True,
                      "halting_pooling": "last", "loop_codes": True, "max_loops": 12},

@@ -1,4 +1,4 @@
-"""RecurTrace training pieces: the App. D loop-count sampler, oracle labels, the Stage 2 halting head."""
+"""RecurTrace training pieces: the App. D loop-count sampler, oracle labels, the halting stage's head."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from workbench.train.losses import (
     halting_loss,
     halting_objective,
     halting_probs,
-    halting_sweep,
     make_batch,
     sample_loop_counts,
 )
+from workbench.train.oracle_sweep import sweep
 from workbench.train.recipe import HaltingTable
 from workbench.train.trainer import train
 
@@ -65,7 +65,7 @@ def test_halting_objectives_train_only_the_head(tiny, objective):
 
 @pytest.mark.parametrize("objective", ["oracle", "act", "pondernet"])
 def test_the_offline_sweep_gives_the_loss_and_gradient_of_a_forward(tiny, objective):
-    """Stage 2 on the cached sweep (App. E's precomputed oracle) is the online objective, not an approximation."""
+    """The halting stage on the oracle sweep (App. E's precomputed oracle) is the online objective, not an approximation."""
     model, tok = tiny
     looped = retrofit(model, "2:4", reentry="inject", memory=True, halting=True).eval()
     for p in looped.parameters():
@@ -80,7 +80,7 @@ def test_the_offline_sweep_gives_the_loss_and_gradient_of_a_forward(tiny, object
     online.backward()
     g_online = looped.halting.proj.weight.grad.clone()
     looped.halting.proj.weight.grad = None
-    losses, z = halting_sweep(looped, [make_batch(rows[:2], tok), make_batch(rows[2:], tok)], 4)
+    losses, z = sweep(looped, [make_batch(rows[:2], tok), make_batch(rows[2:], tok)], 4)
     assert losses.shape == (5, 4) and z.shape == (5, 4, looped.config.hidden_size)
     cached, _ = halting_objective(losses, halting_probs(looped, z), cfg)
     cached.backward()
@@ -97,11 +97,11 @@ def test_recurtrace_stages_sampled_then_halting(write_recipe, tmp_path):
     stage1 = load_file(str(tmp_path / "rt" / "checkpoints" / "step_2" / "trainable.safetensors"))
     final = load_file(str(tmp_path / "rt" / "trainable.safetensors"))
     assert set(final) == set(stage1) and any(k.startswith("memory.") for k in final)
-    for k in final:  # Stage 2 moves the halting head and nothing else
+    for k in final:  # the halting stage moves the halting head and nothing else
         assert torch.equal(final[k], stage1[k]) != k.startswith("halting."), k
 
 
-def test_stage2_on_the_sweep_moves_the_head_alone_and_logs_the_oracle(write_recipe, tmp_path):
+def test_the_halting_stage_on_the_oracle_sweep_moves_the_head_alone_and_logs_the_oracle(write_recipe, tmp_path):
     import json
 
     recipe = write_recipe(model={"block": "2:4", "reentry": "inject", "memory": True, "halting": True},
@@ -120,7 +120,7 @@ def test_stage2_on_the_sweep_moves_the_head_alone_and_logs_the_oracle(write_reci
 
 
 def test_heads_on_one_frozen_model_read_one_cached_sweep(write_recipe, tmp_path, monkeypatch):
-    """A second Stage 2 run on the same frozen model and rows reads the first's sweep from the cache and trains the
+    """A second halting-stage run on the same frozen model and rows reads the first's sweep from the cache and trains the
     same head as a run that computes it (cache off); a different pooling is another sweep."""
     import json
 

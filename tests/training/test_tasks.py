@@ -1,4 +1,4 @@
-"""Every RecurTrace task through the chase's recipes, reader and probes; Stage 2 trains the halting head alone."""
+"""Every RecurTrace task through the chase's recipes, reader and probes; the halting stage trains the halting head alone."""
 
 from __future__ import annotations
 
@@ -107,10 +107,10 @@ def test_task_recipe_errors_are_one_line(write_recipe, tables, match):
     assert "\n" not in str(err.value)
 
 
-@pytest.mark.slow  # an end-to-end run: Stage 1 then Stage 2 training
+@pytest.mark.slow  # an end-to-end run: Stage 1 then the halting stage
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("objective", ["oracle", "act", "pondernet"])
-def test_stage2_trains_the_head_on_a_frozen_stage1_model(write_recipe, tmp_path, objective):
+def test_the_halting_stage_trains_the_head_on_a_frozen_stage1_model(write_recipe, tmp_path, objective):
     recipe = write_recipe(**{**RECURTRACE, "halting": {"oracle_max": 4, "objective": objective, "lr": 3e-2,
                                                        "warmup_steps": 0, "probe_depths": [1, 2, 3, 4]},
                              "sampler": {"max": 4}}, task={"name": "arith"}, optim={"lr": 1e-3, "batch_size": 8},
@@ -128,15 +128,15 @@ def test_stage2_trains_the_head_on_a_frozen_stage1_model(write_recipe, tmp_path,
     assert json.loads((run / "provenance.json").read_text())["stage2_frozen"] is True
 
 
-def test_stage2_refuses_a_model_whose_stage1_tensors_still_take_gradient(write_recipe, tmp_path, monkeypatch):
-    import workbench.train.trainer as trainer
+def test_the_halting_stage_refuses_a_model_whose_stage1_tensors_still_take_gradient(write_recipe, tmp_path, monkeypatch):
+    import workbench.train.stages.halting as halting
 
     def leaky(looped, groups, cfg):
-        looped.reentry.alpha.requires_grad_(True)        # a bug that would let Stage 2 move the injection
+        looped.reentry.alpha.requires_grad_(True)        # a bug that would let the halting stage move the injection
         return make(looped, groups, cfg)
 
-    make = trainer.make_optimizer
-    monkeypatch.setattr(trainer, "make_optimizer", leaky)
+    make = halting.make_optimizer
+    monkeypatch.setattr(halting, "make_optimizer", leaky)
     recipe = write_recipe(**RECURTRACE, task={"name": "state"}, eval={"depths": [2], "per_depth": 1},
                           stages=[{"kind": "sampled", "depths": [2], "steps": 1},
                                   {"kind": "halting", "depths": [2], "steps": 1}])

@@ -16,19 +16,28 @@ from workbench import runs
 from workbench.errors import WorkbenchError
 from workbench.loop.config import RetrofitConfig
 from workbench.tasks.guardrail import GuardrailCounts
+from workbench.train import kinds
 from workbench.train.engine import make_engine
 from workbench.train.guardrail import guardrail_provenance, judge_guardrail, read_guardrail
 from workbench.train.optim import group_rms, make_optimizer, step_with_movement
 from workbench.train.parent import check_parent
-from workbench.train.recipe import STAGE_KINDS, OptimTable, Recipe
+from workbench.train.recipe import OptimTable, Recipe
 from workbench.train.resume import TrainState, keep_metrics_through, restore_newest
 from workbench.train.sharding import any_rank, reduce_grads
-from workbench.train.steps import STEPS
 from workbench.train.trainer import Trainer
 
 
-def test_every_stage_kind_has_one_step_function():
-    assert set(STEPS) == set(STAGE_KINDS)
+def test_the_recipe_accepts_exactly_the_registered_stage_kinds():
+    """One record per kind (`workbench.train.kinds`), each with its step and optimizer: the recipe accepts the
+    registered names and refuses any other in one line naming them."""
+    names = kinds.names()
+    assert set(names) == {"chain", "sampled", "park", "halting", "direct", "scratchpad"}
+    for name in names:
+        record = kinds.stage_kind(name)
+        assert record.name == name and callable(record.step) and kinds.optimizer_named(record.optimizer.name)
+    assert Recipe.from_dict({**TINY_RECIPE, "stages": [{"kind": "scratchpad", "depths": [1]}]}).kinds == {"scratchpad"}
+    with pytest.raises(WorkbenchError, match=f"'stages.0.kind' = 'chian' is not accepted; accepted: {', '.join(names)}$"):
+        Recipe.from_dict({**TINY_RECIPE, "stages": [{"kind": "chian", "depths": [1]}]})
 
 
 # ----------------------------------------------------------------------------- the guardrail
@@ -174,18 +183,18 @@ def test_metrics_are_cut_back_to_the_restored_step(tmp_path):
 
 
 def test_the_train_state_writes_what_checkpoints_always_held_and_reads_older_ones():
-    """state.json keeps its keys: the Stage 2 digest only once Stage 2 was set up; a checkpoint written before
+    """state.json keeps its keys: the halting stage's digest only once it was set up; a checkpoint written before
     `last_passing_step` existed resumes with it unset."""
     state = TrainState()
     assert state.to_dict() == {"live_projections": None, "live_gate": None, "elapsed_s": 0.0, "optimizer": None,
                                "last_passing_step": None}
-    state.optimizer, state.stage2_frozen_sha256 = "halting", "ab" * 32
+    state.optimizer, state.frozen_sha256 = "halting", "ab" * 32
     assert state.to_dict()["stage2_frozen_sha256"] == "ab" * 32
     assert TrainState.from_dict({**state.to_dict(), "step": 4}) == state
     old = TrainState.from_dict({"live_projections": 2, "live_gate": None, "elapsed_s": 1.5, "optimizer": "main"})
     assert old == TrainState(live_projections=2, elapsed_s=1.5, optimizer="main")
     state.update({"optimizer": "main"})   # a key the stored state lacks keeps its value
-    assert (state.optimizer, state.stage2_frozen_sha256) == ("main", "ab" * 32)
+    assert (state.optimizer, state.frozen_sha256) == ("main", "ab" * 32)
 
 # ----------------------------------------------------------------------------- movement
 @pytest.mark.parametrize("name", ["adamw", "sgd"])

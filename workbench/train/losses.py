@@ -3,7 +3,7 @@
 - Per-loop cross-entropy over the task's candidate symbols at the answer position, read
   through `looped.read(..., candidates=...)` (the evaluation reader's path), loops past a
   row's depth masked, intermediate loops weighted (the outcome-only anneal ramps that to 0).
-- RecurTrace's answer loss at a sampled depth, and the Stage 2 halting objectives.
+- RecurTrace's answer loss at a sampled depth, and the halting stage's objectives.
 - The preservation KL to the frozen base at loop 1 (the adapter switched off, or a frozen copy).
 """
 
@@ -132,7 +132,7 @@ def answer_loss(looped, batch: dict, loops: int, denominator: float | None = Non
 
 
 def answer_losses(looped, batch: dict, loops: int):
-    """(per-loop answer loss [B, T] (detached), the readout) from one read to `loops` (Stage 2's oracle)."""
+    """(per-loop answer loss [B, T] (detached), the readout) from one read to `loops` (the halting stage's oracle)."""
     if batch.get("answer_tokens"):
         r = looped.read(batch["input_ids"], attention_mask=batch["attention_mask"], loops=loops,
                         positions=batch["positions"])
@@ -168,7 +168,7 @@ def sample_loop_counts(n: int, mean: float = _SAMPLER.mean, sigma: float = _SAMP
 
 
 def halting_loss(looped, batch: dict, cfg: HaltingTable, denominator: float | None = None) -> tuple[torch.Tensor, dict]:
-    """RecurTrace Stage 2 loss for the halting head from one forward to `oracle_max` loops.
+    """The halting stage's loss (RecurTrace's Stage 2) for the halting head from one forward to `oracle_max` loops.
 
     Per-depth answer losses L_1..L_T (detached) give oracle labels (`workbench.loop.halting.oracle_labels`);
     `oracle` distils them with BCE at the probe depths; `act` / `pondernet` form the halting
@@ -181,7 +181,7 @@ def halting_loss(looped, batch: dict, cfg: HaltingTable, denominator: float | No
 
 def halting_objective(losses: torch.Tensor, probs: torch.Tensor, cfg: HaltingTable,
                       denominator: float | None = None) -> tuple[torch.Tensor, dict]:
-    """The Stage 2 objective of `halting_loss` from per-depth answer losses [B, T] and continue probs [B, T]."""
+    """The halting stage's objective of `halting_loss` from per-depth answer losses [B, T] and continue probs [B, T]."""
     T = losses.shape[1]
     labels = oracle_labels(losses, margin=cfg.margin, depth_cost=cfg.depth_cost)
     p = probs.float().clamp(1e-6, 1 - 1e-6)                                 # continue probs [B, T]
@@ -206,37 +206,8 @@ def halting_objective(losses: torch.Tensor, probs: torch.Tensor, cfg: HaltingTab
     return (quality + extra).sum() / denom, {"mean_target": float(target.float().mean())}
 
 
-@torch.no_grad()
-def halting_sweep(looped, batches, loops: int, progress=None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The offline oracle sweep of RecurTrace App. E: one frozen forward to `loops` per batch.
-
-    Returns (answer losses [N, T], the halting head's pooled input z_t [N, T, d]), both fp32. The head
-    is linear on z_t, so `halting_probs(looped, z)` gives exactly the p_t a forward would; Stage 2 then
-    trains on the cache instead of re-running the frozen model every step (`[halting] sweep`).
-    """
-    head = looped.halting
-    if head is None:
-        raise WorkbenchError("halting_sweep needs a model with a halting head")
-    pooled: list[torch.Tensor] = []
-    hook = head.register_forward_pre_hook(lambda mod, args: pooled.append(mod.pool(*args).float()))
-    all_losses, all_z = [], []
-    try:
-        for batch in batches:
-            pooled.clear()
-            losses, _ = answer_losses(looped, batch, loops)
-            if len(pooled) != loops:
-                raise WorkbenchError(f"halting_sweep: the head ran {len(pooled)} times in {loops} loops")
-            all_losses.append(losses.float())
-            all_z.append(torch.stack(pooled, 1))
-            if progress is not None:
-                progress(len(losses))
-    finally:
-        hook.remove()
-    return torch.cat(all_losses), torch.cat(all_z)
-
-
 def halting_probs(looped, z: torch.Tensor) -> torch.Tensor:
-    """Continue probabilities [B, T] of the model's head on pooled states z [B, T, d] (`halting_sweep`)."""
+    """Continue probabilities [B, T] of the model's head on pooled states z [B, T, d] (`oracle_sweep.sweep`)."""
     proj = looped.halting.proj
     return torch.sigmoid(proj(z.to(proj.weight.dtype)).squeeze(-1))
 

@@ -15,6 +15,7 @@ import torch
 
 from workbench.errors import WorkbenchError
 from workbench.loop.surgery import parameter_groups
+from workbench.train.kinds import Optimizer
 from workbench.train.recipe import OptimTable
 
 PRELUDE_PROJ = "reentry.prelude_proj.weight"
@@ -154,3 +155,22 @@ def lr_factor(warmup: int, total: int, schedule: str):
         frac = (step - warmup) / max(total - warmup, 1)
         return {"constant": 1.0, "linear": 1.0 - frac, "cosine": 0.5 * (1 + math.cos(math.pi * frac))}[schedule]
     return factor
+
+
+def build_main(looped, groups: list[str], recipe) -> tuple[torch.optim.Optimizer, list[list[str]]]:
+    """The main optimizer: every trained group but the halting head, at the recipe's [optim], W_p's group checked."""
+    opt, names = make_optimizer(looped, [g for g in groups if g != "halting"], recipe.optim)
+    check_prelude_group(opt, looped, recipe.optim.lr, recipe.optim.prelude_lr_mult)
+    return opt, names
+
+
+def main_schedule(recipe, steps: int):
+    """[optim]'s warm-up and schedule over the steps of every stage the main optimizer steps."""
+    return lr_factor(recipe.optim.warmup_steps, steps, recipe.optim.schedule)
+
+
+def main_clip(recipe) -> float:
+    return recipe.optim.grad_clip
+
+
+MAIN = Optimizer("main", build_main, main_schedule, main_clip)   # the optimizer of every kind but the halting stage

@@ -11,7 +11,8 @@ is read from `workbench.defaults`.
 
     recipe = Recipe.from_toml("training/smollm2_lora_chase.toml", ["optim.lr=3e-4"])
     recipe.optim.lr, recipe.stages[0].kind, recipe.to_dict() == tomllib.loads(dumps(recipe))
-Stages run in order. Each is one of:
+Stages run in order. Each is one of the registered stage kinds (`workbench.train.kinds`: one module each under
+`workbench/train/stages/`, whose record also holds the kind's own cross-key checks, run here):
   - `chain`: per-loop cross-entropy on the active loops of each row (loop t against x_t, t <= d,
     over the task's candidate symbols, read through `looped.read`), intermediate loops weighted
     by `chain_weight`, ramped linearly to `chain_weight_end` over the stage (the outcome-only
@@ -24,11 +25,12 @@ Stages run in order. Each is one of:
     `park_depths` (default: every depth) names the depths that park: rows of the stage's other depths keep
     iterating past d (loop t > d targets x_t, the table applied t times), a depth mix whose answer is held on
     some rows and passed on others, so no single loop count reads every row right;
-  - `halting`: RecurTrace Stage 2 (App. E): everything frozen but the halting head, which is
+  - `halting`: the halting stage (RecurTrace's Stage 2, App. E): everything frozen but the halting head, which is
     distilled from the loss-improvement oracle (or trained with the ACT / PonderNet objective).
-    `[halting] sweep = N` computes the oracle losses and the head's pooled inputs of N training rows
-    once (App. E's offline sweep) and trains the head on that cache; 0 runs the frozen model every step.
-    A halting-only recipe may `init_from` a parent trained without a head: the head is added fresh.
+    `[halting] sweep = N` computes the oracle sweep of N training rows (their per-loop oracle losses and the
+    head's pooled inputs) once (App. E's offline sweep) and trains the head on it; 0 runs the frozen model every
+    step. A halting-only recipe may `init_from` a parent trained without a head: the head is added fresh;
+  - `direct`, `scratchpad`: the dense controls (`workbench.train.dense`), loop 1 only, each an arm of its own.
 """
 
 from __future__ import annotations
@@ -57,12 +59,14 @@ from workbench.defaults import (
 from workbench.errors import WorkbenchError
 from workbench.loop.config import HALTING_POOLING, MAX_LOOPS, REENTRIES, LoraSettings, RetrofitConfig
 from workbench.readers import read_toml
+from workbench.train import kinds as stage_kinds
 from workbench.train.schema import (
     Count,
     Flag,
     Number,
     OneOf,
     Real,
+    Registered,
     Text,
     default,
     is_table,
@@ -72,8 +76,6 @@ from workbench.train.schema import (
     table,
 )
 
-STAGE_KINDS = ("chain", "sampled", "park", "halting", "direct", "scratchpad")
-DENSE_KINDS = ("direct", "scratchpad")  # the dense controls (workbench.train.dense): loop 1 only
 ANSWER_TASKS = ("state", "arith")  # multi-token answers, read exactly (`workbench.tasks.reader.read_answers`)
 OPTIMIZERS = ("adamw", "sgd")
 SCHEDULES = ("constant", "cosine", "linear")
@@ -88,7 +90,7 @@ BLOCK = Annotated[Text, Field(pattern=r"^(auto|\s*-?\d+\s*:\s*-?\d+\s*)$", descr
 
 # ------------------------------------------------------------------ the tables mirrored from the retrofit's own
 # [model] and [lora] declare RetrofitConfig's and LoraSettings' fields under their names, at their defaults, and reach
-# the retrofit through `workbench.train.trainer.retrofit_config` by name; tests/training/test_recipes.py holds every
+# the retrofit through `workbench.train.build.retrofit_config` by name; tests/training/test_recipes.py holds every
 # field of the two dataclasses to a key here (same name, type and default) or to an entry below saying where it
 # comes from instead. max_loops is the one default the recipe states itself: 8, not RetrofitConfig's 16, since every
 # committed run was trained and recorded at 8 (its recipe.toml and retrofit.json), while a retrofit built in Python
@@ -112,7 +114,7 @@ def mirrored_keys(name: str) -> tuple[str, ...]:
 # ------------------------------------------------------------------ the tables
 @table
 class ModelTable:
-    """[model]: the base and the retrofit made of it (`workbench.train.trainer.retrofit_config`): RetrofitConfig's
+    """[model]: the base and the retrofit made of it (`workbench.train.build.retrofit_config`): RetrofitConfig's
     fields but block and lora (`MIRRORED`), the base and the attention implementation."""
 
     base: Label = EMBEDDED_DEFAULT
@@ -206,7 +208,8 @@ class SamplerTable:
 
 @table
 class HaltingTable:
-    """[halting]: Stage 2, the halting head's objective and its own optimizer (`workbench.train.losses`)."""
+    """[halting]: the halting stage: the head's objective, its own optimizer and the oracle sweep's size
+    (`workbench.train.stages.halting`)."""
 
     objective: OneOf(HALTING_OBJECTIVES) = "oracle"
     probe_depths: list[Count(1, MAX_LOOPS)] = items([1, 2, 4, 6])
@@ -252,7 +255,7 @@ class Stage:
     """One [[stages]] table: `steps` steps of one kind on rows drawn from `depths`."""
 
     name: Label = ""
-    kind: OneOf(STAGE_KINDS) = "chain"
+    kind: Registered(stage_kinds.names) = "chain"   # a registered stage kind (`workbench.train.kinds`)
     steps: Count(1, MAX_STEPS) = 100
     depths: list[Count(1)] = items([1])
     depth_weights: list[Number(0.0)] = items([])     # sampling weights over `depths`; empty = uniform
@@ -326,17 +329,7 @@ class Recipe:
 
     def needed_loops(self) -> int:
         """The largest loop count any stage or evaluation runs."""
-        loops = [max(self.eval.depths)]
-        for s in self.stages:
-            if s.kind in DENSE_KINDS:
-                loops.append(1)
-            elif s.kind == "chain":
-                loops.append(max(s.depths))
-            elif s.kind in ("sampled", "park"):
-                loops.append(self.sampler.max)
-            else:
-                loops.append(self.halting.oracle_max)
-        return max(loops)
+        return max([max(self.eval.depths), *(stage_kinds.stage_kind(s.kind).loops(self, s) for s in self.stages)])
 
 
 _SCHEMA = TypeAdapter(Recipe)
@@ -379,7 +372,7 @@ def _unknown(key: str) -> WorkbenchError:
 
 
 def _validate(r: Recipe) -> None:
-    """The checks that read more than one key."""
+    """The checks that read more than one key: the recipe's own, then each stage kind's (`StageKind.check`)."""
     _check_task(r)
     if r.lora.enabled and r.train.block:
         raise WorkbenchError("lora.enabled = true with train.block = true: the LoRA budget keeps the block's "
@@ -393,38 +386,20 @@ def _validate(r: Recipe) -> None:
         if w and (len(w) != len(s.depths) or min(w) < 0 or sum(w) <= 0):
             raise WorkbenchError(f"recipe key 'stages.{i}.depth_weights' = {w} needs one weight >= 0 per depth "
                                  f"({len(s.depths)}) with a positive sum")
-        if s.kind == "halting" and not r.model.halting:
-            raise WorkbenchError(f"stage {i} is a halting stage but model.halting = false")
     _check_depths("eval.depths", r.eval.depths, alphabet, max_loops)
-    kinds = r.kinds
-    if kinds & set(DENSE_KINDS) and len(kinds) > 1:
-        raise WorkbenchError(f"stages mix {', '.join(sorted(kinds))}: a dense control (direct or scratchpad) is an arm "
+    registered = stage_kinds.kinds()
+    arm = next((registered[k].arm for k in sorted(r.kinds) if registered[k].arm), "")
+    if arm and len(r.kinds) > 1:
+        every = " or ".join(k.name for k in registered.values() if k.arm == arm)
+        raise WorkbenchError(f"stages mix {', '.join(sorted(r.kinds))}: a {arm} ({every}) is an arm "
                              "of its own, every stage of its recipe has that kind")
     for i, s in enumerate(r.stages):
-        if s.park_depths is not None and not s.park_depths:
-            raise WorkbenchError(f"recipe key 'stages.{i}.park_depths' = [] parks no depth; name at least one or "
-                                 "leave the key out (every depth parks)")
-        if s.park_depths and s.kind != "park":
-            raise WorkbenchError(f"recipe key 'stages.{i}.park_depths' belongs to a park stage; stage {i} is "
-                                 f"{s.kind!r}")
-        if s.park_depths and not set(s.park_depths) <= set(s.depths):
-            raise WorkbenchError(f"recipe key 'stages.{i}.park_depths' = {s.park_depths} names depths the stage "
-                                 f"does not train (its depths: {s.depths})")
-        if s.kind == "park" and not max(s.depths) <= r.sampler.max <= max_loops:
-            raise WorkbenchError(f"recipe key 'sampler.max' = {r.sampler.max} must lie in "
-                                 f"{max(s.depths)}..model.max_loops = {max_loops} (stage {i} parks on the answer "
-                                 "from its deepest row's depth up to sampler.max loops)")
-    probe = r.halting.probe_depths
-    # Loop counts past oracle_max are not read (losses.halting_loss), so the default [1, 2, 4, 6] suits a short
-    # sweep; a list with none inside 1..oracle_max would read nothing and train to a NaN.
-    if "halting" in kinds and not (probe and all(isinstance(t, int) and t >= 1 for t in probe)
-                                   and any(t <= r.halting.oracle_max for t in probe)):
-        raise WorkbenchError(f"recipe key 'halting.probe_depths' = {probe} must be loop counts >= 1, at least one "
-                             f"in 1..halting.oracle_max = {r.halting.oracle_max}")
-    for name, value, kind in (("sampler.max", r.sampler.max, "sampled"),
-                              ("halting.oracle_max", r.halting.oracle_max, "halting")):
-        if kind in kinds and not 1 <= value <= max_loops:
-            raise WorkbenchError(f"recipe key '{name}' = {value} must lie in 1..model.max_loops = {max_loops}")
+        for key in (k for other in registered.values() for k in other.stage_keys):
+            if getattr(s, key) is not None and key not in registered[s.kind].stage_keys:
+                owners = " or ".join(k.name for k in registered.values() if key in k.stage_keys)
+                raise WorkbenchError(f"recipe key 'stages.{i}.{key}' belongs to a {owners} stage; stage {i} is "
+                                     f"{s.kind!r}")
+        registered[s.kind].check(r, i)
 
 
 def _check_depths(key: str, depths: list, alphabet: int | None, max_loops: int) -> None:
@@ -438,8 +413,8 @@ def _check_depths(key: str, depths: list, alphabet: int | None, max_loops: int) 
 
 
 def _check_task(r: Recipe) -> None:
-    """Chase-only options left at their defaults for the RecurTrace tasks; only sampled and halting stages
-    train multi-token answers (chain and the dense controls grade single-token symbols)."""
+    """Chase-only options left at their defaults for the RecurTrace tasks; only the kinds that train multi-token
+    answers (`StageKind.answers`: sampled, halting) take a task that answers in several tokens."""
     t, chase = r.task, TaskTable()
     if t.name != "chase" and (t.surface, t.symbol_set, t.permutation) != (chase.surface, chase.symbol_set,
                                                                            chase.permutation):
@@ -448,12 +423,9 @@ def _check_task(r: Recipe) -> None:
     if t.name == "phop" and not 2 <= t.alphabet <= 32:
         raise WorkbenchError(f"recipe key 'task.alphabet' = {t.alphabet} is out of range for phop; accepted: 2..32")
     for i, s in enumerate(r.stages):
-        if t.name in ANSWER_TASKS and s.kind not in ("sampled", "halting"):  # park grades symbols too
+        if t.name in ANSWER_TASKS and not stage_kinds.stage_kind(s.kind).answers:  # park grades symbols too
             raise WorkbenchError(f"stage {i} is a {s.kind} stage, which grades single-token symbols; "
                                  f"task '{t.name}' answers in several tokens: use kind 'sampled'")
-        if t.name != "chase" and s.kind in DENSE_KINDS:
-            raise WorkbenchError(f"stage {i} is a {s.kind} stage, a dense control of the chase; "
-                                 f"task '{t.name}' trains with kind 'sampled' or 'chain'")
 
 
 # ------------------------------------------------------------------ --set overrides and the recorded text

@@ -24,14 +24,17 @@ from workbench.io import write_bytes_atomic
 from workbench.train import rundir
 from workbench.train.recipe import Recipe, dumps
 
+STORED_AS = {"frozen_sha256": "stage2_frozen_sha256"}   # state.json's key of a field named otherwise
+
 
 @dataclass
 class TrainState:
     """What a checkpoint saves (state.json, beside "step") and a resume restores: the trainer's mutable state.
 
     `to_dict` writes the keys checkpoints have always held, so run directories written before this class existed
-    resume and new checkpoints are byte-identical to theirs: `stage2_frozen_sha256` is written only once Stage 2
-    has been set up (it was absent before).
+    resume and new checkpoints are byte-identical to theirs: the frozen digest is written only once a freezing
+    optimizer (the halting stage's) has been set up (it was absent before), under the key it has always had
+    (`STORED_AS`: the halting stage was first called Stage 2).
     """
 
     live_projections: int | None = None     # the step W_p / W_s (or alpha) first got gradient (liveness)
@@ -39,13 +42,13 @@ class TrainState:
     elapsed_s: float = 0.0                  # training seconds so far, over every resume
     optimizer: str | None = None            # the optimizer built: "main" or "halting" (None: none yet)
     last_passing_step: int | None = None    # the last step whose guardrail reading passed
-    stage2_frozen_sha256: str | None = None  # digest of everything but the halting head when Stage 2 began
+    frozen_sha256: str | None = None        # digest of everything but the halting head when the halting stage began
 
     def to_dict(self) -> dict:
         """The state as state.json holds it (without "step")."""
-        out = asdict(self)
-        if out["stage2_frozen_sha256"] is None:
-            del out["stage2_frozen_sha256"]
+        out = {STORED_AS.get(k, k): v for k, v in asdict(self).items()}
+        if out[STORED_AS["frozen_sha256"]] is None:
+            del out[STORED_AS["frozen_sha256"]]
         return out
 
     @classmethod
@@ -59,8 +62,8 @@ class TrainState:
         """Takes every declared key `stored` (a checkpoint's state) holds; keys it lacks keep their value, and a key
         this class does not declare is not read (no version of the trainer wrote one)."""
         for f in fields(self):
-            if f.name in stored:
-                setattr(self, f.name, stored[f.name])
+            if STORED_AS.get(f.name, f.name) in stored:
+                setattr(self, f.name, stored[STORED_AS.get(f.name, f.name)])
 
 
 def check_run_dir(run_dir: Path, recipe_text: str, resume: bool) -> None:

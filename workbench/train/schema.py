@@ -15,12 +15,14 @@ key (the recipe's own `unknown` formatter), a value out of range states the rang
 from __future__ import annotations
 
 import typing
+from collections.abc import Callable
 from dataclasses import fields
 from typing import Annotated, Literal
 
 import annotated_types
-from pydantic import ConfigDict, Field, Strict, ValidationError
+from pydantic import AfterValidator, ConfigDict, Field, Strict, ValidationError
 from pydantic.dataclasses import dataclass
+from pydantic_core import PydanticCustomError
 
 from workbench.errors import WorkbenchError
 
@@ -52,6 +54,18 @@ def Number(low: float | None = None, *, below: float | None = None):  # noqa: N8
 def OneOf(names: tuple[str, ...]):  # noqa: N802
     """One of `names`."""
     return Literal[names]
+
+
+def Registered(names: Callable[[], tuple[str, ...]]):  # noqa: N802
+    """One of the names `names()` returns when a value is checked: a registry that modules add to (the stage kinds,
+    `workbench.train.kinds`), read then rather than when the table is declared."""
+    def check(value: str) -> str:
+        accepted = names()
+        if value not in accepted:
+            raise PydanticCustomError("not_registered", "not a registered name", {"accepted": ", ".join(accepted)})
+        return value
+
+    return Annotated[str, Strict(), AfterValidator(check)]
 
 
 def table(cls):
@@ -178,6 +192,8 @@ def refusal(err: ValidationError, root, raw: dict, unknown) -> WorkbenchError:
         return unknown(key)
     if kind in ("dataclass_type", "dataclass_args_type", "dict_type", "model_type"):
         return WorkbenchError(f"recipe key '{key}' must be a table, got {value!r}")
+    if kind == "not_registered":
+        return WorkbenchError(f"recipe key '{key}' = '{value}' is not accepted; accepted: {e['ctx']['accepted']}")
     if kind == "literal_error":
         accepted = typing.get_args(_unwrap(typing.get_args(_unwrap(hint))[0]) if index is not None else _unwrap(hint))
         return WorkbenchError(f"recipe key '{key}' = '{value}' is not accepted; accepted: {', '.join(accepted)}")

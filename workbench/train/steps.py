@@ -1,38 +1,26 @@
-"""One training step's loss, per stage kind: the table `STEPS` the trainer dispatches through.
+"""What a stage kind's step function is handed and returns: the step interface of `workbench.train.kinds`.
 
-Every step function takes what it uses and nothing else: the model being trained, the step's `StepInputs` (the
-global batch of rows, this rank's shard, the stage, the chain weight, the tokenizer and device its batches need) and
-the run's `StepContext` (the recipe's seed, sampler and halting tables, this rank's place among the ranks, Stage 2's
-cached sweep). It returns a `StepLoss`: this rank's loss (its shard's, divided by the global normaliser, so the sum
-over ranks is the one-process loss), the loop count it ran, and what the step logs beside the loss. Adding a stage
-kind is one function here, one entry in `STEPS` and its name in `workbench.train.recipe.STAGE_KINDS`.
+Every step function (one per kind, in its module under `workbench/train/stages/`) takes what it uses and nothing
+else: the model being trained, the step's `StepInputs` (the global batch of rows, this rank's shard, the stage, the
+chain weight, the tokenizer and device its batches need) and the run's `StepContext` (the recipe's seed, sampler and
+halting tables, this rank's place among the ranks, what the kind keeps of the run: the halting stage's oracle
+sweeps). It returns a `StepLoss`: this rank's loss (its shard's, divided by the global normaliser, so the sum over
+ranks is the one-process loss), the loop count it ran, and what the step logs beside the loss.
 """
 
 from __future__ import annotations
 
-import random
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from workbench.tasks.seeding import row_seed
-from workbench.train.dense import direct_loss, scratchpad_batch, scratchpad_loss
-from workbench.train.losses import (
-    answer_loss,
-    chain_loss,
-    halting_loss,
-    halting_objective,
-    halting_probs,
-    make_batch,
-    park_loop_count,
-    sample_loop_counts,
-)
+from workbench.train.losses import make_batch
 from workbench.train.recipe import HaltingTable, SamplerTable, Stage
 
 
 def hashed_seed(kind: str, step: int, seed: int) -> int:
-    """The seed of one step's draw of `kind` (depths, loop counts, sweep rows): the same on every rank."""
+    """The seed of one step's draw of `kind` (depths, loop counts, oracle sweep rows): the same on every rank."""
     return row_seed(f"workbench-train-{kind}", "train", 0, 0, step, seed) % (2 ** 63)
 
 
@@ -64,14 +52,14 @@ class StepInputs:
 class StepContext:
     """What the step functions read of the run beside the model and the step's rows: the same at every step."""
 
-    seed: int                  # the recipe's seed (the hashed draws of park loop counts and sweep rows)
-    sampler: SamplerTable      # Stage 1's loop-count sampler (and park's maximum loop count)
-    halting: HaltingTable      # Stage 2's objective, oracle depth and sweep size
+    seed: int                  # the recipe's seed (the hashed draws of park loop counts and oracle sweep rows)
+    sampler: SamplerTable      # the sampled stage's loop-count sampler (and park's maximum loop count)
+    halting: HaltingTable      # the halting stage's objective, oracle depth and oracle sweep size
     rank: int                  # this process's index among the ranks
     ranks: int                 # the number of ranks
-    # Stage 2's oracle sweep (losses, pooled states) of the stage starting at a step, computed once per stage
-    # (`Trainer.halting_cache`): read by a halting step with `[halting] sweep` rows.
-    sweep: Callable[[int, Stage], tuple[torch.Tensor, torch.Tensor]]
+    # What the step's kind keeps of the run (`StageKind.context`), built once per run; None for a kind without:
+    # the halting stage's oracle sweeps by stage start (`workbench.train.stages.halting.OracleSweeps`).
+    own: object = None
 
 
 @dataclass
@@ -83,62 +71,6 @@ class StepLoss:
     info: dict = field(default_factory=dict)
 
 
-def _rounded(values) -> list[float]:
+def rounded(values) -> list[float]:
+    """A per-loop or per-position reading as a step's record logs it (5 decimals)."""
     return [round(float(v), 5) for v in values]
-
-
-def direct_step(model, x: StepInputs, run: StepContext) -> StepLoss:
-    """The dense direct control: loop 1 supervised on the final answer x_d."""
-    return StepLoss(direct_loss(model, x.batch, denominator=len(x.rows)), 1)
-
-
-def scratchpad_step(model, x: StepInputs, run: StepContext) -> StepLoss:
-    """The dense scratchpad control: loop 1 teacher-forced on the written chain x_1 .. x_d."""
-    pad = scratchpad_batch(x.shard, x.tokenizer, device=x.device)
-    loss, per_pos = scratchpad_loss(model, pad, denominator=sum(r["depth"] for r in x.rows))
-    return StepLoss(loss, 1, {"position_ce": _rounded(per_pos)})
-
-
-def chain_step(model, x: StepInputs, run: StepContext) -> StepLoss:
-    """Per-loop cross-entropy on loops 1..d of each row, intermediate loops weighted by the chain weight."""
-    denom = sum(x.chain_weight * (r["depth"] - 1) + 1.0 for r in x.rows)
-    loss, per_loop = chain_loss(model, x.batch, denominator=denom)
-    return StepLoss(loss, max(r["depth"] for r in x.rows), {"loop_ce": _rounded(per_loop)})
-
-
-def park_step(model, x: StepInputs, run: StepContext) -> StepLoss:
-    """The chain up to each row's depth d, then the answer x_d at every loop d..T (T drawn per step); rows of depths
-    outside the stage's `park_depths` (when it names any) iterate past d instead."""
-    loops = park_loop_count(max(row["depth"] for row in x.rows), run.sampler.max, hashed_seed("park", x.step, run.seed))
-    batch = make_batch(x.shard, x.tokenizer, chain_weight=x.chain_weight, device=x.device, park_loops=loops,
-                       park_depths=None if x.stage.park_depths is None else set(x.stage.park_depths))
-    denom = sum(x.chain_weight * (row["depth"] - 1) + (loops - row["depth"] + 1) for row in x.rows)
-    loss, per_loop = chain_loss(model, batch, denominator=denom)
-    return StepLoss(loss, loops, {"loop_ce": _rounded(per_loop)})
-
-
-def sampled_step(model, x: StepInputs, run: StepContext) -> StepLoss:
-    """RecurTrace Stage 1: the answer's loss at a loop count drawn from the clamped log-normal Poisson."""
-    s = run.sampler
-    loops = int(sample_loop_counts(1, s.mean, s.sigma, s.max, hashed_seed("loops", x.step, 0))[0])
-    return StepLoss(answer_loss(model, x.batch, loops, denominator=len(x.rows)), loops)
-
-
-def halting_step(model, x: StepInputs, run: StepContext) -> StepLoss:
-    """RecurTrace Stage 2: the halting head alone, on the frozen model's forward or on the cached sweep."""
-    h = run.halting
-    if h.sweep:   # the paper's offline sweep: the frozen model's losses and pooled states, cached
-        losses, z = run.sweep(x.step - x.local, x.stage)
-        rng = random.Random(hashed_seed("sweep", x.step, run.seed))
-        idx = rng.sample(range(len(losses)), min(len(x.rows), len(losses)))
-        mine = idx[run.rank::run.ranks]
-        loss, extra = halting_objective(losses[mine], halting_probs(model, z[mine]), h, denominator=len(idx))
-    else:
-        loss, extra = halting_loss(model, x.batch, h, denominator=len(x.rows))
-    return StepLoss(loss, h.oracle_max, extra)
-
-
-STEPS: dict[str, Callable[[torch.nn.Module, StepInputs, StepContext], StepLoss]] = {
-    "chain": chain_step, "sampled": sampled_step, "park": park_step, "halting": halting_step,
-    "direct": direct_step, "scratchpad": scratchpad_step,
-}

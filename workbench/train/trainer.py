@@ -1,11 +1,12 @@
 """`train` and its Trainer: setup, stages of steps, checkpoints, the run directory.
 
-It reads like a table of contents: `setup` (recipe → base → surgery → groups → parent →
-held-out rows → run files), `run` (for each step: fresh hashed rows, the stage kind's loss
-(`workbench.train.steps.STEPS`), the engine's backward (gradients summed over ranks), liveness,
-the engine's clip, step and realized movement; periodic held-out evaluation, guardrail and
-checkpoints), `finish` (trained tensors, the base-hash assertion for frozen-base runs,
-provenance). The parts a test calls on their own: `steps` (one loss per stage kind), `engine`
+It reads like a table of contents: `setup` (the run directory checked, the run built by
+`workbench.train.build.build_run`: model, data, evaluator, engine; the run files written), `run` (for each step:
+fresh hashed rows, the stage kind's loss (its record's step, `workbench.train.kinds`), the engine's backward
+(gradients summed over ranks), the checks the kind takes (liveness), the engine's clip, step and realized movement;
+periodic held-out evaluation, guardrail and checkpoints), `finish` (trained tensors, the base-hash assertion for
+frozen-base runs, provenance). The trainer names no stage kind: what differs between kinds is read from their
+records. The parts a test calls on their own: `kinds` (one record per stage kind), `engine`
 (one process, DDP, FSDP2 or ZeRO-2: backward, clip, step, the optimizer state a checkpoint
 saves), `guardrail` (read, judge, record), `sharding.reduce_grads` (the gradient sum over
 ranks), `parent.check_parent` (init_from) and `resume` (run directory checks, the newest
@@ -19,12 +20,9 @@ across ranks before clipping, so N processes compute what one process computes o
 from __future__ import annotations
 
 import contextlib
-import copy
 import json
-import random
 import shutil
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -36,55 +34,33 @@ from workbench.devices import device_record, training_accelerator
 from workbench.errors import WorkbenchError
 from workbench.guard import guard_output, safe_child
 from workbench.io import locked_dir, write_bytes_atomic, write_json_atomic
-from workbench.loop.config import LoraSettings, RetrofitConfig
-from workbench.loop.halting import oracle_labels
-from workbench.loop.surgery import retrofit
-from workbench.models import load_base
-from workbench.precision import resolve_precision
 from workbench.run_tensors import write_tensors
-from workbench.tasks import build_rows, task_row
 from workbench.tasks.manifest import row_ids_sha256, rows_sha256
-from workbench.tasks.reader import reads_symbol
 from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
-from workbench.train import rundir, sweep_cache
+from workbench.train import rundir
+from workbench.train.build import BuiltRun, build_run, task_options
 from workbench.train.compiling import compile_limits
 from workbench.train.engine import Engine, make_engine
-from workbench.train.evaluate import evaluate, evaluate_dense, park_reading
 from workbench.train.guardrail import guardrail_provenance, judge_guardrail, read_guardrail
-from workbench.train.losses import adapter_disabled, halting_sweep, kl_to_base, make_batch
-from workbench.train.optim import check_prelude_group, liveness, lr_factor, make_optimizer
-from workbench.train.parent import Parent, check_parent
-from workbench.train.recipe import DENSE_KINDS, Recipe, Stage, TaskTable, dumps, mirrored_keys
+from workbench.train.kinds import StageKind, optimizer_named, stage_kind
+from workbench.train.losses import kl_to_base
+from workbench.train.optim import liveness
+from workbench.train.recipe import Recipe, Stage, dumps
 from workbench.train.resume import TrainState, check_run_dir, keep_metrics_through, restore_newest
 from workbench.train.sharding import any_rank, requested_engine
-from workbench.train.steps import STEPS, StepContext, StepInputs, hashed_seed
+from workbench.train.steps import StepContext, StepInputs
+
+__all__ = ["STOPPED_BY_GUARDRAIL", "Trainer", "task_options", "train"]   # task_options: block selection's rows
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
-
-
-def retrofit_config(recipe: Recipe, block) -> RetrofitConfig:
-    """The retrofit a recipe's [model] and [lora] tables declare, at `block` (resolved when "auto")."""
-    m, lora = recipe.model, recipe.lora   # every field the two tables take by name (`recipe.MIRRORED`: the others)
-    adapter = LoraSettings(**{k: getattr(lora, k) for k in mirrored_keys("lora")}) if lora.enabled else None
-    return RetrofitConfig(block=block, lora=adapter, **{k: getattr(m, k) for k in mirrored_keys("model")})
-
-
-def task_options(task: TaskTable, tokenizer) -> dict:
-    """The generator options of a recipe's [task] table (`workbench.tasks.build_rows`): the chase takes
-    all of them, p-hop its alphabet, state tracking and arithmetic none."""
-    if task.name == "chase":
-        return dict(tokenizer=tokenizer, alphabet=task.alphabet, surface=task.surface,
-                    symbol_set=task.symbol_set, permutation=task.permutation)
-    if task.name == "phop":
-        return dict(tokenizer=tokenizer, alphabet=task.alphabet)
-    return {}
 
 
 class Trainer:
     """One run of one resolved recipe into `run_dir`: setup, train (stages), save.
 
-    Everything the run holds is declared here; `setup` builds the model and what depends on it, `build_optimizer`
-    the optimizer of the current stage kind (main or halting). The engine (`workbench.train.engine`) takes each
+    Everything the run holds is declared here; `setup` checks the run directory, is handed the built run
+    (`build_run`: model, data, evaluator, engine) and writes the run files, `build_optimizer` the optimizer of the
+    current stage kind (its record's, `StageKind.optimizer`). The engine (`workbench.train.engine`) takes each
     step's backward, clip and update across the processes; without one given, it is the one `accelerate launch`
     set up (`sharding.requested_engine`).
     """
@@ -103,21 +79,11 @@ class Trainer:
         self.engine.check_optimizer(recipe.optim.name)   # before anything is written
         self.stages = recipe.stages
         self.total = sum(s.steps for s in self.stages)
-        self.main_total = sum(s.steps for s in self.stages if s.kind != "halting")
         self.state = TrainState()   # what a checkpoint saves and a resume restores
         self.status = "running"
         self.guarded = False             # run() holds the output guard: setup() does not take it again
-        # Built by setup():
-        self.looped = self.tok = None    # the retrofit and its tokenizer
-        self.block_record: dict | None = None
-        self.base_hash = self.frozen_hash = None
-        self.groups: list[str] = []      # the trained parameter groups (`runs.trained_groups`)
-        self.parent: Parent | None = None
-        self.task_options: dict = {}
-        self.heldout: list[dict] = []
-        self.precision_record: dict | None = None
-        self.guardrail_base = None       # the base's guardrail counts (None: guardrail off)
-        self.teacher = None              # the frozen base of the preservation KL (None: off)
+        self.built: BuiltRun | None = None   # handed over by setup() (`build_run`)
+        self.own: dict[str, object] = {}     # what each stage kind keeps of the run (`StageKind.context`), by kind
         # Built by build_optimizer():
         self.opt = self.sched = None
         self.opt_names: list[list[str]] = []
@@ -125,120 +91,52 @@ class Trainer:
         # Shown on the progress bar:
         self.latest_acc = None           # "worst/mean" held-out cell
         self.latest_guardrail = None     # "correct/total" at loop 1
-        self._sweeps: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # Stage 2's oracle sweeps by stage start
+
+    @property
+    def looped(self):
+        """The retrofit being trained (None before setup)."""
+        return None if self.built is None else self.built.model
 
     @property
     def lineage(self) -> dict | None:
-        return None if self.parent is None else self.parent.lineage
+        parent = None if self.built is None else self.built.parent
+        return None if parent is None else parent.lineage
 
     # -------------------------------------------------------------- setup
     def setup(self) -> None:
-        r, m = self.recipe, self.recipe.model
+        """Checks the run directory, builds the run (`build_run`) and writes its first files (main process)."""
+        r = self.recipe
         if not self.guarded:  # called by hand, not from run(): the guard decides before any write
             with self._guard():
                 pass
         check_run_dir(self.run_dir, dumps(r), self.resume)
         self.acc.wait_for_everyone()  # every rank checks before the main process writes
-        torch.manual_seed(r.seed)  # LoRA's A matrices are drawn from it
-        base, self.tok = load_base(m.base, attn_implementation=m.attn)
-        block, self.block_record = m.block, {"source": "given", "block": m.block}
-        if block == "auto":  # angular distance + Kneedle + window ablation (`workbench.selection.stage1.resolve_block`)
-            if self.choose_block is None:
-                raise WorkbenchError("block = 'auto' needs block selection: use `workbench train`, "
-                                     "workbench.train_recipe, or a block A:B")
-            block, self.block_record = self.choose_block(base, self.tok, block)
-        self.base_hash = runs.base_sha256(base)
-        self.looped = retrofit(base, retrofit_config(r, block))  # LoRA's A matrices are drawn last
-        self.looped.to(self.device).train()
-        for p in self.looped.parameters():
-            p.requires_grad_(False)
-        self.groups = runs.trained_groups(self.looped.retrofit_config, r.train.block)
-        if r.init_from:
-            self.parent = check_parent(r.init_from, self.recipe_dir, self.base_hash, self.looped.retrofit_config,
-                                       self.groups, halting_only=all(s.kind == "halting" for s in self.stages))
-        self.task_options = task_options(r.task, self.tok)
-        e = r.eval
-        self.heldout = build_rows(r.task.name, e.depths, e.per_depth, e.seed, split="test", **self.task_options)
-        if self.acc.is_main_process and not self.resume:
+        main = self.acc.is_main_process
+        self.built = build_run(r, self.device, self.engine, self.acc.num_processes, self.recipe_dir,
+                               self.choose_block, progress=self.progress and main)
+        if main and not self.resume:
             self.run_dir.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.run_dir / runs.RETROFIT,
-                              {**rundir.retrofit_record(self.looped, m.base, self.base_hash, self.groups),
-                               "block_selection": self.block_record})
+            write_json_atomic(self.run_dir / runs.RETROFIT, self.built.retrofit_record)
             write_bytes_atomic(self.run_dir / runs.RECIPE, dumps(r).encode())
             write_bytes_atomic(self.run_dir / runs.METRICS, b"")
         self.acc.wait_for_everyone()
-        self._set_precision()
-        # The base's reading in the run's own precision (bf16 alone moves it): loop 1 is the base until a parent loads.
-        self.guardrail_base = read_guardrail(self.looped, self.tok) if r.guardrail.enabled else None
-        self.teacher = self._teacher() if r.preserve.kl_weight > 0 else None  # the base, never the parent
-        if r.train.compile:
-            # In place (nn.Module.compile), so parameter names and checkpoints are unchanged; after the teacher's copy.
-            for layer in self.looped.layers:
-                layer.compile()
-        if self.parent is not None:
-            runs.load_trained(self.looped, self.parent.dir / runs.TRAINABLE, self.parent.groups)
-        self.engine.prepare(self.looped)   # last (fsdp2: the frozen layers outside the block sharded)
 
-    def _set_precision(self) -> None:
-        """Frozen weights to bf16 once (trained groups stay fp32) when the recipe asks and the hardware has it."""
-        used, self.precision_record = resolve_precision(self.recipe.train.precision, self.device)
-        self.precision_record["frozen_tensors_cast"] = runs.set_run_precision(self.looped, self.groups, used)
-        if self.progress and self.acc.is_main_process:
-            hw = self.precision_record["hardware"]
-            tqdm.write(f"precision: {used} ({hw['name']}; bf16 units: {', '.join(hw['bf16_units']) or 'none'}; "
-                       f"{self.precision_record['frozen_tensors_cast']} frozen tensors stored in bf16)"
-                       if used == "bf16" else f"precision: fp32 ({hw['name']})")
-        for p in self.looped.parameters():
-            p.requires_grad_(False)
-        self.frozen_hash = runs.base_sha256(self.looped.base)   # in the dtype the run keeps them
-
-    def _teacher(self):
-        """The frozen base for the preservation KL: the adapter switched off, or a frozen copy (full block)."""
-        if "lora" in self.groups:
-            return lambda: adapter_disabled(self.looped)
-        teacher = copy.deepcopy(self.looped).eval()
-        for p in teacher.parameters():
-            p.requires_grad_(False)
-        return teacher
-
-    def build_optimizer(self, kind: str) -> None:
-        """The main optimizer (every trained group but the halting head) or Stage 2's (head only), as the engine
-        steps it (`Engine.wrap`)."""
+    def build_optimizer(self, name: str) -> None:
+        """The optimizer `name` (a stage kind's, `StageKind.optimizer`), over the steps of every stage it steps,
+        as the engine steps it (`Engine.wrap`)."""
         if self.opt is not None:
             self.engine.release(self.opt)
-        for p in self.looped.parameters():
+        spec, looped = optimizer_named(name), self.looped
+        for p in looped.parameters():
             p.requires_grad_(False)
-        r = self.recipe
-        if kind == "halting":
-            h = r.halting
-            cfg = replace(r.optim, name="adamw", lr=h.lr, prelude_lr_mult=1.0, weight_decay=0.0)
-            self.opt, self.opt_names = make_optimizer(self.looped, ["halting"], cfg)
-            self._freeze_for_stage2()
-            steps = sum(s.steps for s in self.stages if s.kind == "halting")
-            factor = lr_factor(h.warmup_steps, steps, "cosine")
-        else:
-            main_groups = [g for g in self.groups if g != "halting"]
-            self.opt, self.opt_names = make_optimizer(self.looped, main_groups, r.optim)
-            check_prelude_group(self.opt, self.looped, r.optim.lr, r.optim.prelude_lr_mult)
-            factor = lr_factor(r.optim.warmup_steps, self.main_total, r.optim.schedule)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, factor)
+        self.opt, self.opt_names = spec.build(looped, self.built.groups, self.recipe)
+        if spec.frozen:   # the digest of everything it leaves frozen, checked unchanged by `finish`
+            self.state.frozen_sha256 = rundir.state_sha256(looped)
+        steps = sum(s.steps for s in self.stages if stage_kind(s.kind).optimizer.name == name)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, spec.schedule(self.recipe, steps))
         self.params = [p for g in self.opt.param_groups for p in g["params"]]
-        self.opt = self.engine.wrap(self.looped, self.opt, self.clip(kind))
-        self.state.optimizer = "halting" if kind == "halting" else "main"
-
-    def clip(self, kind: str) -> float:
-        """The gradient clipping norm of a stage kind's steps (0: none): Stage 2 clips the head at 1."""
-        return 1.0 if kind == "halting" else self.recipe.optim.grad_clip
-
-    def _freeze_for_stage2(self) -> None:
-        """Stage 2 (RecurTrace App. E): asserts only the halting head takes gradient, and records the digest of
-        everything else (base, block, re-entry, memory, LoRA), which `finish` checks is unchanged."""
-        moving = [n for n, p in self.looped.named_parameters() if p.requires_grad and not n.startswith("halting.")]
-        if moving:
-            raise WorkbenchError(f"Stage 2 must train the halting head alone; {moving[0]} takes gradient")
-        if not any(p.requires_grad for p in self.looped.halting.parameters()):
-            raise WorkbenchError("Stage 2 has no halting parameter to train")
-        self.state.stage2_frozen_sha256 = rundir.state_sha256(self.looped)
+        self.opt = self.engine.wrap(looped, self.opt, spec.clip(self.recipe))
+        self.state.optimizer = name
 
     # -------------------------------------------------------------- one step
     def stage_at(self, step: int) -> tuple[int, Stage, int]:
@@ -250,79 +148,41 @@ class Trainer:
             start += s.steps
         raise IndexError(step)
 
-    def rows(self, step: int, stage: Stage) -> list[dict]:
-        """The global batch of a step: fresh training rows from hashed seeds, the same on every rank."""
-        B, seed = self.recipe.optim.batch_size, self.recipe.seed
-        rng = random.Random(hashed_seed("depths", step, seed))
-        depths = rng.choices(stage.depths, weights=stage.depth_weights or None, k=B)
-        return [task_row(self.recipe.task.name, d, step * B + i, seed, split="train", **self.task_options)
-                for i, d in enumerate(depths)]
+    def kind_at(self, step: int) -> StageKind:
+        """The record of the stage kind trained at a global step."""
+        return stage_kind(self.stage_at(step)[1].kind)
 
-    def halting_cache(self, start: int, stage: Stage) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stage 2's offline sweep (`[halting] sweep` rows), computed once per stage and kept in memory.
-
-        The rows are the ones the online Stage 2 would draw at the stage's first steps (`rows`), so the
-        sweep is deterministic from the recipe and a resumed run rebuilds the same cache."""
-        if start in self._sweeps:
-            return self._sweeps[start]
-        h, B = self.recipe.halting, self.recipe.optim.batch_size
-        rows = [r for s in range(start, start + -(-h.sweep // B)) for r in self.rows(s, stage)][: h.sweep]
-        size = self.recipe.eval.batch_size
-        batches = (make_batch(rows[i:i + size], self.tok, device=self.device) for i in range(0, len(rows), size))
-        t0 = time.perf_counter()
-        # one process: the sweep is read from the cache when the same frozen model, rows and loops computed it before
-        # (a sweep of heads on one Stage 1 model, `workbench.train.sweep_cache`); several ranks compute their own
-        key = (sweep_cache.sweep_key(self.looped, rows, h.oracle_max, size,
-                                     json.dumps(self.precision_record, sort_keys=True, default=str), self.device)
-               if sweep_cache.enabled() and self.acc.num_processes == 1 else None)
-        cached = sweep_cache.read_sweep(key, len(rows), h.oracle_max) if key else None
-        if cached is not None:
-            losses, z = (t.to(self.device) for t in cached)
-        else:
-            was_training = self.looped.training
-            self.looped.eval()
-            with tqdm(total=len(rows), desc="oracle sweep", leave=False, dynamic_ncols=True,
-                      disable=not (self.progress and self.acc.is_main_process)) as bar:
-                losses, z = halting_sweep(self.looped, batches, h.oracle_max, progress=bar.update)
-            self.looped.train(was_training)
-            if key:
-                sweep_cache.write_sweep(key, losses, z)
-        labels = oracle_labels(losses, margin=h.margin, depth_cost=h.depth_cost)
-        target = (labels < 0.5).float().argmax(1) + 1
-        depths = sorted({r["depth"] for r in rows})
-        self._log({"kind": "halting_sweep", "step": start, "rows": len(rows), "loops": h.oracle_max,
-                   "seconds": round(time.perf_counter() - t0, 2), "cache": "off" if key is None else
-                   "read" if cached is not None else "written", "sweep_key": key,
-                   "continue_rate": [round(float(v), 4) for v in labels.mean(0)],
-                   "mean_target": round(float(target.float().mean()), 4),
-                   "mean_target_by_depth": {str(d): round(float(target[[r["depth"] == d for r in rows]]
-                                                                     .float().mean()), 4) for d in depths}})
-        self._sweeps[start] = (losses, z)
-        return losses, z
+    def context(self, kind: StageKind) -> StepContext:
+        """What a step of `kind` reads of the run beside its rows; the kind's own part built at its first step."""
+        if kind.context is not None and kind.name not in self.own:
+            self.own[kind.name] = kind.context(self.built, self._log, self.progress and self.acc.is_main_process)
+        r = self.recipe
+        return StepContext(r.seed, r.sampler, r.halting, self.acc.process_index, self.acc.num_processes,
+                           self.own.get(kind.name))
 
     def step(self, step: int) -> dict:
-        """Trains one step: the stage kind's loss (`STEPS`), gradients over ranks, checks, clip, update; returns
-        the step's metrics.jsonl record."""
+        """Trains one step: the stage kind's loss (its record's step), gradients over ranks, the checks the kind
+        takes, clip, update; returns the step's metrics.jsonl record."""
         _, stage, local = self.stage_at(step)
-        rows = self.rows(step, stage)
+        kind = stage_kind(stage.kind)
+        rows = self.built.data.rows(step, stage)
         x = StepInputs(step, local, stage, rows, rows[self.acc.process_index::self.acc.num_processes],
-                       stage.chain_weight_at(local), self.device, self.tok)
-        run = StepContext(self.recipe.seed, self.recipe.sampler, self.recipe.halting, self.acc.process_index,
-                          self.acc.num_processes, self.halting_cache)
+                       stage.chain_weight_at(local), self.device, self.built.tokenizer)
+        run = self.context(kind)
         self.opt.zero_grad(set_to_none=True)
-        out = STEPS[stage.kind](self.looped, x, run)
+        out = kind.step(self.looped, x, run)
         loss, loops, info = out.loss, out.loops, {"chain_weight": x.chain_weight, **out.info}
-        if self.teacher is not None and stage.kind != "halting":
-            kl = kl_to_base(self.looped, self._rehearsal(step), self.teacher)
+        if self.built.teacher is not None and kind.kl:
+            kl = kl_to_base(self.looped, self._rehearsal(step), self.built.teacher)
             info["kl_base"] = round(float(kl.detach()), 6)
             loss = loss + self.recipe.preserve.kl_weight * kl
         total_loss, squares = self.engine.backward(self.opt, loss, self.params, self.acc, self.device)
         if not torch.isfinite(total_loss):
             self._stop_non_finite(step, f"the loss is {float(total_loss)}")
-        if stage.kind != "halting" and loops >= 2 and "reentry" in self.groups:
+        if kind.liveness and loops >= 2 and "reentry" in self.built.groups:
             self._check_liveness(step, info, squares)
         lr = {g["name"]: g["lr"] for g in self.opt.param_groups}
-        update = self.engine.update(self.opt, self.params, self.opt_names, squares, self.clip(stage.kind))
+        update = self.engine.update(self.opt, self.params, self.opt_names, squares, kind.optimizer.clip(self.recipe))
         self.sched.step()
         bad = next((self._param_name(p) for p in self.params if not torch.isfinite(p).all()), None)
         if bad is not None:
@@ -345,7 +205,7 @@ class Trainer:
         """This step's rehearsal texts for the preservation KL (never the guardrail's template)."""
         p = self.recipe.preserve
         texts = rehearsal_texts(step, self.recipe.seed, p.rows, p.sources)
-        batch = rehearsal_batch(self.tok, texts, p.positions)
+        batch = rehearsal_batch(self.built.tokenizer, texts, p.positions)
         return {k: v.to(self.device) for k, v in batch.items()}
 
     def _check_liveness(self, step: int, info: dict, squares: dict | None = None) -> None:
@@ -402,9 +262,9 @@ class Trainer:
                    disable=not (self.progress and self.acc.is_main_process))
         step = start
         while step < self.total:
-            kind = "halting" if self.stage_at(step)[1].kind == "halting" else "main"
-            if self.state.optimizer != kind:
-                self.build_optimizer(kind)
+            optimizer = self.kind_at(step).optimizer.name
+            if self.state.optimizer != optimizer:
+                self.build_optimizer(optimizer)
             record = self.step(step)
             step += 1
             self.state.elapsed_s = time.perf_counter() - t0
@@ -414,7 +274,7 @@ class Trainer:
             if evaluated:
                 self._evaluate(step)
             g = self.recipe.guardrail
-            if g.enabled and (evaluated or (g.every and step % g.every == 0)):
+            if g.enabled and self.kind_at(step - 1).guardrail and (evaluated or (g.every and step % g.every == 0)):
                 if not self._check_guardrail(step):
                     bar.close()
                     return self._stop_by_guardrail(step)
@@ -439,15 +299,9 @@ class Trainer:
     def _evaluate(self, step: int) -> None:
         """Depth × loop active-label accuracy on the held-out rows, into metrics.jsonl (main process)."""
         if self.acc.is_main_process or self.engine.reads_on_every_rank:   # a sharded base all-gathers
-            kinds = self.recipe.kinds
-            dense = next((k for k in DENSE_KINDS if k in kinds), None)
-            past = self.recipe.sampler.max if "park" in kinds else None   # a park run: also read past d
-            matrix, frame = (evaluate_dense(self.looped, self.tok, self.heldout, dense, self.recipe.eval.batch_size)
-                             if dense else evaluate(self.looped, self.tok, self.heldout, self.recipe.eval.batch_size,
-                                                    answer_loops=self.recipe.sampler.max, past=past))
+            matrix, extra = self.built.evaluator.read(self.looped)
             cells = [v for row in matrix.values() for v in row.values()]
             self.latest_acc = f"{min(cells):.2f}/{sum(cells) / len(cells):.2f}"  # worst / mean cell
-            extra = park_reading(frame) if past is not None and reads_symbol(self.heldout[0]) else {}
             self._log({"kind": "eval", "step": step, "acc": matrix, "min_active": min(cells),
                        "mean_active": sum(cells) / len(cells), **extra})
         self.acc.wait_for_everyone()
@@ -456,8 +310,8 @@ class Trainer:
         """Scores the guardrail at loop 1 against the base; logs it; returns whether the run may go on."""
         passed = True
         if self.acc.is_main_process or self.engine.reads_on_every_rank:
-            now = read_guardrail(self.looped, self.tok)
-            passed, record = judge_guardrail(self.guardrail_base, now, self.recipe.guardrail.max_drop, step)
+            now = read_guardrail(self.looped, self.built.tokenizer)
+            passed, record = judge_guardrail(self.built.guardrail_base, now, self.recipe.guardrail.max_drop, step)
             self.latest_guardrail = f"{now.correct}/{now.total}"
             self._log(record)
         passed = any_rank(self.acc, passed, self.device)
@@ -478,19 +332,20 @@ class Trainer:
                                     {"status": STOPPED_BY_GUARDRAIL, "stopped_at_step": step,
                                      "last_passing_checkpoint": (None if last is None else "the initial state (step 0)"
                                                                  if last == 0 else f"checkpoints/step_{last}"),
-                                     "guardrail": self._guardrail_record(), "precision": self.precision_record,
+                                     "guardrail": self._guardrail_record(), "precision": self.built.precision_record,
                                      "device": self.device_record, "lineage": self.lineage,
                                      "wall_s": round(self.state.elapsed_s, 1)})
         self.acc.wait_for_everyone()
         return self._summary(step, finished=False)
 
     def _guardrail_record(self) -> dict | None:
-        return guardrail_provenance(self.guardrail_base, self.run_dir / runs.METRICS, self.recipe.guardrail.max_drop)
+        base = self.built.guardrail_base
+        return guardrail_provenance(base, self.run_dir / runs.METRICS, self.recipe.guardrail.max_drop)
 
     def _checkpoint(self, step: int) -> None:
         self.engine.before_save(self.opt, keep=self.acc.is_main_process)   # every rank; the main process saves
         if self.acc.is_main_process:
-            rundir.save_checkpoint(self.run_dir, step, self.looped, self.groups, self.opt, self.opt_names,
+            rundir.save_checkpoint(self.run_dir, step, self.looped, self.built.groups, self.opt, self.opt_names,
                                    self.sched, self.state.to_dict(), keep=self.recipe.checkpoint.keep,
                                    protect=self.state.last_passing_step)
         self.acc.wait_for_everyone()
@@ -498,7 +353,7 @@ class Trainer:
     def _load_checkpoint(self, ckpt: Path) -> dict:
         """Builds the optimizer the checkpoint was saved with and loads it; returns the state it stored."""
         self.build_optimizer(rundir.read_checkpoint_state(ckpt)["optimizer"])
-        return rundir.load_checkpoint(ckpt, self.looped, self.groups, self.opt, self.opt_names, self.sched)
+        return rundir.load_checkpoint(ckpt, self.looped, self.built.groups, self.opt, self.opt_names, self.sched)
 
     def _restore(self) -> int:
         """Loads the newest intact checkpoint (`resume.restore_newest`); drops metrics lines logged after it.
@@ -517,29 +372,30 @@ class Trainer:
         return step
 
     def finish(self) -> None:
-        """Writes the trained tensors and provenance; asserts a frozen base is bit-for-bit unchanged."""
-        base_unchanged = None
-        frozen = self.state.stage2_frozen_sha256
+        """Writes the trained tensors and provenance; asserts a frozen base is bit-for-bit unchanged, and what a
+        freezing optimizer froze (`Optimizer.frozen`) too."""
+        run, base_unchanged = self.built, None
+        frozen = self.state.frozen_sha256
         if frozen is not None and rundir.state_sha256(self.looped) != frozen:
-            raise WorkbenchError("Stage 2 moved a tensor outside the halting head (base, block, re-entry, memory "
-                                 "or LoRA changed after Stage 1)")
-        if "block" not in self.groups:
+            raise WorkbenchError(next(k.optimizer.freeze_message for k in map(stage_kind, self.recipe.kinds)
+                                      if k.optimizer.frozen))
+        if "block" not in run.groups:
             digest = runs.base_sha256(self.looped.base)
-            if digest != self.frozen_hash:
-                raise WorkbenchError(f"the base weights changed during a frozen-base run ({self.frozen_hash[:12]}... -> "
+            if digest != run.frozen_hash:
+                raise WorkbenchError(f"the base weights changed during a frozen-base run ({run.frozen_hash[:12]}... -> "
                                      f"{digest[:12]}...)")
             base_unchanged = True
         if self.acc.is_main_process:
             # A continued run writes only the tensors it changed and names its parent (`workbench.run_tensors`).
-            write_tensors(self.run_dir / runs.TRAINABLE, runs.trained_state(self.looped, self.groups),
-                          None if self.parent is None else self.parent.dir)
-            t, e = self.recipe.task, self.recipe.eval
+            write_tensors(self.run_dir / runs.TRAINABLE, runs.trained_state(self.looped, run.groups),
+                          None if run.parent is None else run.parent.dir)
+            t, e, heldout = self.recipe.task, self.recipe.eval, run.data.heldout
             manifests = {
-                "heldout": {"rows": len(self.heldout), "rows_sha256": rows_sha256(self.heldout),
-                            "row_ids_sha256": row_ids_sha256(self.heldout), "split": "test",
+                "heldout": {"rows": len(heldout), "rows_sha256": rows_sha256(heldout),
+                            "row_ids_sha256": row_ids_sha256(heldout), "split": "test",
                             "depths": e.depths, "per_depth": e.per_depth, "seed": e.seed},
                 "train": {"generator": f"workbench.tasks.task_row({t.name!r})", "split": "train",
-                          "alphabet": self.task_options.get("alphabet"),
+                          "alphabet": run.data.options.get("alphabet"),
                           "seed": self.recipe.seed, "rows": self.total * self.recipe.optim.batch_size},
             }
             rundir.write_provenance(self.run_dir, manifests, {"recipe": self.recipe.seed, "eval": e.seed},
@@ -550,7 +406,7 @@ class Trainer:
                                      "liveness": {"projections_step": self.state.live_projections,
                                                   "gate_step": self.state.live_gate},
                                      "stage2_frozen": None if frozen is None else True,
-                                     "status": "finished", "precision": self.precision_record,
+                                     "status": "finished", "precision": run.precision_record,
                                      "device": self.device_record, "engine": self.engine.record(),
                                      "guardrail": self._guardrail_record(), "lineage": self.lineage})
         self.acc.wait_for_everyone()
