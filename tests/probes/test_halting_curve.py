@@ -1,4 +1,4 @@
-"""The compute-accuracy curve on real probe output: a tiny Stage 1 + Stage 2 run, `workbench probe --only halting`,
+"""The compute-accuracy curve on real probe output: a tiny Stage 1 + halting-stage run, `workbench probe --only halting`,
 and the Plotly figure, the report and the paper figure's numbers checked against the tables the probe wrote."""
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ def test_the_report_and_the_paper_figure_carry_the_curve(results, tmp_path):
 
 
 def _head_run(looped, run_dir, pooling: str = "mean"):
-    """A finished Stage 2 run directory holding an ACT head for `looped` (its files and their provenance)."""
+    """A finished halting-stage run directory holding an ACT head for `looped` (its files and their provenance)."""
     run_dir.mkdir(exist_ok=True)
     groups = ["reentry", "memory", "halting"]
     state = {n: p.detach().clone().contiguous() for n, p in looped.named_parameters() if n.startswith(

@@ -174,8 +174,8 @@ def test_init_from_refuses_an_edited_parent(finished_run, write_recipe, tmp_path
         train(recipe, out=tmp_path / "child", progress=False)
 
 
-def test_stage2_adds_a_halting_head_to_a_parent_trained_without_one(finished_run, write_recipe, tmp_path):
-    """RecurTrace Stage 2 on a keeper: the parent's tensors load strictly, only the new head moves."""
+def test_the_halting_stage_adds_a_halting_head_to_a_parent_trained_without_one(finished_run, write_recipe, tmp_path):
+    """The halting stage (RecurTrace's Stage 2) on a keeper: the parent's tensors load strictly, only the new head moves."""
     recipe = write_recipe(init_from=str(finished_run), model={"halting": True, "halting_pooling": "last"},
                           halting={"oracle_max": 3},
                           stages=[{"name": "halt", "kind": "halting", "depths": [1, 2], "steps": 2}])
@@ -187,7 +187,7 @@ def test_stage2_adds_a_halting_head_to_a_parent_trained_without_one(finished_run
     assert all(torch.equal(child[k], parent[k]) for k in parent)
     (p,) = json.loads((out / "provenance.json").read_text())["lineage"]["parents"]
     assert p["halting_head_added"] is True
-    # a main-stage run may not change the retrofit: the head must come with Stage 2 alone
+    # a main-stage run may not change the retrofit: the head must come with the halting stage alone
     recipe = write_recipe("main.toml", init_from=str(finished_run), model={"halting": True},
                           stages=[{"name": "more", "depths": [1, 2], "steps": 1}])
     with pytest.raises(WorkbenchError, match="another retrofit .*halting"):

@@ -1,4 +1,4 @@
-"""A continued run stores what it trained (`workbench.run_tensors`): a Stage 2 head and its own child on a tiny
+"""A continued run stores what it trained (`workbench.run_tensors`): a halting-stage head and its own child on a tiny
 model write delta files naming their parents by path and digest, every loader resolves them, a missing or changed
 parent is one line naming both, and a whole (v1) run still loads beside them."""
 
@@ -21,19 +21,19 @@ from workbench.runs import PROVENANCE, TRAINABLE, export_run, load_run, verify_f
 
 ROOT = Path(__file__).resolve().parents[2]
 HEAD = {"halting.proj.weight", "halting.proj.bias"}
-STAGE2 = {"model": {"halting": True, "halting_pooling": "last"}, "halting": {"oracle_max": 3},
+HALTING_STAGE = {"model": {"halting": True, "halting_pooling": "last"}, "halting": {"oracle_max": 3},
           "stages": [{"name": "halt", "kind": "halting", "depths": [1, 2], "steps": 2}]}
 
 
 @pytest.fixture(scope="module")
 def family(tmp_path_factory):
-    """{"parent": a whole tiny run, "child": its Stage 2 head, "grandchild": a Stage 2 run continued from the head},
+    """{"parent": a whole tiny run, "child": its halting-stage head, "grandchild": a halting-stage run continued from the head},
     side by side in one directory (so a copy of it keeps their relative paths)."""
     from workbench.train.trainer import train
 
     root = tmp_path_factory.mktemp("family")
     runs = {}
-    for name, parent, extra in (("parent", None, {}), ("child", "parent", STAGE2), ("grandchild", "child", STAGE2)):
+    for name, parent, extra in (("parent", None, {}), ("child", "parent", HALTING_STAGE), ("grandchild", "child", HALTING_STAGE)):
         recipe = root / f"{name}.toml"
         recipe.write_text(tomli_w.dumps(merge(TINY_RECIPE, {**extra, "init_from": parent or ""})))
         train(recipe, out=root / name, progress=False)
@@ -45,7 +45,7 @@ def _recorded(run: Path) -> str:
     return json.loads((run / PROVENANCE).read_text())["files"][TRAINABLE]
 
 
-def test_a_stage2_head_writes_only_its_head_and_names_its_parent_by_path_and_digest(family):
+def test_a_halting_stage_head_writes_only_its_head_and_names_its_parent_by_path_and_digest(family):
     parent, child = family["parent"], family["child"]
     assert header(parent / TRAINABLE) == {}                       # no parent: a whole file, as v1 wrote it
     assert set(load_file(str(child / TRAINABLE))) == HEAD         # the parent's LoRA and bridge are not copied
@@ -110,7 +110,7 @@ def test_an_exported_delta_names_its_parent_from_its_new_place(family, tmp_path)
 
 
 def test_a_committed_whole_keeper_and_a_committed_delta_head_both_verify():
-    """One specimen of each format as committed: the keeper (whole, v1) and a Stage 2 head on it (delta)."""
+    """One specimen of each format as committed: the keeper (whole, v1) and a halting-stage head on it (delta)."""
     keeper, head = ROOT / "training" / "keepers" / "smollm2-chase", ROOT / "training" / "halting" / "keeper-oracle"
     assert header(keeper / TRAINABLE) == {} and header(head / TRAINABLE)["format"] == DELTA
     verify_files(keeper)

@@ -64,9 +64,9 @@ def test_a_dense_control_rereads_its_committed_final_answers(specimen, kind):
 
 @pytest.mark.specimen
 def test_the_halting_specimen_rereads_its_heads_continue_probabilities():
-    """The keeper's oracle-distilled head (Stage 2, committed tensors: the head, a delta on the keeper's adapter and bridge)
-    gives the committed continue probability at every loop on 16 rows, and the ACT / PonderNet runs hold the same
-    frozen model (only their heads differ)."""
+    """The keeper's oracle-distilled head (a halting-stage run, committed tensors: the head, a delta on the keeper's
+    adapter and bridge) gives the committed continue probability at every loop on 16 rows, and the ACT / PonderNet
+    runs hold the same frozen model (only their heads differ)."""
     from safetensors.torch import load_file
 
     from workbench.probes.common import read_final

@@ -1,7 +1,7 @@
 """Halting head (RecurTrace Sec. 3, App. E): a continue probability from a pooled loop state.
 
 `p_t = sigmoid(w . pool(h_t) + b)`, pooled over real prompt positions (mean by default,
-or the last real token). Stage 2 distills it from the loss-improvement oracle:
+or the last real token). The halting stage (RecurTrace's Stage 2) distills it from the loss-improvement oracle:
 `y_t = 1[min_{t' > t} L_t' < L_t - delta]`.
 """
 

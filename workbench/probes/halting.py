@@ -9,9 +9,9 @@ in the tables is measured: a threshold is never chosen on the rows it is reporte
 Methods (a row's answer is graded at the loop where it stops; T is the budget):
     fixed_k      every row stops at k, k = 1..T; the best k on the calibration rows is `chosen`;
     oracle       the first loop whose answer is right (loop 1 when none is): the upper bound at least compute;
-    head         the model's own head (Stage 2 distils it from oracle labels): the first t >= t_min with
+    head         the model's own head (the halting stage distils it from oracle labels): the first t >= t_min with
                  p_t < threshold (`workbench.loop.halting.halt_depth`);
-    <name>       each head of `heads` ({name: Stage 2 run directory on the same frozen model}), stopped by the
+    <name>       each head of `heads` ({name: halting-stage run directory on the same frozen model}), stopped by the
                  rule of its objective: oracle as `head`; act at the first t where the halting mass
                  sum_s (1 - p_s) >= threshold; pondernet where the CDF 1 - prod_s p_s >= threshold;
     confidence   the first t >= t_min whose answer confidence (`read_final`) >= threshold; it needs the
@@ -90,7 +90,7 @@ def run(model, tokenizer, rows: list[dict], loops: int | None = None, thresholds
             none).
         t_min: the floor of the threshold methods; floors: more floors, each adding `<method>+floor<f>` rows.
         select: how a threshold is chosen on the calibration rows ("likelihood" or "accuracy"; module doc).
-        heads: {method name: run directory} of more Stage 2 heads trained on the same frozen model.
+        heads: {method name: run directory} of more halting-stage heads trained on the same frozen model.
         calibration: share of each depth's rows used to choose thresholds (never reported).
     Raises:
         NotApplicable: the model has no halting head.
@@ -159,7 +159,7 @@ def choose(points: pd.DataFrame, select: str):
 
 
 def load_head(model, run_dir) -> tuple[torch.nn.Module, str]:
-    """Returns (a copy of the model's halting head holding a Stage 2 run's weights, that run's objective).
+    """Returns (a copy of the model's halting head holding a halting-stage run's weights, that run's objective).
 
     The run directory is read through its checks first, as `load_run` reads one: every file's SHA-256
     against provenance.json (`verify_files`; a delta file's parents resolved and checked) and the retrofit

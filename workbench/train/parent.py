@@ -46,7 +46,7 @@ def check_parent(parent: str, recipe_dir: Path, base_hash: str, config: Retrofit
         parent: the recipe's `init_from`.
         recipe_dir: the recipe file's directory (a relative `init_from` resolves there first).
         base_hash: `runs.base_sha256` of the child's base.
-        halting_only: every stage of the child is a halting stage. Stage 2 alone may add a halting head to a parent
+        halting_only: every stage of the child is a halting stage, which alone may add a halting head to a parent
             trained without one (RecurTrace App. E freezes everything else, so the parent's tensors load strictly
             and the head starts from its own init).
     Any child may add loop codes (`[model] loop_codes`) to a parent without them: the parent's tensors load

@@ -35,7 +35,7 @@ PACKAGES = ("torch", "transformers", "peft", "safetensors", "accelerate", "trans
 # ----------------------------------------------------------------------------- what is saved
 def state_sha256(looped: torch.nn.Module, skip: str = "halting.") -> str:
     """Returns `weights_sha256` of every tensor of the retrofit (base, block, re-entry, memory, LoRA) whose name
-    does not start with `skip`: Stage 2 asserts with it that only the halting head moved."""
+    does not start with `skip`: the halting stage asserts with it that only the halting head moved."""
     state = {k: v.reshape(1) if v.dim() == 0 else full(v)  # a scalar (injection's alpha) has no bytes view
              for k, v in looped.state_dict().items() if not k.startswith(skip)}
     return weights_sha256(StateView(state))

@@ -95,8 +95,8 @@ class Zero2Optimizer:
             self.engine, self.zero, _, _ = deepspeed.initialize(model=holder, optimizer=optimizer, config=config)
 
     def close(self) -> None:
-        """Removes this engine's gradient hooks (DeepSpeed's and ours): a new optimizer replaces it (Stage 2's, or a
-        resume trying an older checkpoint), and two engines must not both reduce one tensor's gradient."""
+        """Removes this engine's gradient hooks (DeepSpeed's and ours): a new optimizer replaces it (the halting
+        stage's, or a resume trying an older checkpoint), and two engines must not both reduce one tensor's gradient."""
         for hook in self._hooks:
             hook.remove()
         self.engine.destroy()
