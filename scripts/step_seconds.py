@@ -35,7 +35,7 @@ def main(argv: list[str]) -> dict:
     recipe = Recipe.from_toml(args.recipe, args.overrides + QUIET)
     trainer = Trainer(recipe, Path(tempfile.mkdtemp()) / "run", progress=False)
     trainer.setup()
-    trainer.build_optimizer("halting" if recipe.stages[0].kind == "halting" else "main")
+    trainer.build_optimizer(trainer.kind_at(0).optimizer.name)   # the first stage kind's (`workbench.train.kinds`)
     walls, cpus, loops = [], [], []
     for step in range(args.steps + 1):
         wall, cpu = time.perf_counter(), time.process_time()
