@@ -116,7 +116,7 @@ def kinds() -> dict[str, StageKind]:
     if not _SHIPPED:
         _SHIPPED.extend(sorted(p.stem for p in STAGES.glob("*.py") if not p.stem.startswith("_")))
         for stem in _SHIPPED:
-            importlib.import_module(f"{__package__}.stages.{stem}")
+            importlib.import_module(f"workbench.train.stages.{stem}")   # loaded by name, as the probes are
     return dict(_KINDS)
 
 
