@@ -90,12 +90,12 @@ def test_every_writer_reaches_the_guard_before_any_work(monkeypatch, tmp_path):
 
     import importlib
 
-    for module in ("workbench.train.trainer", "workbench.probes.battery", "workbench.plots.export", "workbench.analysis.claims",
-                   "workbench.plots.report", "workbench.selection.stage1", "workbench.loop.identity", "workbench.tasks.manifest",
-                   "workbench.runs"):
+    for module in ("workbench.train.trainer", "workbench.train.build", "workbench.probes.battery", "workbench.plots.export",
+                   "workbench.analysis.claims", "workbench.plots.report", "workbench.selection.stage1",
+                   "workbench.loop.identity", "workbench.tasks.manifest", "workbench.runs"):
         importlib.import_module(module)  # imported before the patch: none binds the patched load_base for good
     monkeypatch.setattr(output_guard.Guard, "_decide", reached)
-    for module in ("workbench.models", "workbench.models.bases", "workbench.train.trainer", "workbench.runs"):
+    for module in ("workbench.models", "workbench.models.bases", "workbench.train.build", "workbench.runs"):
         monkeypatch.setattr(f"{module}.load_base", no_work)
     before = checksums(tmp_path)
     for name in writers:
@@ -730,9 +730,12 @@ def test_a_kind_written_in_place_outside_the_package_is_asked_when_handed_beside
 
 
 def _guard_state() -> dict[str, str]:
-    """{module.name: repr} of every value the output guard's modules hold, containers by their content."""
+    """{module.name: repr} of every value the output guard's modules hold, containers by their content (after a
+    collection: the held locks are weak values that earlier tests' guards leave to the collector)."""
+    import gc
     from collections.abc import Mapping
 
+    gc.collect()
     state = {}
     for name, module in sorted(sys.modules.items()):
         if name == "workbench.guard" or name.startswith("workbench.guard."):

@@ -46,9 +46,10 @@ from workbench.readers import read_json, read_toml
 from workbench.selection.ranking import agreement, cells_key, margin, order, summarize
 from workbench.selection.stage1 import split_texts, task_rows, window_ablation
 from workbench.tasks import build_rows
+from workbench.train.build import task_options
 from workbench.train.losses import make_batch
 from workbench.train.recipe import Recipe, apply_overrides, dumps
-from workbench.train.trainer import STOPPED_BY_GUARDRAIL, Trainer, task_options
+from workbench.train.trainer import STOPPED_BY_GUARDRAIL, Trainer
 
 DEFAULT_RECIPE = "smollm2_lora_chase"   # the keeper's curriculum: its first stages are the short recipe
 DEFAULT_STEPS = 200

@@ -38,7 +38,7 @@ from workbench.run_tensors import write_tensors
 from workbench.tasks.manifest import row_ids_sha256, rows_sha256
 from workbench.tasks.rehearsal import rehearsal_batch, rehearsal_texts
 from workbench.train import rundir
-from workbench.train.build import BuiltRun, build_run, task_options
+from workbench.train.build import BuiltRun, build_run
 from workbench.train.compiling import compile_limits
 from workbench.train.engine import Engine, make_engine
 from workbench.train.guardrail import guardrail_provenance, judge_guardrail, read_guardrail
@@ -50,7 +50,7 @@ from workbench.train.resume import TrainState, check_run_dir, keep_metrics_throu
 from workbench.train.sharding import any_rank, requested_engine
 from workbench.train.steps import StepContext, StepInputs
 
-__all__ = ["STOPPED_BY_GUARDRAIL", "Trainer", "task_options", "train"]   # task_options: block selection's rows
+__all__ = ["STOPPED_BY_GUARDRAIL", "Trainer", "train"]
 
 STOPPED_BY_GUARDRAIL = "stopped_by_guardrail"
 
