@@ -33,6 +33,28 @@ from workbench.loop.positions import last_real_token, position_ids
 from workbench.precision import autocast
 
 
+@dataclass(frozen=True)
+class LoopContext:
+    """What every layer of one forward shares, made once by `LoopedLM._context`: the base model's own.
+
+    x: [b, s, d] the token embeddings (the Prelude's input).
+    masks: layer i's attention mask at index i (full or sliding window, by the layer's type).
+    positions: [b, s] position ids, counted over real tokens.
+    rope: the rotary (cos, sin) tables of `positions`.
+    cache: the loop KV cache when decoding (`workbench.loop.cache`), which every layer is handed; else None.
+    """
+
+    x: torch.Tensor
+    masks: list
+    positions: torch.Tensor
+    rope: tuple
+    cache: LoopCache | None = None
+
+    def rows(self, pick) -> LoopContext:
+        """The context of the rows `pick` keeps (`_rows_picker`); the cache is not split."""
+        return LoopContext(pick(self.x), pick(self.masks), pick(self.positions), pick(self.rope), self.cache)
+
+
 @dataclass
 class LoopReadout:
     """What `LoopedLM.read` returns.
@@ -196,11 +218,12 @@ class LoopedLM(StrictHookNames, HookedRootModule):
         if not isinstance(loops, int) or not 1 <= loops <= self.max_loops:
             raise WorkbenchError(f"loops={loops!r} is outside 1..{self.max_loops} (this retrofit's max_loops)")
 
-    def _context(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cache: LoopCache | None = None):
+    def _context(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                 cache: LoopCache | None = None) -> LoopContext:
         """Embeddings, per-layer-type masks, position ids and rotary tables: the base model's own.
 
         With a `cache` (decoding), `input_ids` are the new tokens and `attention_mask` covers the cached ones too;
-        the ctx then carries the cache as a fifth element, which `_layer` hands to every layer."""
+        the context then carries the cache, which `_layer` hands to every layer."""
         if input_ids.dim() != 2 or 0 in input_ids.shape:
             raise WorkbenchError(f"input_ids of shape {tuple(input_ids.shape)} must be [batch >= 1, seq >= 1]")
         limit = self.config.max_position_embeddings
@@ -222,16 +245,14 @@ class LoopedLM(StrictHookNames, HookedRootModule):
         if "sliding_attention" in layer_types:
             masks["sliding_attention"] = create_sliding_window_causal_mask(**kw)
         rope = inner.rotary_emb(x, pos)
-        ctx = (x, [masks[layer_types[i]] for i in range(self.n_layers)], pos, rope)
-        return ctx if cache is None else (*ctx, cache)
+        return LoopContext(x, [masks[layer_types[i]] for i in range(self.n_layers)], pos, rope, cache)
 
-    def _layer(self, i: int, h: torch.Tensor, ctx, site: nn.Module | None = None) -> torch.Tensor:
+    def _layer(self, i: int, h: torch.Tensor, ctx: LoopContext, site: nn.Module | None = None) -> torch.Tensor:
         """Layer i on h; for a block layer, `site` (loop t's) hooks its attention pattern, attention output and
         MLP output, each only when hooked (so with no hook attached the call is the base layer's own)."""
-        _, masks, pos, rope, *cache = ctx
-        kw = dict(attention_mask=masks[i], position_ids=pos, position_embeddings=rope)
-        if cache:
-            kw["cache"] = cache[0]
+        kw = dict(attention_mask=ctx.masks[i], position_ids=ctx.positions, position_embeddings=ctx.rope)
+        if ctx.cache is not None:
+            kw["cache"] = ctx.cache
         if site is None:
             return self.layers[i](h, **kw)
         with contextlib.ExitStack() as stack:
@@ -240,7 +261,7 @@ class LoopedLM(StrictHookNames, HookedRootModule):
             stack.enter_context(component_hooks(self.layers[i], site))
             return self.layers[i](h, **kw)
 
-    def _coda(self, t: int, h: torch.Tensor, ctx) -> torch.Tensor:
+    def _coda(self, t: int, h: torch.Tensor, ctx: LoopContext) -> torch.Tensor:
         """Coda layers and the final norm on loop t's state: [b, s, d] -> [b, s, d]."""
         sites = self.loop[str(t)].coda
         for i in range(self.b, self.n_layers):
@@ -265,9 +286,9 @@ class LoopedLM(StrictHookNames, HookedRootModule):
             h = self._step(t, h, p, ctx, past)
             yield t, h, ctx
 
-    def _prelude(self, ctx) -> tuple[torch.Tensor, torch.Tensor]:
+    def _prelude(self, ctx: LoopContext) -> tuple[torch.Tensor, torch.Tensor]:
         """(h_0, p): the Prelude's output [b, s, d], twice (the state and the re-entry's anchor)."""
-        h = ctx[0]
+        h = ctx.x
         for i in range(self.a):
             h = self.prelude[str(i)].hook_resid_post(self._layer(i, h, ctx))
         p = self.hook_prelude(h)                                    # [b, s, d]
@@ -278,7 +299,7 @@ class LoopedLM(StrictHookNames, HookedRootModule):
         u = self.reentry(p, h)
         return u if self.loop_codes is None else self.loop_codes(t, u)
 
-    def _step(self, t: int, h: torch.Tensor, p: torch.Tensor, ctx, past: dict) -> torch.Tensor:
+    def _step(self, t: int, h: torch.Tensor, p: torch.Tensor, ctx: LoopContext, past: dict) -> torch.Tensor:
         """One loop: h_t = Block(u_t) from h_{t-1}, memory windows in `past` updated in place."""
         sites = self.loop[str(t)]
         h = sites.hook_input(h if t == 1 else self._reenter(t, p, h))
@@ -447,7 +468,7 @@ class LoopedLM(StrictHookNames, HookedRootModule):
             pick = (lambda x: x) if whole else _rows_picker(done, len(rows))
             gather = positions[rows[done]].unsqueeze(-1).expand(-1, -1, self.config.hidden_size)
             head = (unembed[rows[done]], None if bias is None else bias[rows[done]]) if per_row_head else (unembed, bias)
-            s = self._readout(t, pick(h), pick(ctx), gather, *head, exact_head)
+            s = self._readout(t, pick(h), ctx.rows(pick), gather, *head, exact_head)
             if scores is None:
                 scores = s.new_zeros((b, *s.shape[1:]))
             scores[rows[done]] = s
@@ -455,7 +476,7 @@ class LoopedLM(StrictHookNames, HookedRootModule):
             if whole:
                 break
             keep = _rows_picker((~stop).nonzero().squeeze(1), len(rows))
-            h, p, ctx, rows = keep(h), keep(p), keep(ctx), keep(rows)
+            h, p, ctx, rows = keep(h), keep(p), ctx.rows(keep), keep(rows)
             mask = keep(mask)
             past = {i: [tuple(keep(y) for y in x) for x in xs] for i, xs in past.items()}
         loops_used = self.hook_loops_used(loops_used)
