@@ -76,11 +76,12 @@ def load_looped(model: str, block: str, max_loops: int = 16, **options):
     The re-entry is at its identity init; its values do not change the cost of a pass. `options` go to
     `retrofit` (e.g. reentry="inject", memory=True, halting=True).
     """
+    from workbench.loop.config import Block, RetrofitConfig
     from workbench.loop.surgery import retrofit
     from workbench.models import load_base
 
     base, tok = load_base(model)
-    looped = retrofit(base, block, max_loops=max_loops, **options)
+    looped = retrofit(base, RetrofitConfig(Block.parse(block, "--block"), max_loops=max_loops, **options))
     looped.eval()
     for p in looped.parameters():
         p.requires_grad_(False)

@@ -114,7 +114,7 @@ def measure(name: str, cfg: dict, block, precision: str, T: int, seq_tokens: lis
     """Saved-for-backward bytes (and the wall time) of one real step on this CPU."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from workbench.loop.config import LoraSettings
+    from workbench.loop.config import Block, LoraSettings, RetrofitConfig
     from workbench.loop.surgery import retrofit
     from workbench.precision import apply_precision
 
@@ -123,8 +123,8 @@ def measure(name: str, cfg: dict, block, precision: str, T: int, seq_tokens: lis
     config._attn_implementation = "eager"
     torch.manual_seed(0)
     base = AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    looped = retrofit(base, block, reentry="bridge", max_loops=T,
-                      lora=LoraSettings(r=LORA_R, alpha=2 * LORA_R, dropout=0.0))
+    looped = retrofit(base, RetrofitConfig(Block(*block), reentry="bridge", max_loops=T,
+                                           lora=LoraSettings(r=LORA_R, alpha=2 * LORA_R, dropout=0.0)))
     for p in looped.parameters():
         p.requires_grad_(False)
     trained = [p for n, p in looped.named_parameters() if "lora_" in n or n.startswith("reentry.")]

@@ -43,12 +43,13 @@ TARGET_SHARE = 0.40
 
 def build(model: str, block: str, precision: str, max_loops: int):
     """The default recipe's architecture (LoRA r16 on block projections, bridge) at a precision."""
+    from workbench.loop.config import Block, RetrofitConfig
     from workbench.loop.surgery import attach_lora, retrofit
     from workbench.models import load_base
     from workbench.precision import apply_precision
 
     base, tok = load_base(model)
-    looped = retrofit(base, block, max_loops=max_loops)
+    looped = retrofit(base, RetrofitConfig(Block.parse(block, "--block"), max_loops=max_loops))
     torch.manual_seed(0)  # the same LoRA A draw in both copies
     attach_lora(looped, r=16, alpha=32)
     with torch.no_grad():  # non-zero B, as after training, so the LoRA path does real work

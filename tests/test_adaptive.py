@@ -5,6 +5,7 @@ import torch
 
 from tests.conftest import PROMPTS, perturb
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.halting import HaltPolicy, halt_depth
 from workbench.loop.identity import base_logits
 from workbench.loop.surgery import retrofit
@@ -16,7 +17,7 @@ T = 5
 def model(tiny, batch):
     """A perturbed inject + memory + halting retrofit (later loops differ from loop 1), with its base."""
     base, _ = tiny
-    looped = retrofit(base, (2, 4), reentry="inject", memory=True, halting=True, max_loops=T).eval()
+    looped = retrofit(base, RetrofitConfig(Block(2, 4), reentry="inject", memory=True, halting=True, max_loops=T)).eval()
     perturb(looped.reentry, 0.5, seed=1)
     perturb(looped.memory, 0.05, seed=2)
     perturb(looped.halting, 0.5, seed=3)
@@ -100,7 +101,7 @@ def test_adaptive_errors_name_what_was_given(model, batch, tiny):
         HaltPolicy(tau=0.5, min_loops=3, max_loops=2)
     with pytest.raises(WorkbenchError, match="loops=9 is outside 1..5"):
         looped.adaptive_read(batch.input_ids, batch.attention_mask, policy=HaltPolicy(tau=0.5, max_loops=9))
-    plain = retrofit(tiny[0], (2, 4), max_loops=3)
+    plain = retrofit(tiny[0], RetrofitConfig(Block(2, 4), max_loops=3))
     with pytest.raises(WorkbenchError, match="needs a halting head"):
         plain.adaptive_read(batch.input_ids, batch.attention_mask, policy=HaltPolicy(tau=0.5))
 

@@ -23,7 +23,7 @@ SURFACE = {
     "HaltPolicy", "hook_name", "loop_hook_names", "stack_loops", "build_rows", "read_manifest", "write_manifest",
     "read_rows", "read_answers", "train_recipe", "load_run", "resolve_run", "identity_report", "select_block", "probe",
     "probe_names", "load_battery", "run_battery", "load_results", "read_summary", "build_ledger", "WorkbenchError",
-    "lens", "read_user_rows", "generate",
+    "lens", "read_user_rows", "generate", "Block",
 }
 
 
@@ -85,19 +85,16 @@ def test_loading_a_run_does_not_import_the_trainer():
     assert wb.load_run.__name__ == "load_run"
 
 
-def test_retrofit_takes_the_block_as_a_keyword(tiny):
+def test_retrofit_takes_a_config_whose_block_is_a_block(tiny):
     base, _ = tiny
-    looped = wb.retrofit(base, block=(1, 3), reentry="inject")
-    assert looped.retrofit_config == wb.RetrofitConfig(block=(1, 3), reentry="inject")
-    with pytest.raises(wb.WorkbenchError, match="give the looped block"):
-        wb.retrofit(base, reentry="inject")
-    with pytest.raises(wb.WorkbenchError, match="given twice"):
-        wb.retrofit(base, (1, 3), block=(1, 3))
+    looped = wb.retrofit(base, wb.RetrofitConfig(wb.Block.parse("1:3"), reentry="inject"))
+    assert looped.retrofit_config == wb.RetrofitConfig(wb.Block(1, 3), reentry="inject")
+    assert (looped.a, looped.b) == wb.Block(1, 3)
 
 
 def test_probe_by_name_returns_the_probes_tables(tiny):
     base, tok = tiny
-    looped = wb.retrofit(base, block=(1, 3))
+    looped = wb.retrofit(base, wb.RetrofitConfig(wb.Block(1, 3)))
     rows = wb.build_rows("chase", [1, 2], per_depth=2, seed=0, alphabet=8, tokenizer=tok)
     tables = wb.probe("depth_matrix", looped, tok, rows, loops=3)
     assert set(tables) == {"depth_matrix", "depth_matrix__frontier"}

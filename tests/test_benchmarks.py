@@ -9,6 +9,8 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
+from workbench.loop.config import Block, RetrofitConfig
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
@@ -42,7 +44,7 @@ def test_analytic_flops_equal_torch_flop_counter(bench, tiny):
     common, flops, training_step = bench("common"), bench("flops"), bench("training_step")
     from workbench.loop.surgery import retrofit
 
-    looped = retrofit(tiny[0], (1, 4))
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4)))
     ids, mask, cand = common.chase_inputs(tiny[1], 2)
     s, (rows, seq) = flops.split_of(looped), ids.shape
     every = torch.arange(seq).unsqueeze(0).expand(rows, -1)

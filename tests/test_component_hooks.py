@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.conftest import PROMPTS, perturb
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.hooks import hook_name
 from workbench.loop.surgery import attach_lora, retrofit
 from workbench.models import load_base, load_looped
@@ -20,7 +21,7 @@ def _model(kind: str):
     """(looped, ids, mask, T): a left-padded batch and a pass count to run (the native count for native models)."""
     if kind == "retrofit":
         base, tok = load_base("tiny-llama")
-        looped = retrofit(base, (1, 4), max_loops=4)
+        looped = retrofit(base, RetrofitConfig(Block(1, 4), max_loops=4))
         perturb(looped.reentry)  # a trained-looking re-entry: later loops differ from loop 1
         T = 3
     else:
@@ -104,7 +105,8 @@ def test_cached_component_outputs_equal_an_independent_recording_at_every_loop(k
 
 def test_lora_wrapped_attention_is_hooked_too():
     base, tok = load_base("tiny-llama")
-    looped = attach_lora(retrofit(base, (1, 4), max_loops=3), init_lora_weights=False)  # LoRA inside self_attn
+    # LoRA inside self_attn
+    looped = attach_lora(retrofit(base, RetrofitConfig(Block(1, 4), max_loops=3)), init_lora_weights=False)
     perturb(looped.reentry)
     enc = tok(PROMPTS, return_tensors="pt", padding=True)
     ids, mask = enc["input_ids"], enc["attention_mask"]

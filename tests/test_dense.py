@@ -8,6 +8,7 @@ import time
 import torch
 
 from tests.conftest import perturb
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import attach_lora, retrofit
 from workbench.tasks.chase import chase_rows
 from workbench.tasks.reader import candidate_ids
@@ -27,7 +28,7 @@ from workbench.train.losses import make_batch
 
 def _model(tiny):
     base, tok = tiny
-    looped = attach_lora(retrofit(base, (1, 4)), r=4, alpha=8)
+    looped = attach_lora(retrofit(base, RetrofitConfig(Block(1, 4))), r=4, alpha=8)
     perturb(looped, scale=0.02, seed=1)   # LoRA B off zero, so the adapter changes loop 1
     return looped.eval(), tok
 

@@ -20,6 +20,7 @@ import torch
 from tests.conftest import PROMPTS, perturb
 from tests.training.conftest import TINY_RECIPE, merge
 from workbench.devicecheck import HOST, SIMULATED, DeviceCheck, checked_reduce
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.halting import HaltPolicy
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
@@ -128,7 +129,7 @@ def test_every_stage_kind_and_objective_trains_without_a_host_tensor(tmp_path, n
 @pytest.fixture
 def halting_model():
     base, tok = load_base("tiny-llama")
-    looped = retrofit(base, (2, 4), reentry="inject", memory=True, halting=True, max_loops=4).eval()
+    looped = retrofit(base, RetrofitConfig(Block(2, 4), reentry="inject", memory=True, halting=True, max_loops=4)).eval()
     perturb(looped.halting, 0.5, seed=3)
     return looped.to(SIMULATED), tok
 
@@ -153,7 +154,7 @@ def test_identity_and_block_selection_make_no_host_tensor():
     base, tok = load_base("tiny-llama")
     base.to(SIMULATED)
     with DeviceCheck() as check:
-        rows = identity_report(base, tok, (2, 4), loops=2)
+        rows = identity_report(base, tok, Block(2, 4), loops=2)
         sel = select_block(base, tok, texts=[f"{p} {i}" for i in range(4) for p in PROMPTS], window=2)
     check.assert_clean()
     assert max(r["max_abs_diff"] for r in rows) == 0.0 and sel.recommended

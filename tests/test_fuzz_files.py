@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tests.test_cli_errors import assert_clean_error, invoke, refresh_provenance
 from tests.test_fuzz import GOOD_ROW  # at the top: importing it inside a @given test nests its @given
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.models.gguf_header import read_header
 
 FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -252,7 +253,7 @@ def test_max_loops_is_refused_before_any_hook_is_allocated(max_loops):
 
     model, _ = load_base("tiny-llama")
     with pytest.raises(WorkbenchError) as exc:
-        retrofit(model, "1:3", max_loops=max_loops)
+        retrofit(model, RetrofitConfig(Block(1, 3), max_loops=max_loops))
     assert f"1..{MAX_LOOPS}" in str(exc.value)
 
 
@@ -275,7 +276,7 @@ def looped():
     from workbench.models import load_base
 
     model, tok = load_base("tiny-llama")
-    return retrofit(model, "2:4", max_loops=3).eval(), tok
+    return retrofit(model, RetrofitConfig(Block(2, 4), max_loops=3)).eval(), tok
 
 
 @FUZZ

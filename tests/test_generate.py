@@ -11,6 +11,7 @@ import torch
 import workbench as wb
 from tests.conftest import PROMPTS, perturb
 from tests.test_cli_errors import assert_clean_error, invoke
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.runs import load_model
@@ -33,14 +34,14 @@ def varied():
     """tiny-llama moved off its init (so greedy continuations vary) and a fresh retrofit of it on layers 2..3."""
     base, tok = load_base("tiny-llama")
     perturb(base, scale=0.1, seed=1)
-    return base, tok, retrofit(base, block=(2, 4))
+    return base, tok, retrofit(base, RetrofitConfig(Block(2, 4)))
 
 
 @pytest.fixture
 def looped_memory(tiny):
     """A perturbed retrofit of tiny-llama with re-entry, loop-time memory and loop codes all moved off init."""
     base, tok = tiny
-    looped = retrofit(base, block=(2, 4), reentry="bridge", memory=True, loop_codes=True)
+    looped = retrofit(base, RetrofitConfig(Block(2, 4), reentry="bridge", memory=True, loop_codes=True))
     for part in (looped.reentry, looped.memory, looped.loop_codes):
         perturb(part, scale=0.05)
     return looped, tok
@@ -64,7 +65,7 @@ def test_loop_1_of_a_fresh_retrofit_generates_what_the_base_generates(varied, ca
 @pytest.mark.slow
 def test_loop_1_of_a_fresh_retrofit_of_the_135m_model_generates_what_the_base_generates():
     base, tok = load_base("smollm2-135m-instruct")
-    looped = retrofit(base, block=(10, 16))
+    looped = retrofit(base, RetrofitConfig(Block(10, 16)))
     frame = wb.generate(looped, tok, PROMPTS, loops=[1, 4], max_new_tokens=16)
     expected = base_continuations(base, tok, PROMPTS, 16)
     assert frame[frame.loops == 1].tokens.tolist() == [until_eos(e, tok.eos_token_id) for e in expected]
@@ -168,7 +169,7 @@ def test_a_row_stops_at_the_end_of_sequence_token(varied):
 ])
 def test_bad_arguments_are_one_line_errors_before_any_model_work(tiny, monkeypatch, kwargs, fragment):
     base, tok = tiny
-    looped = retrofit(base, block=(2, 4))
+    looped = retrofit(base, RetrofitConfig(Block(2, 4)))
     monkeypatch.setattr(looped, "forward", lambda *a, **k: pytest.fail("the model ran"))
     args = dict(prompts=["A prompt"], loops=[1, 2], max_new_tokens=4) | kwargs
     with pytest.raises(wb.WorkbenchError, match=fragment):

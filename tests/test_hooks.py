@@ -9,6 +9,7 @@ import torch
 
 from tests.conftest import perturb
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.hooks import RETROFIT_SITES, SITES, hook_name, loop_hook_names, stack_loops
 from workbench.loop.surgery import retrofit
 
@@ -31,12 +32,12 @@ GOLDEN = [
 
 
 def test_golden_hook_names(tiny):
-    looped = retrofit(tiny[0], (2, 4), memory=True, halting=True, max_loops=2)
+    looped = retrofit(tiny[0], RetrofitConfig(Block(2, 4), memory=True, halting=True, max_loops=2))
     assert list(looped.hook_dict) == GOLDEN
 
 
 def test_hook_name_builds_every_name_the_model_has(tiny):
-    looped = retrofit(tiny[0], (2, 4), memory=True, halting=True, max_loops=2)
+    looped = retrofit(tiny[0], RetrofitConfig(Block(2, 4), memory=True, halting=True, max_loops=2))
     layers = {"prelude_resid": range(0, 2), "memory": range(2, 4), "pattern": range(2, 4), "attn_out": range(2, 4),
               "mlp_out": range(2, 4), "block_resid": range(2, 4), "coda_resid": range(4, 6)}
     built = set()
@@ -64,7 +65,7 @@ def test_hook_name_errors_say_what_the_site_takes(args, message):
 
 
 def test_stack_loops_stacks_one_site_over_loops(tiny, batch):
-    looped = retrofit(tiny[0], (1, 4))
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4)))
     perturb(looped.reentry)
     _, cache = looped.run_with_cache(batch.input_ids, attention_mask=batch.attention_mask, loops=3,
                                      names_filter=loop_hook_names("block_resid", 3, 2) + loop_hook_names("state", 2))
@@ -77,13 +78,13 @@ def test_stack_loops_stacks_one_site_over_loops(tiny, batch):
 
 
 def test_hook_names_without_optional_parts(tiny):
-    looped = retrofit(tiny[0], (2, 4), max_loops=2)
+    looped = retrofit(tiny[0], RetrofitConfig(Block(2, 4), max_loops=2))
     assert list(looped.hook_dict) == [n for n in GOLDEN if ".memory." not in n and ".halt." not in n
                                       and n != "hook_loops_used"]
 
 
 def test_run_with_cache_keeps_every_loop(tiny, batch):
-    looped = retrofit(tiny[0], (1, 4), memory=True)
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4), memory=True))
     perturb(looped.reentry)
     _, cache = looped.run_with_cache(batch.input_ids, attention_mask=batch.attention_mask, loops=3,
                                      names_filter=lambda n: n.endswith("hook_state") or n.endswith("memory.hook_out"))
@@ -95,7 +96,7 @@ def test_run_with_cache_keeps_every_loop(tiny, batch):
 
 
 def test_patch_at_loop2_changes_later_loops_only(tiny, batch):
-    looped = retrofit(tiny[0], (1, 4))
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4)))
     perturb(looped.reentry)
     ids, mask = batch.input_ids, batch.attention_mask
     clean = looped.read(ids, mask, loops=3)
@@ -110,7 +111,7 @@ def test_patch_at_loop2_changes_later_loops_only(tiny, batch):
 
 
 def test_pattern_hook_reads_probabilities_and_patches(tiny, batch):
-    looped = retrofit(tiny[0], (1, 4))
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4)))
     ids, mask = batch.input_ids, batch.attention_mask
     plain = looped(ids, mask, loops=2).logits
     name = "loop.2.block.2.attn.hook_pattern"
@@ -131,7 +132,7 @@ def test_pattern_hook_reads_probabilities_and_patches(tiny, batch):
 def test_nnsight_reads_and_patches_per_loop_state(tiny, batch):
     from nnsight import NNsight
 
-    looped = retrofit(tiny[0], (1, 4))
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4)))
     perturb(looped.reentry)
     ids = batch.input_ids[:1]
     ref = looped.read(ids, loops=3, return_states=True)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from tests.conftest import PROMPTS, TINY
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.identity import base_logits, identity_report, max_abs_diff
 from workbench.loop.surgery import attach_lora, retrofit
 from workbench.models import load_base
@@ -13,7 +14,7 @@ from workbench.models import load_base
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 def test_loop1_identity_every_design(spec, attn):
     base, tok = load_base(spec, attn_implementation=attn)
-    rows = identity_report(base, tok, (1, 4), loops=3)
+    rows = identity_report(base, tok, Block(1, 4), loops=3)
     assert len(rows) == 8  # 2 designs x memory on/off x LoRA on/off
     assert {(r["reentry"], r["memory"], r["lora"]) for r in rows} == {
         (d, m, lora) for d in ("bridge", "inject") for m in (False, True) for lora in (False, True)
@@ -26,7 +27,7 @@ def test_identity_detects_a_changed_block(tiny):
     base, tok = tiny
     enc = tok(PROMPTS, return_tensors="pt", padding=True)
     ref = base_logits(base, enc.input_ids, enc.attention_mask)
-    looped = attach_lora(retrofit(base, (1, 4)), init_lora_weights=False)
+    looped = attach_lora(retrofit(base, RetrofitConfig(Block(1, 4))), init_lora_weights=False)
     for name, p in base.named_parameters():
         if "lora_B" in name:
             torch.nn.init.normal_(p, std=0.5)
@@ -35,7 +36,7 @@ def test_identity_detects_a_changed_block(tiny):
 
 def test_left_padded_batch_matches_unpadded_rows(tiny, batch):
     base, tok = tiny
-    looped = retrofit(base, (2, 5), reentry="bridge")
+    looped = retrofit(base, RetrofitConfig(Block(2, 5), reentry="bridge"))
     with torch.no_grad():
         padded = looped(batch.input_ids, batch.attention_mask, loops=1).logits
         for i, prompt in enumerate(PROMPTS):
@@ -49,7 +50,7 @@ def test_left_padded_batch_matches_unpadded_rows(tiny, batch):
 
 def test_shares_base_weights_not_copies(tiny):
     base, _ = tiny
-    looped = retrofit(base, (1, 4))
+    looped = retrofit(base, RetrofitConfig(Block(1, 4)))
     assert looped.base is base
     assert looped.layers[2].mlp.up_proj.weight.data_ptr() == base.model.layers[2].mlp.up_proj.weight.data_ptr()
     base_ptrs = {p.data_ptr() for p in base.parameters()}
@@ -60,12 +61,12 @@ def test_shares_base_weights_not_copies(tiny):
 @pytest.mark.slow
 def test_smollm2_identity_block_10_16():
     base, tok = load_base("smollm2-135m-instruct")
-    rows = identity_report(base, tok, (10, 16), loops=2)
+    rows = identity_report(base, tok, Block(10, 16), loops=2)
     assert [r["max_abs_diff"] for r in rows] == [0.0] * 8
 
 
 @pytest.mark.slow
 def test_smollm2_identity_sdpa():
     base, tok = load_base("smollm2-135m-instruct", attn_implementation="sdpa")
-    rows = identity_report(base, tok, (10, 16), loops=2, lora=False)
+    rows = identity_report(base, tok, Block(10, 16), loops=2, lora=False)
     assert [r["max_abs_diff"] for r in rows] == [0.0] * 4

@@ -16,6 +16,7 @@ from tests.conftest import perturb
 from tests.test_cli_errors import invoke  # the in-process CLI runner
 from workbench.errors import WorkbenchError
 from workbench.lenses import fit_tuned_lens, lens, load_tuned_lens, save_tuned_lens
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base, load_looped
 
@@ -26,7 +27,7 @@ PROMPTS = ["The capital of France is", "A -> C\nB -> A\nC -> B\nStart at A. Appl
 @pytest.fixture(scope="module")
 def looped():
     base, tok = load_base("tiny-llama")
-    m = retrofit(base, block=(2, 4), reentry="bridge", max_loops=6)
+    m = retrofit(base, RetrofitConfig(Block(2, 4), reentry="bridge", max_loops=6))
     perturb(m.reentry, scale=0.5)   # later loops differ from loop 1
     m.eval()
     return m, tok
@@ -76,7 +77,7 @@ def test_coda_lens_at_the_last_loop_is_transformers_output_on_native_models(name
 
 def test_raw_equals_coda_without_coda_layers_and_differs_with_them():
     base, tok = load_base("tiny-llama")
-    m = retrofit(base, block=(2, base.config.num_hidden_layers), max_loops=3)   # the Coda is the final norm only
+    m = retrofit(base, RetrofitConfig(Block(2, base.config.num_hidden_layers), max_loops=3))   # the Coda is the final norm only
     perturb(m.reentry, scale=0.5)
     frame = lens(m, tok, PROMPTS[:2], loops=3)
     coda = frame[frame.lens == "coda"].reset_index(drop=True)
@@ -84,7 +85,7 @@ def test_raw_equals_coda_without_coda_layers_and_differs_with_them():
     assert list(coda.token_id) == list(raw.token_id)
     np.testing.assert_allclose(coda.prob, raw.prob, atol=1e-9)
     base2, _ = load_base("tiny-llama")
-    with_coda = lens(retrofit(base2, block=(1, 3), max_loops=3), tok, PROMPTS[0], loops=3)
+    with_coda = lens(retrofit(base2, RetrofitConfig(Block(1, 3), max_loops=3)), tok, PROMPTS[0], loops=3)
     a, b = (with_coda[(with_coda.lens == n) & (with_coda.kind == "top")].prob.values for n in ("coda", "raw"))
     assert np.abs(a - b).max() > 1e-6
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from workbench.loop.config import Block
 from workbench.models.looped import CAPABILITIES, LoopedModel, lacking
 from workbench.models.native import FAMILIES
 from workbench.models.native.contract import NativeLoopedLM
@@ -25,7 +26,7 @@ def models():
     from workbench.models import load_base, load_looped
 
     base, _ = load_base("tiny-llama")
-    return {"retrofit": retrofit(base, RetrofitConfig(block=(2, 4), max_loops=4)),
+    return {"retrofit": retrofit(base, RetrofitConfig(block=Block(2, 4), max_loops=4)),
             "tiny-inkling2-loop": load_looped("tiny-inkling2-loop")[0],
             "tiny-hrm-text": load_looped("tiny-hrm-text")[0], "tiny-ouro": load_looped("tiny-ouro")[0]}
 

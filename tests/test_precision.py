@@ -7,6 +7,7 @@ import torch
 
 from workbench import precision as P
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import attach_lora, retrofit
 from workbench.models import load_base
 
@@ -15,7 +16,7 @@ from workbench.models import load_base
 def tiny():
     torch.manual_seed(0)
     base, tok = load_base("tiny-llama")
-    looped = retrofit(base, (1, 3), max_loops=3)
+    looped = retrofit(base, RetrofitConfig(Block(1, 3), max_loops=3))
     attach_lora(looped, r=4, alpha=8)
     return looped, tok
 

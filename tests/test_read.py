@@ -5,12 +5,13 @@ import torch
 
 from tests.conftest import perturb
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import retrofit
 
 
 @pytest.mark.parametrize("design,memory", [("bridge", False), ("inject", True)])
 def test_one_pass_equals_separate_runs_at_each_depth(tiny, batch, design, memory):
-    looped = retrofit(tiny[0], (1, 4), reentry=design, memory=memory)
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4), reentry=design, memory=memory))
     perturb(looped.reentry)
     if memory:
         perturb(looped.memory)
@@ -30,7 +31,7 @@ def test_one_pass_equals_separate_runs_at_each_depth(tiny, batch, design, memory
 
 def test_default_position_is_last_real_token(tiny):
     base, tok = tiny
-    looped = retrofit(base, (1, 4))
+    looped = retrofit(base, RetrofitConfig(Block(1, 4)))
     left = tok(["a b c", "a"], return_tensors="pt", padding=True)
     assert looped.read(left.input_ids, left.attention_mask).positions.squeeze(-1).tolist() == [2, 2]
     tok.padding_side = "right"
@@ -39,7 +40,7 @@ def test_default_position_is_last_real_token(tiny):
 
 
 def test_per_row_candidates_and_positions(tiny, batch):
-    looped = retrofit(tiny[0], (1, 4))
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4)))
     ids, mask = batch.input_ids, batch.attention_mask
     full = looped.read(ids, mask, loops=2, positions=torch.tensor([[5, 9]] * 3))
     per_row = torch.tensor([[1, 2], [3, 4], [5, 6]])
@@ -50,7 +51,7 @@ def test_per_row_candidates_and_positions(tiny, batch):
 
 
 def test_readout_memory_grows_with_candidates_not_vocab(tiny, batch):
-    looped = retrofit(tiny[0], (1, 4))
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4)))
     ids, mask = batch.input_ids, batch.attention_mask
     small = looped.read(ids, mask, loops=4, candidates=torch.arange(8))
     vocab = looped.read(ids, mask, loops=4)
@@ -62,13 +63,13 @@ def test_readout_memory_grows_with_candidates_not_vocab(tiny, batch):
 
 @pytest.mark.parametrize("loops", [0, 17, -1, 2.5])
 def test_loops_out_of_range_is_an_error(tiny, batch, loops):
-    looped = retrofit(tiny[0], (1, 4), max_loops=16)
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4), max_loops=16))
     with pytest.raises(WorkbenchError, match="outside 1..16"):
         looped.read(batch.input_ids, batch.attention_mask, loops=loops)
 
 
 def test_bad_positions_and_candidates(tiny, batch):
-    looped = retrofit(tiny[0], (1, 4))
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4)))
     with pytest.raises(WorkbenchError, match="positions"):
         looped.read(batch.input_ids, batch.attention_mask, positions=torch.tensor([[999]] * 3))
     with pytest.raises(WorkbenchError, match="candidate"):
@@ -76,6 +77,6 @@ def test_bad_positions_and_candidates(tiny, batch):
 
 
 def test_forward_rejects_unknown_keywords(tiny, batch):
-    looped = retrofit(tiny[0], (1, 4))
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4)))
     with pytest.raises(TypeError):
         looped(batch.input_ids, batch.attention_mask, loops=2, max_loop=3)

@@ -15,6 +15,7 @@ import workbench.selection.stage1 as selection
 from workbench.commands.select_block import SELECTION_HTML, SELECTION_JSON
 from workbench.commands.select_block import select_block as select_block_command
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.positions import last_real_token, position_ids
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
@@ -77,7 +78,7 @@ def _reference_curve(model, tok, texts):
     Also returns, per text, the last value as HF's `output_hidden_states` would give it.
     """
     L = len(model.model.layers)
-    looped = retrofit(model, (L - 1, L), max_loops=1)
+    looped = retrofit(model, RetrofitConfig(Block(L - 1, L), max_loops=1))
     rows, normed = [], []
     for text in texts:
         enc = tok(text, return_tensors="pt")
@@ -189,7 +190,7 @@ def test_window_ablation_ranks_windows_by_damage(tiny_ro):
         assert w["loss_loop1"] == pytest.approx(hf_loss, rel=1e-5)
         assert w["damage"] == pytest.approx(w["loss_increase"] / w["loss_loop1"] + w["accuracy_drop"])
         assert w["loss_loop2"] != w["loss_loop1"]  # applying the window twice changes something
-    looped = retrofit(model, (2, 4), max_loops=2)
+    looped = retrofit(model, RetrofitConfig(Block(2, 4), max_loops=2))
     batches = [tok(TEXTS[:4], return_tensors="pt", padding=True)]
     loop2 = next(w for w in ranked if w["block"] == [2, 4])["loss_loop2"]
     assert next_token_loss(looped, batches, loops=2) == pytest.approx(loop2, rel=1e-6)

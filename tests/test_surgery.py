@@ -10,7 +10,7 @@ import torch
 
 from tests.conftest import perturb
 from workbench.errors import WorkbenchError
-from workbench.loop.config import LoraSettings, RetrofitConfig, parse_block
+from workbench.loop.config import Block, LoraSettings, RetrofitConfig
 from workbench.loop.halting import HaltingHead, halt_depth, oracle_labels
 from workbench.loop.memory import alibi_slopes
 from workbench.loop.reentry import AdditiveInjection, SplitBridge
@@ -19,35 +19,48 @@ from workbench.loop.surgery import attach_lora, parameter_report, retrofit
 KEEPER = Path(__file__).resolve().parents[1] / "training" / "keepers" / "smollm2-chase"
 
 
-@pytest.mark.parametrize("block", [(-1, 3), (3, 3), (4, 2), (0, 7), "2:9", "x:3", "5"])
+@pytest.mark.parametrize("block", [(-1, 3), (3, 3), (4, 2), (0, 7), (2, 9)])
 def test_invalid_blocks_are_errors(tiny, block):
-    with pytest.raises(WorkbenchError, match="block"):
-        retrofit(tiny[0], block)
+    with pytest.raises(WorkbenchError, match=rf"block {block[0]}:{block[1]} is invalid .* need 0 <= a < b <= 6"):
+        retrofit(tiny[0], RetrofitConfig(Block(*block)))
+
+
+@pytest.mark.parametrize("text", ["x:3", "5", "1-3", "2:", ":4", "1:2:3"])
+def test_a_block_is_read_from_a_string_only_by_parse(text):
+    with pytest.raises(WorkbenchError, match=f"block '{text}' is not of the form A:B"):
+        Block.parse(text)
+    with pytest.raises(WorkbenchError, match="give a Block"):   # the string is read at the edges, not by the config
+        RetrofitConfig(block="2:4")
+
+
+def test_retrofit_takes_one_call_shape(tiny):
+    with pytest.raises(WorkbenchError, match="not a RetrofitConfig"):
+        retrofit(tiny[0], Block(1, 3))
+    with pytest.raises(TypeError):
+        retrofit(tiny[0], RetrofitConfig(Block(1, 3)), memory=True)
 
 
 def test_block_edges_are_valid(tiny):
-    assert retrofit(tiny[0], (0, 6)).n_layers == 6
-    assert parse_block("10:16") == (10, 16)
+    assert retrofit(tiny[0], RetrofitConfig(Block(0, 6))).n_layers == 6
+    assert Block.parse("10:16") == Block(10, 16) == (10, 16) and str(Block(10, 16)) == "10:16"
 
 
 def test_the_model_declares_its_retrofit_config(tiny):
-    config = RetrofitConfig(block="1:4", reentry="inject", memory=True, max_loops=5, halting=True)
+    config = RetrofitConfig(block=Block.parse("1:4"), reentry="inject", memory=True, max_loops=5, halting=True)
     looped = retrofit(tiny[0], config)
     assert looped.retrofit_config == config and config.block == (1, 4)
     assert (looped.a, looped.b, looped.max_loops, looped.memory_window) == (1, 4, 5, 3)
     assert looped.memory is not None and looped.halting is not None
-    keywords = retrofit(tiny[0], (1, 4), reentry="inject", memory=True, max_loops=5, halting=True)
-    assert keywords.retrofit_config == config  # the keyword convenience builds the same config
     attach_lora(looped, r=4, alpha=8)
     assert looped.retrofit_config == RetrofitConfig(**{**config.__dict__, "lora": LoraSettings(r=4, alpha=8)})
 
 
 def test_retrofit_config_round_trips_through_json(tiny):
-    config = RetrofitConfig(block=(2, 5), memory=True, lora=LoraSettings(r=4, targets=["q_proj", "v_proj"]))
+    config = RetrofitConfig(block=Block(2, 5), memory=True, lora=LoraSettings(r=4, targets=["q_proj", "v_proj"]))
     d = json.loads(json.dumps(config.to_dict()))
     assert d["block"] == [2, 5] and d["lora"] == {"r": 4, "alpha": 32, "dropout": 0.0, "targets": ["q_proj", "v_proj"]}
     assert RetrofitConfig.from_dict(d) == config
-    assert "lora" not in RetrofitConfig(block=(2, 5)).to_dict()
+    assert "lora" not in RetrofitConfig(block=Block(2, 5)).to_dict()
     rebuilt = retrofit(tiny[0], RetrofitConfig.from_dict(d))
     assert rebuilt.retrofit_config == config and rebuilt.retrofit_config.to_dict() == d
     assert sum("lora_" in n for n, _ in rebuilt.named_parameters()) == 2 * 2 * 3  # A, B x 2 targets x 3 layers
@@ -65,23 +78,17 @@ def test_the_keepers_recorded_settings_are_a_retrofit_config():
     ({"reentry": "bridge"}, "no 'block'"),
     ({"block": [1, 3], "lora": {"r": 4, "rank": 4}}, "unknown lora key 'rank'; accepted: r, alpha, dropout, targets"),
     ({"block": [1, 3], "max_loops": 0}, r"max_loops=0 must be an integer in 1\.\.64"),
-    ({"block": "1-3"}, "not of the form A:B"),
+    ({"block": "1-3"}, r"block '1-3' is not a pair of layer indices \[a, b\]"),
+    ({"block": [1, 3.0]}, "not a pair of layer indices"),
 ])
 def test_retrofit_config_errors_name_what_is_accepted(bad, message):
     with pytest.raises(WorkbenchError, match=message):
         RetrofitConfig.from_dict(bad)
 
 
-def test_retrofit_takes_a_config_or_keywords_not_both(tiny):
-    with pytest.raises(WorkbenchError, match="extra options"):
-        retrofit(tiny[0], RetrofitConfig(block=(1, 3)), memory=True)
-    with pytest.raises(WorkbenchError, match="unknown option 'loops'"):
-        retrofit(tiny[0], (1, 3), loops=4)
-
-
 def test_unknown_reentry_is_an_error(tiny):
     with pytest.raises(WorkbenchError, match="bridge, inject"):
-        retrofit(tiny[0], (1, 3), reentry="concat")
+        retrofit(tiny[0], RetrofitConfig(Block(1, 3), reentry="concat"))
 
 
 def test_split_bridge_is_an_identity_that_carries_gradient():
@@ -108,8 +115,8 @@ def test_loop_codes_leave_loop_1_exact_start_as_no_codes_and_are_live(tiny, batc
     """LoopCodes: loop 1 never sees a code; zero codes change no loop; each code run takes gradient at once."""
     base, _ = tiny
     ids, mask = batch["input_ids"], batch["attention_mask"]
-    plain = retrofit(base, (1, 3), max_loops=4)
-    coded = retrofit(base, (1, 3), max_loops=4, loop_codes=True)
+    plain = retrofit(base, RetrofitConfig(Block(1, 3), max_loops=4))
+    coded = retrofit(base, RetrofitConfig(Block(1, 3), max_loops=4, loop_codes=True))
     perturb(plain.reentry)                                       # loops 2+ differ from loop 1
     coded.reentry.load_state_dict(plain.reentry.state_dict())
     assert coded.loop_codes.codes.shape == (3, 64) and not coded.loop_codes.codes.any()
@@ -132,7 +139,7 @@ def test_loop_codes_leave_loop_1_exact_start_as_no_codes_and_are_live(tiny, batc
 
 
 def test_memory_initialisation_matches_recurtrace(tiny):
-    looped = retrofit(tiny[0], (1, 4), reentry="inject", memory=True)
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4), reentry="inject", memory=True))
     mem = looped.memory["2"]
     assert mem.n_heads == 4 and mem.head_dim * 4 == 32  # width d/2 for d = 64
     assert torch.allclose(mem.slopes, alibi_slopes(4)) and mem.slopes.tolist()[0] == 0.25
@@ -145,7 +152,7 @@ def test_memory_initialisation_matches_recurtrace(tiny):
 def test_parameter_report_counts(tiny):
     base, _ = tiny
     n_base = sum(p.numel() for p in base.parameters())  # tied embedding counted once
-    looped = retrofit(base, (1, 4), reentry="bridge")
+    looped = retrofit(base, RetrofitConfig(Block(1, 4), reentry="bridge"))
     rep = parameter_report(looped)
     d = 64
     bridge = 2 * d + d * d + (d * d + d) + 1  # LayerNorm, W_p, W_s with bias, gate (Sec. 3.5)
@@ -185,7 +192,7 @@ def test_oracle_labels_and_halt_depth():
 def test_memory_entries_computed_once_equal_the_stacked_window(tiny):
     """LoopedLM keeps each loop's keys and values in the window (`keys_values` once per write); reading them back
     through `attend` gives the update that `forward` computes from the stacked raw outputs."""
-    looped = retrofit(tiny[0], (1, 4), reentry="inject", memory=True)
+    looped = retrofit(tiny[0], RetrofitConfig(Block(1, 4), reentry="inject", memory=True))
     mem = looped.memory["2"]
     torch.manual_seed(0)
     with torch.no_grad():

@@ -22,6 +22,7 @@ from tests.test_cli_errors import assert_clean_error, invoke
 from tests.training.conftest import TINY_RECIPE, merge
 from workbench.defaults import OLD_SWEEP_TABLE
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.selection import window_sweep as ws
 
 SELECTION = {"model": "m", "n_layers": 30, "prelude_end": 2, "coda_start": 28, "window": 6, "recommended": [2, 8],
@@ -107,7 +108,7 @@ def tiny_looped():
 
     torch.manual_seed(0)
     base, tok = load_base("tiny-llama")
-    return retrofit(base, (1, 3), reentry="bridge", max_loops=4).eval(), tok
+    return retrofit(base, RetrofitConfig(Block(1, 3), reentry="bridge", max_loops=4)).eval(), tok
 
 
 # ----------------------------------------------------------------------------- the ranking rule

@@ -3,7 +3,7 @@
 The public API (`import workbench as wb`; docs/api.md lists every name with its signature):
 
     base, tok = wb.load_base("smollm2-135m-instruct")        # an HF directory, a .gguf, a tiny config
-    looped = wb.retrofit(base, block=(10, 16), reentry="bridge")
+    looped = wb.retrofit(base, wb.RetrofitConfig(wb.Block(10, 16), reentry="bridge"))
     looped, tok, info = wb.load_run("smollm2-chase")         # a trained run or a shipped keeper
     read = wb.read_rows(looped, tok, rows, loops=4)          # every loop's symbol scores, one forward
     wb.hook_name("state", 2)                                 # "loop.2.hook_state"
@@ -26,6 +26,7 @@ _EXPORTS: dict[str, str] = {
     # base models and the retrofit
     "load_base": "workbench.models",
     "load_looped": "workbench.models",  # native looped models (Inkling2Loop, HRM-Text)
+    "Block": "workbench.loop.config",
     "RetrofitConfig": "workbench.loop.config",
     "LoraSettings": "workbench.loop.config",
     "retrofit": "workbench.loop.surgery",
@@ -64,6 +65,7 @@ _EXPORTS: dict[str, str] = {
 }
 
 __all__ = [
+    "Block",
     "HaltPolicy",
     "LoopedLM",
     "LoraSettings",
@@ -121,7 +123,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load
     from workbench.api import probe, probe_names, train_recipe
     from workbench.errors import WorkbenchError
     from workbench.generation import generate
-    from workbench.loop.config import LoraSettings, RetrofitConfig
+    from workbench.loop.config import Block, LoraSettings, RetrofitConfig
     from workbench.loop.halting import HaltPolicy
     from workbench.loop.hooks import hook_name, loop_hook_names, stack_loops
     from workbench.loop.identity import identity_report

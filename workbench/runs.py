@@ -45,7 +45,7 @@ from workbench.defaults import EMBEDDED_DEFAULT, resolve_run, shipped_keepers
 from workbench.errors import WorkbenchError
 from workbench.guard import RUN_OUTPUT, WHOLE, OutputKind, guard_output  # noqa: F401  (RUN_OUTPUT: importers take it here)
 from workbench.io import sha256_bytes, sha256_file
-from workbench.loop.config import RetrofitConfig
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
 from workbench.models import TINY_CONFIGS, load_base, load_looped, weights_sha256
 from workbench.models.native import native_family, require_tokenizer
@@ -390,7 +390,7 @@ def _untrained(spec: str):
             raise WorkbenchError(f"--checkpoint '{spec}' is not untrained:RUN_DIR or untrained:BASE:A:B "
                                  f"(e.g. untrained:{EMBEDDED_DEFAULT}:10:16); shipped keepers (RUN_DIR by name): "
                                  f"{', '.join(shipped_keepers())}")
-        base, config = parts[0], RetrofitConfig(block=(int(parts[1]), int(parts[2])))
+        base, config = parts[0], RetrofitConfig(block=Block(int(parts[1]), int(parts[2])))
         dtype, attn = torch.float32, "eager"
     model, tok = load_base(base, dtype=dtype, attn_implementation=attn)
     looped = retrofit(model, config)  # a LoRA adapter is present with B = 0: it changes nothing

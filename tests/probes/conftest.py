@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base, load_tokenizer
 from workbench.tasks import build_rows
@@ -25,7 +26,7 @@ def rows(tok):
 def tiny_looped():
     """A fresh tiny-llama retrofit at block 2:4 (bridge at init: re-entry passes h through), and its tokenizer."""
     model, tok = load_base("tiny-llama")
-    looped = retrofit(model, "2:4", max_loops=10).eval()
+    looped = retrofit(model, RetrofitConfig(Block(2, 4), max_loops=10)).eval()
     for p in looped.parameters():
         p.requires_grad_(False)
     return looped, tok

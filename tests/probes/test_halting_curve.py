@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from tests.conftest import perturb
 from workbench.cli import app
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.plots import halting_figure
@@ -174,7 +175,8 @@ def _head_run(looped, run_dir, pooling: str = "mean"):
 
 
 def test_a_head_from_another_stage1_model_is_refused_and_a_matching_one_loads(tmp_path):
-    looped = retrofit(load_base("tiny-llama")[0], "2:4", reentry="inject", memory=True, halting=True, max_loops=3)
+    looped = retrofit(load_base("tiny-llama")[0], RetrofitConfig(Block(2, 4), reentry="inject", memory=True, halting=True,
+                                                            max_loops=3))
     state = _head_run(looped, tmp_path / "act")
     head, objective = load_head(looped, tmp_path / "act")
     assert objective == "act" and torch.equal(head.proj.bias, state["halting.proj.bias"])
@@ -190,7 +192,8 @@ def test_a_head_from_another_stage1_model_is_refused_and_a_matching_one_loads(tm
 
 def test_a_tampered_head_is_refused_by_the_run_directory_checks(tmp_path):
     """A head's tensors are read as `load_run` reads a run's: through provenance.json's hashes."""
-    looped = retrofit(load_base("tiny-llama")[0], "2:4", reentry="inject", memory=True, halting=True, max_loops=3)
+    looped = retrofit(load_base("tiny-llama")[0], RetrofitConfig(Block(2, 4), reentry="inject", memory=True, halting=True,
+                                                            max_loops=3))
     state = _head_run(looped, tmp_path)
     state["halting.proj.bias"] = state["halting.proj.bias"] * 100.0       # edited after the run finished
     save_tensors(tmp_path / TRAINABLE, state)
@@ -207,7 +210,7 @@ def test_a_tampered_head_is_refused_by_the_run_directory_checks(tmp_path):
                                            ({"t_min": 0}, "must lie in 1..3")])
 def test_a_bad_floor_or_selector_is_one_line(options, says, tok):
     from workbench.probes import halting
-    looped = retrofit(load_base("tiny-llama")[0], "2:4", reentry="inject", halting=True, max_loops=3)
+    looped = retrofit(load_base("tiny-llama")[0], RetrofitConfig(Block(2, 4), reentry="inject", halting=True, max_loops=3))
     rows = build_rows("chase", [1, 2], 4, 3, alphabet=4, tokenizer=tok)
     with pytest.raises(WorkbenchError, match=f"^halting: .*{says}"):
         halting.run(looped, tok, rows, loops=3, **options)

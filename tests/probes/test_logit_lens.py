@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import torch
 
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.probes import logit_lens
@@ -16,7 +17,7 @@ from workbench.tasks.reader import read_rows
 def no_coda():
     """A tiny retrofit whose block runs to the last layer: the Coda is empty, so coda lens == raw lens."""
     model, tok = load_base("tiny-llama")
-    return retrofit(model, "2:6", max_loops=6).eval(), tok
+    return retrofit(model, RetrofitConfig(Block(2, 6), max_loops=6)).eval(), tok
 
 
 def test_with_no_coda_the_raw_lens_is_the_coda_lens(no_coda, rows):

@@ -18,6 +18,7 @@ import torch
 
 from workbench.analysis.headlines.attribution import NOT_COMPARABLE
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.hooks import hook_name
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
@@ -33,7 +34,7 @@ def chase3(rows):
 
 def fresh(zero: bool):
     model, tok = load_base("tiny-llama")
-    looped = retrofit(model, "2:4", max_loops=8).eval()
+    looped = retrofit(model, RetrofitConfig(Block(2, 4), max_loops=8)).eval()
     for p in looped.parameters():
         p.requires_grad_(False)
     if zero:

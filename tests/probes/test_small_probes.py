@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from tests.executors import PerfectExecutor, parse_chase
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.looped import LoopReadout
 from workbench.loop.surgery import attach_lora, retrofit
 from workbench.models import load_base
@@ -52,7 +53,7 @@ def test_halting_is_not_applicable_without_a_head(tiny_looped, rows):
 
 def test_halting_on_a_tiny_retrofit_with_a_head(rows):
     model, tok = load_base("tiny-llama")
-    looped = retrofit(model, "2:4", halting=True, max_loops=6).eval()
+    looped = retrofit(model, RetrofitConfig(Block(2, 4), halting=True, max_loops=6)).eval()
     tables = halting.run(looped, tok, rows[::4], thresholds=(0.5,))
     assert set(tables["halting"]["method"]) == {"oracle", "fixed_k", "head", "confidence"}
     probs = tables["halting__rows"]["continue_prob"]
@@ -62,7 +63,7 @@ def test_halting_on_a_tiny_retrofit_with_a_head(rows):
 
 def test_identity_is_exact_until_the_block_changes(rows):
     model, tok = load_base("tiny-llama")
-    looped = retrofit(model, "2:4", max_loops=4).eval()
+    looped = retrofit(model, RetrofitConfig(Block(2, 4), max_loops=4)).eval()
     tables = identity.run(looped, tok, rows, base="tiny-llama", loops=1, n_rows=1, lora=False)
     f = tables["identity"]
     assert set(f["variant"]) == {"checkpoint_self", "checkpoint_vs_base", "fresh"} and set(f["adapter"]) == {"none"}
@@ -91,7 +92,7 @@ def test_identity_is_exact_until_the_block_changes(rows):
 def test_identity_with_an_adapter_on_and_off(rows):
     """A trained LoRA changes loop 1; disabled, loop 1 is the base again (the detachable adapter)."""
     model, tok = load_base("tiny-llama")
-    looped = attach_lora(retrofit(model, "2:4", max_loops=4), r=4, alpha=8).eval()
+    looped = attach_lora(retrofit(model, RetrofitConfig(Block(2, 4), max_loops=4)), r=4, alpha=8).eval()
     for p in looped.parameters():
         p.requires_grad_(False)
     tables = identity.run(looped, tok, rows, base="tiny-llama", loops=1, n_rows=1, fresh=False)

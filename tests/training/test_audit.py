@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import retrofit
 from workbench.tasks.chase import chase_row
 from workbench.train.audit import gradient_audit
@@ -12,7 +13,7 @@ from workbench.train.audit import gradient_audit
 @pytest.fixture
 def audit(tiny):
     model, tok = tiny
-    looped = retrofit(model, "2:4")
+    looped = retrofit(model, RetrofitConfig(Block(2, 4)))
     for p in looped.parameters():
         p.requires_grad_(False)
     for p in [*looped.reentry.parameters(), *looped.layers[2].parameters()]:

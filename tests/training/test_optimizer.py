@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import retrofit
 from workbench.tasks.chase import chase_row
 from workbench.train.losses import chain_loss, make_batch
@@ -28,7 +29,7 @@ def rows(tok, depths, seed=0):
 
 def test_prelude_projection_has_its_own_group_at_the_multiplied_rate(tiny):
     model, _ = tiny
-    looped = retrofit(model, "2:4")
+    looped = retrofit(model, RetrofitConfig(Block(2, 4)))
     opt, _ = make_optimizer(looped, ["block", "reentry"], OPTIM)
     groups = {g["name"]: g for g in opt.param_groups}
     assert set(groups) == {"block", "reentry", "prelude_proj"}
@@ -48,7 +49,7 @@ def test_prelude_projection_has_its_own_group_at_the_multiplied_rate(tiny):
 def test_the_optimizer_comes_with_the_parameter_names_of_its_groups(tiny, tmp_path):
     """make_optimizer returns each group's parameter names; a checkpoint stores them and refuses others on load."""
     model, _ = tiny
-    looped = retrofit(model, "2:4")
+    looped = retrofit(model, RetrofitConfig(Block(2, 4)))
     opt, names = make_optimizer(looped, ["block", "reentry"], OPTIM)
     by_id = {id(p): n for n, p in looped.named_parameters()}
     assert names == [[by_id[id(p)] for p in g["params"]] for g in opt.param_groups]
@@ -67,7 +68,7 @@ def test_the_optimizer_comes_with_the_parameter_names_of_its_groups(tiny, tmp_pa
 
 def test_a_multiplier_the_optimizer_cannot_honour_is_refused(tiny, write_recipe):
     model, _ = tiny
-    looped = retrofit(model, "2:4")
+    looped = retrofit(model, RetrofitConfig(Block(2, 4)))
     with pytest.raises(WorkbenchError, match="optim.name = 'sgd' with optim.prelude_lr_mult = 10.0"):
         make_optimizer(looped, ["block", "reentry"], replace(OPTIM, name="sgd"))
     opt, _ = make_optimizer(looped, ["block", "reentry"], replace(OPTIM, name="sgd", prelude_lr_mult=1.0))
@@ -79,7 +80,7 @@ def test_a_multiplier_the_optimizer_cannot_honour_is_refused(tiny, write_recipe)
 
 def test_bridge_liveness_projections_at_step_0_gate_after_step_1(tiny):
     model, tok = tiny
-    looped = retrofit(model, "2:4")
+    looped = retrofit(model, RetrofitConfig(Block(2, 4)))
     for p in looped.parameters():
         p.requires_grad_(False)
     opt, _ = make_optimizer(looped, ["reentry"], OPTIM)
@@ -96,7 +97,7 @@ def test_bridge_liveness_projections_at_step_0_gate_after_step_1(tiny):
 
 def test_injection_alpha_is_live_at_step_0(tiny):
     model, tok = tiny
-    looped = retrofit(model, "2:4", reentry="inject")
+    looped = retrofit(model, RetrofitConfig(Block(2, 4), reentry="inject"))
     chain_loss(looped, make_batch(rows(tok, [2, 2]), tok))[0].backward()
     assert liveness(looped)["alpha"] > 0
 

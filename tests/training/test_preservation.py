@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.run_tensors import read_tensors
 from workbench.runs import CHECKPOINTS, load_run, verify_files
 from workbench.tasks.guardrail import GUARDRAIL_VERSION, guardrail_rows
@@ -85,7 +86,7 @@ def tiny_lora():
 
     torch.manual_seed(0)
     base, tok = load_base("tiny-llama")
-    looped = retrofit(base, (1, 3), max_loops=3)
+    looped = retrofit(base, RetrofitConfig(Block(1, 3), max_loops=3))
     attach_lora(looped, r=4, alpha=8)
     return looped, tok
 

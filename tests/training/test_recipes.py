@@ -13,7 +13,7 @@ import pytest
 import tomllib
 
 from workbench.errors import WorkbenchError
-from workbench.loop.config import LoraSettings, RetrofitConfig
+from workbench.loop.config import Block, LoraSettings, RetrofitConfig
 from workbench.train.recipe import LoraTable, ModelTable, Recipe, Stage, dumps, known_keys, mirrored_keys
 
 REPO = Path(__file__).resolve().parents[2]
@@ -179,7 +179,7 @@ def test_to_dict_lists_every_key_in_declaration_order():
 def test_the_retrofit_keys_take_the_retrofit_defaults():
     """One default per architecture key: a recipe's [model] and [lora] defaults are RetrofitConfig's and LoraSettings'
     (max_loops apart, declared 8 once in the recipe: the loop count every committed run was trained at)."""
-    config, model, lora = RetrofitConfig(block=(1, 2)), ModelTable(), Recipe().lora
+    config, model, lora = RetrofitConfig(block=Block(1, 2)), ModelTable(), Recipe().lora
     shared = [f.name for f in fields(ModelTable) if f.name in {g.name for g in fields(RetrofitConfig)}]
     assert set(shared) == {"block", "reentry", "memory", "memory_window", "memory_heads", "halting",
                            "halting_pooling", "max_loops", "loop_codes"}
@@ -303,9 +303,9 @@ def test_the_trainer_maps_every_mirrored_key_to_the_retrofit():
     assert set(raw["model"]) == set(mirrored_keys("model")) and set(raw["lora"]) - {"enabled"} == set(
         mirrored_keys("lora"))
     config = retrofit_config(Recipe.from_dict(raw), (1, 3))
-    assert config == RetrofitConfig(block=(1, 3), **raw["model"], lora=LoraSettings(r=4, alpha=8, dropout=0.1))
+    assert config == RetrofitConfig(block=Block(1, 3), **raw["model"], lora=LoraSettings(r=4, alpha=8, dropout=0.1))
     assert retrofit_config(Recipe.from_dict({"stages": [{"depths": [1]}]}), (1, 3)) == RetrofitConfig(
-        block=(1, 3), max_loops=8)
+        block=Block(1, 3), max_loops=8)
 
 
 @pytest.mark.parametrize("raw, pattern", [

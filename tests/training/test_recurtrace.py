@@ -7,6 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.halting import oracle_labels
 from workbench.loop.surgery import retrofit
 from workbench.tasks.chase import chase_row
@@ -48,7 +49,7 @@ def test_oracle_labels_mark_continue_only_where_a_deeper_loop_gains_more_than_th
 @pytest.mark.parametrize("objective", ["oracle", "act", "pondernet"])
 def test_halting_objectives_train_only_the_head(tiny, objective):
     model, tok = tiny
-    looped = retrofit(model, "2:4", reentry="inject", memory=True, halting=True)
+    looped = retrofit(model, RetrofitConfig(Block(2, 4), reentry="inject", memory=True, halting=True))
     for p in looped.parameters():
         p.requires_grad_(False)
     for p in looped.halting.parameters():
@@ -67,7 +68,7 @@ def test_halting_objectives_train_only_the_head(tiny, objective):
 def test_the_offline_sweep_gives_the_loss_and_gradient_of_a_forward(tiny, objective):
     """The halting stage on the oracle sweep (App. E's precomputed oracle) is the online objective, not an approximation."""
     model, tok = tiny
-    looped = retrofit(model, "2:4", reentry="inject", memory=True, halting=True).eval()
+    looped = retrofit(model, RetrofitConfig(Block(2, 4), reentry="inject", memory=True, halting=True)).eval()
     for p in looped.parameters():
         p.requires_grad_(False)
     with torch.no_grad():

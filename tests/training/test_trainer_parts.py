@@ -14,7 +14,7 @@ import torch
 from tests.training.conftest import TINY_RECIPE
 from workbench import runs
 from workbench.errors import WorkbenchError
-from workbench.loop.config import RetrofitConfig
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.tasks.guardrail import GuardrailCounts
 from workbench.train import kinds
 from workbench.train.engine import make_engine
@@ -92,7 +92,7 @@ def test_reading_the_guardrail_keeps_the_model_in_training_mode(tiny):
     from workbench.loop.surgery import retrofit
 
     want = _battery_by_hand(tiny[0].eval(), tiny[1])   # loop 1 of a retrofit is its base
-    looped = retrofit(tiny[0], (2, 4)).train()
+    looped = retrofit(tiny[0], RetrofitConfig(Block(2, 4))).train()
     counts = read_guardrail(looped, tiny[1])
     assert looped.training and counts.total == 64
     assert counts.per_row == want and counts.correct == sum(want.values()) == 8   # the random tiny base: 8 of 64
@@ -204,7 +204,8 @@ def test_the_movement_is_measured_at_the_step_bit_for_bit(tiny, name):
     from workbench.loop.surgery import retrofit
 
     cfg = OptimTable(name=name, lr=1e-2, prelude_lr_mult=10.0 if name == "adamw" else 1.0, weight_decay=0.1)
-    models = [retrofit(tiny[0], (2, 4)), retrofit(__import__("copy").deepcopy(tiny[0]), (2, 4))]
+    models = [retrofit(tiny[0], RetrofitConfig(Block(2, 4))),
+              retrofit(__import__("copy").deepcopy(tiny[0]), RetrofitConfig(Block(2, 4)))]
     for m in models[1:]:
         m.load_state_dict(models[0].state_dict())
     opts = [make_optimizer(m, ["block", "reentry"], cfg)[0] for m in models]

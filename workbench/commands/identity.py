@@ -53,9 +53,12 @@ def identity(
         from workbench.errors import WorkbenchError
 
         raise WorkbenchError("identity needs --block A:B for a retrofit (the layers to loop)")
+    from workbench.loop.config import Block
+
+    layers = Block.parse(block, "--block")   # before the model loads
     ui.step(f"loading {model}")
     base, tok = load_base(model, attn_implementation=attn)
-    rows = identity_report(base.to(run_on), tok, block, loops=loops,   # base and retrofit on the same kernels
+    rows = identity_report(base.to(run_on), tok, layers, loops=loops,   # base and retrofit on the same kernels
                            progress=ui.progress)
     worst = max(r["max_abs_diff"] for r in rows)
     ui.result({"model": model, "block": block, "loops": loops, "prompts": len(IDENTITY_PROMPTS),

@@ -1,6 +1,7 @@
 """The looped model: a pretrained decoder split into Prelude / Block / Coda with the Block run T times.
 
-- `surgery`: `retrofit(base, block, ...)` builds a `LoopedLM` over the base's own weights;
+- `config`: `Block` (the looped layers) and `RetrofitConfig` (the whole architecture).
+- `surgery`: `retrofit(base, config)` builds a `LoopedLM` over the base's own weights;
   `attach_lora`, `parameter_groups`, `parameter_report`.
 - `looped`: `LoopedLM`, its forward, `read` (scores per loop at chosen positions) and the hook
   points of every site in every loop.

@@ -13,6 +13,7 @@ Trained tensors are not part of it: they load on top (`workbench.runs.load_run`)
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from typing import NamedTuple
 
 from workbench.errors import WorkbenchError
 
@@ -22,15 +23,27 @@ HALTING_POOLING = ("mean", "last")  # how the halting head pools the loop state 
 MAX_LOOPS = 64  # the most loops a retrofit allocates hook points for (as the identity check's bound)
 
 
-def parse_block(block: str | tuple[int, int] | list[int]) -> tuple[int, int]:
-    """Returns (a, b) from "A:B" or a pair."""
-    if isinstance(block, str):
-        parts = block.split(":")
-        if len(parts) != 2 or not all(p.strip().lstrip("-").isdigit() for p in parts):
-            raise WorkbenchError(f"block '{block}' is not of the form A:B (e.g. 10:16)")
-        return int(parts[0]), int(parts[1])
-    a, b = block
-    return int(a), int(b)
+class Block(NamedTuple):
+    """The looped layers start..end-1 of a decoder: `Block(10, 16)`, written "10:16" in a recipe or on the command
+    line (`Block.parse`, the one place the string is read). A pair, so `a, b = block` unpacks it."""
+
+    start: int
+    end: int
+
+    @classmethod
+    def parse(cls, text: str, name: str = "block") -> Block:
+        """Returns the block "A:B" names (layers A..B-1).
+
+        Raises:
+            WorkbenchError: not two integers around one colon; the message names the option (`name`).
+        """
+        lo, sep, hi = str(text).partition(":")
+        if not sep or not lo.strip().isdigit() or not hi.strip().isdigit():
+            raise WorkbenchError(f"{name} '{text}' is not of the form A:B (e.g. 10:16: layers 10..15 looped)")
+        return cls(int(lo), int(hi))
+
+    def __str__(self) -> str:
+        return f"{self.start}:{self.end}"
 
 
 @dataclass(frozen=True)
@@ -53,7 +66,7 @@ class LoraSettings:
 class RetrofitConfig:
     """A looped retrofit's architecture.
 
-    block: (a, b): layers a..b-1 are the looped Block ("a:b" is accepted).
+    block: the looped layers (`Block`; a run's retrofit.json holds it as [a, b], read back by `from_dict`).
     reentry: "bridge" (the retrofit paper's split bridge) or "inject" (RecurTrace's additive injection).
     memory, memory_window, memory_heads: Loop Memory Attention before each block layer.
     max_loops: hook points exist for loops 1..max_loops.
@@ -63,7 +76,7 @@ class RetrofitConfig:
     lora: the adapter on the block, or None.
     """
 
-    block: tuple[int, int]
+    block: Block
     reentry: str = "bridge"
     memory: bool = False
     max_loops: int = 16
@@ -75,7 +88,9 @@ class RetrofitConfig:
     lora: LoraSettings | None = field(default=None)
 
     def __post_init__(self):
-        object.__setattr__(self, "block", parse_block(self.block))
+        if not isinstance(self.block, Block):
+            raise WorkbenchError(f"RetrofitConfig(block={self.block!r}): give a Block, e.g. Block(10, 16) or "
+                                 "Block.parse('10:16')")
         if isinstance(self.max_loops, bool) or not isinstance(self.max_loops, int) or not 1 <= self.max_loops <= MAX_LOOPS:
             raise WorkbenchError(f"max_loops={self.max_loops!r} must be an integer in 1..{MAX_LOOPS} (hook modules "
                                  "are allocated for every loop)")
@@ -111,4 +126,7 @@ class RetrofitConfig:
             if bad:
                 raise WorkbenchError(f"retrofit settings: unknown lora key '{bad[0]}'; accepted: {', '.join(lora_keys)}")
             lora = LoraSettings(**lora)
-        return cls(**{**d, "lora": lora})
+        block = d["block"]
+        if not (isinstance(block, list) and len(block) == 2 and all(type(x) is int for x in block)):
+            raise WorkbenchError(f"retrofit settings: block {block!r} is not a pair of layer indices [a, b]")
+        return cls(**{**d, "block": Block(*block), "lora": lora})

@@ -11,6 +11,7 @@ from peft.tuners.lora import LoraLayer
 from tqdm.auto import tqdm
 
 from workbench.errors import WorkbenchError
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.positions import position_ids
 from workbench.loop.surgery import attach_lora, retrofit
 
@@ -85,7 +86,7 @@ def adapters_disabled(model):
                 p.requires_grad_(flags[id(p)])
 
 
-def identity_report(base: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, block: tuple[int, int] | str,
+def identity_report(base: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, block: Block,
                     loops: int = 3, prompts: Sequence[str] = IDENTITY_PROMPTS,
                     designs: Sequence[str] = ("bridge", "inject"), lora: bool = True,
                     progress: bool = False) -> list[dict]:
@@ -103,7 +104,7 @@ def identity_report(base: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, b
     if lora:
         variants += [(d, m, True) for d in designs for m in (False, True)]
     for design, memory, with_lora in tqdm(variants, desc="identity", unit="retrofit", disable=not progress):
-        looped = retrofit(base, block, reentry=design, memory=memory, max_loops=max(loops, 1))
+        looped = retrofit(base, RetrofitConfig(block, reentry=design, memory=memory, max_loops=max(loops, 1)))
         if with_lora and not any("lora_" in n for n, _ in base.named_parameters()):
             attach_lora(looped)
         rows.append(dict(reentry=design, memory=memory, lora=with_lora,

@@ -7,7 +7,7 @@ a LoRA adapter on the block. Nothing here copies a base weight.
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -32,38 +32,21 @@ def check_block(block: tuple[int, int], n_layers: int) -> tuple[int, int]:
     return a, b
 
 
-def retrofit(model: nn.Module, config: RetrofitConfig | tuple[int, int] | str | None = None, **options: Any) -> LoopedLM:
+def retrofit(model: nn.Module, config: RetrofitConfig) -> LoopedLM:
     """Returns a LoopedLM over `model` (weights shared) with fresh re-entry at their paper inits.
 
-    This is the one place a retrofit is built: fresh, or rebuilt from a run's retrofit.json
-    (`retrofit(base, RetrofitConfig.from_dict(record["settings"]))`).
+    This is the one place a retrofit is built: fresh (`retrofit(base, RetrofitConfig(Block(10, 16)))`), or rebuilt
+    from a run's retrofit.json (`retrofit(base, RetrofitConfig.from_dict(record["settings"]))`).
 
     Args:
         model: a HF causal LM of a supported family (see `workbench.models`).
-        config: a `RetrofitConfig`, or just its block ((a, b) or "a:b": layers a..b-1 are looped)
-            with the other fields as keyword `options` (reentry, memory, max_loops, memory_window,
-            memory_heads, halting, halting_pooling, lora); or None with the block as the keyword
-            `block`: `retrofit(base, block=(10, 16), reentry="bridge")`.
+        config: the retrofit's architecture: its `Block` and re-entry, memory, halting head, loop codes, LoRA.
     When the config holds `lora`, the adapter is attached last (`attach_lora`; B = 0, so the
     retrofit is unchanged).
     """
-    if config is None:
-        if "block" not in options:
-            raise WorkbenchError("retrofit: give the looped block, e.g. retrofit(base, block=(10, 16)) or "
-                                 "retrofit(base, RetrofitConfig(block=(10, 16)))")
-        config = options.pop("block")
-    elif "block" in options:
-        raise WorkbenchError("retrofit: the block was given twice (as the config and as block=)")
-    if isinstance(config, RetrofitConfig):
-        if options:
-            raise WorkbenchError(f"retrofit: a RetrofitConfig was given with extra options {sorted(options)}; "
-                                 "put them in the config")
-    else:
-        accepted = [f.name for f in fields(RetrofitConfig) if f.name != "block"]
-        unknown = sorted(set(options) - set(accepted))
-        if unknown:
-            raise WorkbenchError(f"retrofit: unknown option '{unknown[0]}'; accepted: {', '.join(accepted)}")
-        config = RetrofitConfig(block=config, **options)
+    if not isinstance(config, RetrofitConfig):
+        raise WorkbenchError(f"retrofit(model, config): config is a {type(config).__name__}, not a RetrofitConfig; "
+                             "e.g. retrofit(base, RetrofitConfig(Block(10, 16), reentry='bridge'))")
     n_layers = len(model.model.layers)
     a, b = check_block(config.block, n_layers)
     d = model.config.hidden_size

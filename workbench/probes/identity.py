@@ -30,6 +30,7 @@ import pandas as pd
 
 from workbench.analysis.headlines.identity import headline
 from workbench.devices import device_of
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.identity import (
     IDENTITY_PROMPTS,
     adapter_state,
@@ -86,7 +87,7 @@ def run(model, tokenizer, rows: list[dict], base: str | None = None, loops: int 
             out["identity__guardrail"] = guardrail_table(model, reference_model, tokenizer, batch_size)
         if fresh:
             records += [dict(variant="fresh", **r, adapter="untrained" if r["lora"] else "none")
-                        for r in identity_report(reference_model, tokenizer, (model.a, model.b), loops=loops,
+                        for r in identity_report(reference_model, tokenizer, Block(model.a, model.b), loops=loops,
                                                  prompts=prompts, lora=lora)]
     out["identity"] = pd.DataFrame.from_records(records, columns=COLUMNS)
     return {"identity": out["identity"], **{k: v for k, v in out.items() if k != "identity"}}
@@ -94,8 +95,8 @@ def run(model, tokenizer, rows: list[dict], base: str | None = None, loops: int 
 
 def guardrail_table(model, reference_model, tokenizer, batch_size: int = 16) -> pd.DataFrame:
     """The guardrail read at loop 1 on the untouched base (a fresh retrofit of it) and on `model`, per row."""
-    on_base = guardrail_counts(retrofit(reference_model, (model.a, model.b), max_loops=1).eval(), tokenizer,
-                               batch_size=batch_size)
+    fresh = retrofit(reference_model, RetrofitConfig(Block(model.a, model.b), max_loops=1)).eval()
+    on_base = guardrail_counts(fresh, tokenizer, batch_size=batch_size)
     on_model = guardrail_counts(model, tokenizer, batch_size=batch_size)
     return pd.DataFrame({"row_id": list(on_base.per_row), "base_correct": list(on_base.per_row.values()),
                          "checkpoint_correct": [on_model.per_row[r] for r in on_base.per_row]})

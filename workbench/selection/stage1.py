@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
-from workbench.loop.config import parse_block
+from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.positions import last_real_token, position_ids
 from workbench.loop.surgery import check_block, retrofit
 from workbench.models.bases import decoder_layers, weights_sha256
@@ -241,7 +241,7 @@ def window_ablation(model, tokenizer, windows: list[tuple[int, int]], heldout: l
     results = []
     base_loss = None
     for a, b in tqdm(windows, desc="window ablation", unit="window", disable=not progress):
-        looped = retrofit(model, (a, b), reentry="bridge", max_loops=2)
+        looped = retrofit(model, RetrofitConfig(Block(a, b), reentry="bridge", max_loops=2))
         if base_loss is None:
             base_loss = next_token_loss(looped, encodings, loops=1)
         loss = next_token_loss(looped, encodings, loops=2)
@@ -273,7 +273,7 @@ class BlockSelection:
     window: int
     stride: int
     windows: list[dict]
-    recommended: tuple[int, int]
+    recommended: Block
     data: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
@@ -350,7 +350,7 @@ def select_block(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, tex
         model=str(getattr(model, "workbench_spec", type(model).__name__)), n_layers=n_layers,
         angular_distance=curve, prelude_end=span[0], coda_start=span[1],
         knees={"prelude_end": asdict(knees[0]), "coda_start": asdict(knees[1])},
-        window=k, stride=stride, windows=ranked, recommended=tuple(ranked[0]["block"]),
+        window=k, stride=stride, windows=ranked, recommended=Block(*ranked[0]["block"]),
         data=dict(n_texts=len(texts), n_angular_texts=len(curve_texts), n_heldout_texts=len(heldout),
                   max_tokens=max_tokens, task=task, task_rows=len(rows)),
     )
@@ -387,8 +387,8 @@ def check_reuse(record: dict, source, model, texts: list[str], window: int | Non
         raise WorkbenchError(f"{source} ranked windows of {record.get('window')} layers, not --window {window}")
 
 
-def resolve_block(model, tokenizer, block) -> tuple[tuple[int, int], dict]:
-    """Returns ((a, b), record) for a recipe's `block`: "auto", "A:B" or a pair.
+def resolve_block(model, tokenizer, block: str | Block) -> tuple[Block, dict]:
+    """Returns (block, record) for a recipe's `block`: "auto", "A:B" or a `Block`.
 
     "auto" runs `select_block` with its defaults and returns the recommended window; the
     record (for retrofit.json) then holds the whole selection.
@@ -400,5 +400,5 @@ def resolve_block(model, tokenizer, block) -> tuple[tuple[int, int], dict]:
                                        "selection": selection.to_dict()}
     if isinstance(block, str) and len(block.split(":")) != 2:
         raise WorkbenchError(f"block '{block}' is neither 'auto' nor of the form A:B (e.g. 10:16)")
-    a, b = check_block(parse_block(block), n_layers)
-    return (a, b), {"source": "given", "block": [a, b]}
+    a, b = check_block(Block.parse(block) if isinstance(block, str) else block, n_layers)
+    return Block(a, b), {"source": "given", "block": [a, b]}

@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 
 from workbench import runs
 from workbench.errors import WorkbenchError
-from workbench.loop.config import LoraSettings, RetrofitConfig
+from workbench.loop.config import Block, LoraSettings, RetrofitConfig
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
 from workbench.precision import resolve_precision
@@ -41,6 +41,7 @@ def retrofit_config(recipe: Recipe, block) -> RetrofitConfig:
     """The retrofit a recipe's [model] and [lora] tables declare, at `block` (resolved when "auto")."""
     m, lora = recipe.model, recipe.lora   # every field the two tables take by name (`recipe.MIRRORED`: the others)
     adapter = LoraSettings(**{k: getattr(lora, k) for k in mirrored_keys("lora")}) if lora.enabled else None
+    block = Block.parse(block) if isinstance(block, str) else Block(*block)   # the recipe's "A:B", read at its edge
     return RetrofitConfig(block=block, lora=adapter, **{k: getattr(m, k) for k in mirrored_keys("model")})
 
 
