@@ -142,7 +142,7 @@ def rows_files(draw) -> tuple[File, list[tuple]]:
 @pytest.fixture
 def quick(tiny, monkeypatch):  # noqa: F811  (the fixture imported above)
     """The tiny model loaded once, the reader's limit at `LIMIT`: each case reads a file, not a model."""
-    monkeypatch.setattr("workbench.runs.load_model", lambda spec, block=None: tiny)
+    monkeypatch.setattr("workbench.runs.load_checkpoint", lambda checkpoint: tiny)
     monkeypatch.setattr("workbench.commands.rows._tokenizer_and_config", lambda spec: (tiny[1], tiny[0].config))
     monkeypatch.setattr("workbench.texts.MAX_BYTES", LIMIT)
     return tiny

@@ -11,10 +11,11 @@ import torch
 import workbench as wb
 from tests.conftest import PROMPTS, perturb
 from tests.test_cli_errors import assert_clean_error, invoke
+from workbench.checkpoints import parse_model
 from workbench.loop.config import Block, RetrofitConfig
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
-from workbench.runs import load_model
+from workbench.runs import load_checkpoint
 from workbench.tasks.reader import encode_prompts
 
 
@@ -108,7 +109,7 @@ def test_a_cache_holds_one_loop_count(looped_memory):
 
 @pytest.mark.parametrize("spec", ["tiny-inkling2-loop", "tiny-hrm-text"])
 def test_native_models_generate_as_transformers_at_their_count_and_cache_exactly_past_it(spec):
-    model, tok, _ = load_model(spec)
+    model, tok, _ = load_checkpoint(parse_model(spec))
     native, top = model.native_loops, model.max_loops
     frame = wb.generate(model, tok, PROMPTS, loops=[1, native, top], max_new_tokens=6)
     enc = encode_prompts(tok, PROMPTS)

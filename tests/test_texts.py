@@ -27,15 +27,16 @@ PROMPTS = ["The capital of France is", "One, two, three,"]
 
 @pytest.fixture(scope="module")
 def tiny():
-    """The tiny retrofit every reading command here loads, built once (`workbench.runs.load_model`'s value)."""
-    from workbench.runs import load_model
+    """The tiny retrofit every reading command here loads, built once (`workbench.runs.load_checkpoint`'s value)."""
+    from workbench.checkpoints import parse_model
+    from workbench.runs import load_checkpoint
 
-    return load_model("tiny-llama", "2:4")
+    return load_checkpoint(parse_model("tiny-llama", "2:4"))
 
 
 @pytest.fixture
 def loaded(tiny, monkeypatch):
-    monkeypatch.setattr("workbench.runs.load_model", lambda spec, block=None: tiny)
+    monkeypatch.setattr("workbench.runs.load_checkpoint", lambda checkpoint: tiny)
     return tiny
 
 
@@ -215,7 +216,7 @@ def test_sampling_options_with_sample_are_taken(capsys, monkeypatch, loaded):
 def test_json_stdout_holds_only_the_object_whatever_a_library_prints(capsys, monkeypatch, tiny):
     """DeepSpeed makes its logger on a model's first load, bound to the sys.stdout of that moment, and logs its
     accelerator line there: that printed line (and a plain print) must land on stderr."""
-    def noisy_load(spec, block=None):
+    def noisy_load(checkpoint):
         handler = logging.StreamHandler(sys.stdout)   # as deepspeed.utils.logging makes its handler
         noisy = logging.getLogger("wb-test-noisy")
         noisy.addHandler(handler)
@@ -224,7 +225,7 @@ def test_json_stdout_holds_only_the_object_whatever_a_library_prints(capsys, mon
         print("a library's print")
         return tiny
 
-    monkeypatch.setattr("workbench.runs.load_model", noisy_load)
+    monkeypatch.setattr("workbench.runs.load_checkpoint", noisy_load)
     code, out, err = invoke(capsys, monkeypatch, "lens", *TINY, "-p", "hi", "--json")
     assert code == 0, err
     assert json.loads(out)["prompts"] == ["hi"]

@@ -25,6 +25,7 @@ import torch
 from workbench.errors import WorkbenchError
 
 PRECISIONS = ("fp32", "bf16")
+PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}   # a model stored whole in a precision
 
 
 @dataclass(frozen=True)

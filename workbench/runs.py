@@ -19,9 +19,10 @@
 `load_run(run_dir)` rebuilds a run's `LoopedLM`, strictly checked: every file's SHA-256 against provenance.json,
 the base's weights against retrofit.json, every tensor present, of its shape and finite (`load_trained`);
 `read_retrofit` reads the retrofit record alone, `resolve_run` turns a shipped keeper's name (`smollm2-chase`)
-into its directory, `export_run` copies a finished run without its checkpoints, and `load_checkpoint` /
-`load_model` resolve every `--checkpoint` spec a command takes (a run directory or keeper name, a native looped
-model, `untrained:RUN_DIR`, `untrained:BASE:A:B`, and for the reading commands a base with `--block`). Probes,
+into its directory, `export_run` copies a finished run without its checkpoints, and `load_checkpoint` loads every
+`--checkpoint` / `--model` spec a command takes, parsed once into a `workbench.checkpoints.Checkpoint` (a run
+directory or keeper name, a native looped model, `untrained:RUN_DIR`, `untrained:BASE:A:B`, and for the reading
+commands a base with `--block`). Probes,
 notebooks and the public API (`workbench.load_run`) read runs through here; training writes them through
 `workbench.train.rundir`, which imports this module, never the other way.
 
@@ -41,15 +42,16 @@ from typing import TYPE_CHECKING
 import tomllib
 import torch
 
-from workbench.defaults import EMBEDDED_DEFAULT, resolve_run, shipped_keepers
+from workbench.checkpoints import NATIVE, RUN, Checkpoint
+from workbench.defaults import resolve_run, shipped_keepers
 from workbench.errors import WorkbenchError
 from workbench.guard import RUN_OUTPUT, WHOLE, OutputKind, guard_output  # noqa: F401  (RUN_OUTPUT: importers take it here)
 from workbench.io import sha256_bytes, sha256_file
-from workbench.loop.config import Block, RetrofitConfig
+from workbench.loop.config import RetrofitConfig
 from workbench.loop.surgery import parameter_groups, retrofit
-from workbench.models import TINY_CONFIGS, load_base, load_looped, weights_sha256
-from workbench.models.native import native_family, require_tokenizer
-from workbench.places import (  # noqa: F401  (the run's file names: importers keep taking them from here)
+from workbench.models import load_base, load_looped, weights_sha256
+from workbench.models.native import require_tokenizer
+from workbench.places import (  # noqa: F401  (the run's file names and kind: importers keep taking them from here)
     CHECKPOINTS,
     FORMAT,
     METRICS,
@@ -61,7 +63,7 @@ from workbench.places import (  # noqa: F401  (the run's file names: importers k
     TRAINABLE,
     holds_run,
 )
-from workbench.precision import apply_precision
+from workbench.precision import PRECISION_DTYPES, apply_precision
 from workbench.readers import read_json
 from workbench.run_tensors import read_tensors, repoint, trainable_sha256
 
@@ -229,7 +231,8 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
     """Returns `(looped, tokenizer, info)` rebuilt from a run directory, strictly checked.
 
     Args:
-        run_dir: a finished run directory (or a shipped keeper such as training/keepers/smollm2-chase).
+        run_dir: a finished run directory, or a shipped keeper's name (`smollm2-chase`, as the README and
+            docs/api.md promise) or directory (training/keepers/smollm2-chase).
         base: load the base from here instead of retrofit.json's spec (its hash must still match).
         dtype: parameter dtype; default the one recorded in retrofit.json.
         precision: None (fp32, exact), "fp32", "bf16", or "recorded": the precision the run trained in
@@ -242,7 +245,12 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
         WorkbenchError: a file whose hash differs from provenance.json, a base whose SHA-256
             differs from retrofit.json, or a missing / unexpected tensor.
     """
-    run_dir = resolve_run(run_dir)   # a shipped keeper's name, as the README and docs/api.md promise
+    return rebuild_run(resolve_run(run_dir), base, dtype, precision)
+
+
+def rebuild_run(run_dir: Path, base: str | None = None, dtype: torch.dtype | None = None,
+                precision: str | None = None) -> tuple[LoopedLM, PreTrainedTokenizerBase, dict]:
+    """`load_run` of a run directory already resolved (a parsed `Checkpoint`'s `run_dir`)."""
     if not run_dir.is_dir():
         raise WorkbenchError(f"run directory '{run_dir}' {'is a file' if run_dir.exists() else 'does not exist'}; "
                              f"give a run directory or a shipped keeper's name: {', '.join(shipped_keepers())}")
@@ -302,71 +310,38 @@ def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
     return dest
 
 
-UNTRAINED = "untrained:"
+def load_checkpoint(checkpoint: Checkpoint):
+    """Returns (looped, tokenizer, info) for a parsed `--checkpoint` / `--model` spec.
 
-
-def load_checkpoint(spec: str):
-    """Returns (looped, tokenizer, info) for a run directory or an untrained retrofit.
-
-    `spec` is a native looped model (`workbench.models.native`: a transformers Inkling2Loop or HRM-Text directory,
-    a Raven or Ouro directory, `tiny-inkling2-loop`, `tiny-hrm-text`, `tiny-raven`, `tiny-ouro`; kind "native"), a run
-    directory or a shipped keeper's name (`load_run`: strictly checked) or
-    `untrained:RUN_DIR` (the run's base and architecture with fresh re-entry and untrained block,
-    the control of that run) or `untrained:BASE:A:B` (a fresh split-bridge retrofit of base
-    model BASE at block A:B, max_loops 16). `info` holds path, kind, provenance_sha256, support
-    (the max trained depth, None when untrained), base and settings.
+    `checkpoint` (`workbench.checkpoints.parse_checkpoint` / `parse_model`) is a native looped model (its own
+    passes, nothing trained; stored in the checkpoint's precision), a run directory (`load_run`: strictly checked)
+    or an untrained retrofit: a run's architecture with fresh re-entry and untrained block (the control of that
+    run), or a fresh split-bridge retrofit of a base at a block (max_loops 16). A retrofit comes back in fp32, exact;
+    `workbench.precision.apply_precision` switches it to bf16 reads. `info` holds path, kind, provenance_sha256,
+    support (the max trained depth, None when untrained), base and settings.
     """
-    if spec.startswith(UNTRAINED):
-        return _untrained(spec)
-    if native_family(spec) is not None:  # a native looped model (workbench.models.native): its own passes, nothing trained
-        return _native(spec)
+    if checkpoint.kind == NATIVE:
+        return _native(checkpoint)
+    if checkpoint.kind == RUN:
+        return _run(checkpoint)
+    return _untrained(checkpoint)
 
-    spec = str(resolve_run(spec))
-    looped, tok, info = load_run(spec)
+
+def _run(checkpoint: Checkpoint):
+    looped, tok, info = rebuild_run(checkpoint.run_dir)
     stages = info["recipe"].get("stages", [])
     depths = [d for s in stages if s.get("kind", "chain") != "halting" for d in s.get("depths", [])]
     return looped, tok, {
-        "path": str(spec), "kind": "run", "provenance_sha256": sha256_file(Path(spec) / PROVENANCE),
-        "support": max(depths) if depths else None, "base": info["retrofit"]["base"]["spec"],
+        "path": str(checkpoint.run_dir), "kind": "run", "support": max(depths) if depths else None,
+        "provenance_sha256": sha256_file(checkpoint.run_dir / PROVENANCE), "base": info["retrofit"]["base"]["spec"],
         "base_sha256": base_sha256(looped.base), "settings": looped.retrofit_config.to_dict(),
     }
 
 
-def load_model(spec: str, block: str | None = None):
-    """Returns (looped, tokenizer, info) for any model a reading command takes (`lens`, `generate`).
-
-    `spec` is what `load_checkpoint` takes (a run directory or keeper name, a native looped model,
-    `untrained:...`), or a base model (an HF directory, a .gguf, the embedded default, a tiny config) with
-    `block` "A:B": a fresh, untrained retrofit of that base looping layers A..B-1 (`untrained:BASE:A:B`).
-
-    Raises:
-        WorkbenchError: a base without `block`, a `block` beside a model that has its own, a malformed block.
-    """
-    spec = str(spec)
-    if block is not None:
-        lo, sep, hi = str(block).partition(":")
-        if not sep or not lo.isdigit() or not hi.isdigit():
-            raise WorkbenchError(f"--block '{block}' is not A:B (e.g. 10:16: layers 10..15 looped)")
-        if spec.startswith(UNTRAINED) or native_family(spec) is not None or _is_run(spec):
-            raise WorkbenchError(f"--block is for a base model; '{spec}' has its own block (drop --block)")
-        return load_checkpoint(f"{UNTRAINED}{spec}:{lo}:{hi}")
-    if not spec.startswith(UNTRAINED) and native_family(spec) is None and not _is_run(spec) and _is_base(spec):
-        raise WorkbenchError(f"'{spec}' is a base model: give --block A:B to loop its layers A..B-1 "
-                             f"(e.g. --block 10:16), or a run directory, keeper or native looped model")
-    return load_checkpoint(spec)
-
-
-def _is_run(spec: str) -> bool:
-    return (resolve_run(spec) / RETROFIT).is_file()
-
-
-def _is_base(spec: str) -> bool:
-    path = Path(spec).expanduser()
-    return spec in TINY_CONFIGS or spec == EMBEDDED_DEFAULT or path.suffix == ".gguf" or (path / "config.json").is_file()
-
-
-def _native(spec: str):
-    looped, tok = load_looped(spec)
+def _native(checkpoint: Checkpoint):
+    spec = checkpoint.given
+    looped, tok = load_looped(spec, dtype=PRECISION_DTYPES[checkpoint.precision])
+    looped.precision = checkpoint.precision   # a label: a native model runs in the dtype it is stored in
     require_tokenizer(tok, spec)
     digest = weights_sha256(looped.base)
     settings = {"family": looped.family, "native_loops": looped.native_loops, "max_loops": looped.max_loops,
@@ -378,19 +353,13 @@ def _native(spec: str):
     }
 
 
-def _untrained(spec: str):
-    rest = str(resolve_run(spec[len(UNTRAINED):]))
-    if (Path(rest) / RETROFIT).is_file():
-        record, config = read_retrofit(rest)
+def _untrained(checkpoint: Checkpoint):
+    if checkpoint.run_dir is not None:
+        record, config = read_retrofit(checkpoint.run_dir)
         base = record["base"]["spec"]
         dtype, attn = getattr(torch, record["base"]["dtype"]), record["base"]["attn_implementation"]
     else:
-        parts = rest.rsplit(":", 2)
-        if len(parts) != 3 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
-            raise WorkbenchError(f"--checkpoint '{spec}' is not untrained:RUN_DIR or untrained:BASE:A:B "
-                                 f"(e.g. untrained:{EMBEDDED_DEFAULT}:10:16); shipped keepers (RUN_DIR by name): "
-                                 f"{', '.join(shipped_keepers())}")
-        base, config = parts[0], RetrofitConfig(block=Block(int(parts[1]), int(parts[2])))
+        base, config = checkpoint.base, RetrofitConfig(block=checkpoint.block)
         dtype, attn = torch.float32, "eager"
     model, tok = load_base(base, dtype=dtype, attn_implementation=attn)
     looped = retrofit(model, config)  # a LoRA adapter is present with B = 0: it changes nothing
@@ -401,8 +370,7 @@ def _untrained(spec: str):
     settings = looped.retrofit_config.to_dict()
     identity = {"untrained": True, "base": base, "base_sha256": digest, "settings": settings}
     return looped, tok, {
-        "path": spec, "kind": "untrained", "support": None, "base": base, "base_sha256": digest,
+        "path": checkpoint.given, "kind": "untrained", "support": None, "base": base, "base_sha256": digest,
         "settings": settings,
         "provenance_sha256": sha256_bytes(json.dumps(identity, sort_keys=True).encode()),
     }
-

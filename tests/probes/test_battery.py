@@ -10,11 +10,11 @@ import tomli_w
 
 from tests.executors import PerfectExecutor, ShuffledExecutor
 from workbench.analysis.results import compare_results
+from workbench.checkpoints import parse_checkpoint
 from workbench.errors import WorkbenchError
 from workbench.io import sha256_file
 from workbench.probes import parse_only
 from workbench.probes.battery import load_battery, run_battery
-from workbench.runs import load_checkpoint
 from workbench.tasks import build_rows
 from workbench.tasks.manifest import read_manifest, write_manifest
 from workbench.tasks.reader import read_rows
@@ -84,7 +84,7 @@ def test_unknown_probes_and_options_are_errors(tmp_path, manifests):
         run_battery(UNTRAINED, battery, tmp_path / "out", progress=False)
     assert not (tmp_path / "out").exists()  # a failed battery leaves nothing behind
     with pytest.raises(WorkbenchError, match="untrained:BASE:A:B"):
-        load_checkpoint("untrained:tiny-llama:2")
+        parse_checkpoint("untrained:tiny-llama:2")
 
 
 def test_rows_and_only_override_the_battery(tmp_path, manifests):

@@ -58,11 +58,14 @@ def generate(
     temperature = 1.0 if temperature is None else temperature
     check_settings(max_new_tokens, temperature, top_k, seed, 8)
     states = prompt_states(read_init_state(init_state), len(texts))
+    from workbench.checkpoints import parse_model
+
+    checkpoint = parse_model(model, block)
     run_on = resolve_device(device)
-    from workbench.runs import load_model
+    from workbench.runs import load_checkpoint
 
     ui.step(f"loading {model}")
-    looped, tok, info = load_model(model, block)
+    looped, tok, info = load_checkpoint(checkpoint)
     asked = check_loops(looped, asked)
     given = [name for name, value in (("--init-state", init_state), ("--init-seed", init_seed)) if value is not None]
     if given:

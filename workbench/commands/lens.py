@@ -65,6 +65,9 @@ def lens(
         raise WorkbenchError(f"--top-k {top_k} must be at least 1")
     if tuned is not None and not Path(tuned).is_file():
         raise WorkbenchError(f"--tuned '{tuned}' does not exist (write one with workbench.lenses.save_tuned_lens)")
+    from workbench.checkpoints import parse_model
+
+    checkpoint = parse_model(model, block)
     run_on = resolve_device(device)
     guard = None
     if html_out is not None:
@@ -75,10 +78,10 @@ def lens(
             raise WorkbenchError(f"--html '{html_out}' must end in .html")
         guard = guard_output(html_out, "lens", kind=LENS_OUTPUT, overwrite=overwrite,
                              reading=[p for p in (prompts_file, tuned) if p is not None])
-    from workbench.runs import load_model
+    from workbench.runs import load_checkpoint
 
     ui.step(f"loading {model}")
-    looped, tok, info = load_model(model, block)
+    looped, tok, info = load_checkpoint(checkpoint)
     from workbench.models.native.own import seed_initial_state
 
     seed_initial_state(looped, init_seed, f"'{model}'")

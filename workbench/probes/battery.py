@@ -39,20 +39,20 @@ import pandas as pd
 from tqdm.auto import tqdm
 
 from workbench.analysis.readings import chance
-from workbench.defaults import resolve, resolve_run
+from workbench.checkpoints import NATIVE, parse_checkpoint
+from workbench.defaults import resolve
 from workbench.devices import device_record, resolve_device
 from workbench.errors import WorkbenchError
 from workbench.guard import OUTPUT_MARKER, OutputKind, guard_output, mark_output
 from workbench.io import LOCK, atomic_path, write_json_atomic
 from workbench.models.looped import lacking
-from workbench.models.native import native_family
 from workbench.models.native.own import seed_initial_state
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
 from workbench.probes.spec import ProbeSpec
 from workbench.readers import read_toml
-from workbench.runs import UNTRAINED, load_checkpoint
+from workbench.runs import load_checkpoint
 from workbench.tasks.manifest import read_manifest, row_ids_sha256, rows_sha256
 from workbench.tasks.reader import answer_token_ids, reads_symbol
 from workbench.texts import context_limit
@@ -203,15 +203,16 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     """Runs a battery on a checkpoint into the results directory `out`; returns the summary.
 
     Args:
-        checkpoint: see `load_checkpoint`.
+        checkpoint: a `--checkpoint` spec (`workbench.checkpoints.parse_checkpoint`).
         battery: the battery TOML file (None: `native` for a native looped model, else `default`).
         out: the results directory (refused if it exists and is not empty, unless `overwrite` and the
             workbench wrote it; refused if it holds the checkpoint or a manifest read).
         rows: a manifest replacing every probe's rows.
         only: run only these probes.
         seed: passed to every probe that takes a seed (splits, pairings, nulls).
-        precision: "fp32" or "bf16" (`workbench.precision`; falls back to fp32 without bf16 units).
-            The identity and gradient-audit probes run first, in fp32, whatever is asked.
+        precision: "fp32" or "bf16" (`workbench.precision`; falls back to fp32 without bf16 units). A native
+            looped model is loaded in it; a retrofit's identity and gradient-audit probes run first, in fp32,
+            whatever is asked.
         finish: called with the staging directory once tables and summary.json are in it, before it
             replaces `out` (the probe command writes the report there: computation never draws).
         device: "auto" (None), "cpu", "cuda" or "cuda:N" (`workbench.devices`), recorded in the summary.
@@ -225,29 +226,26 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     """
     start = time.perf_counter()
     run_on = resolve_device(device)   # before anything is read or written: a bad name is one line
-    native = native_family(str(checkpoint)) is not None
-    if native and precision != "fp32":
-        raise WorkbenchError(f"--precision {precision} is for retrofits; a native looped model runs in the dtype "
-                             "it was saved in (load it with workbench.models.load_looped(dir, dtype=...))")
+    used, precision_record = resolve_precision(precision, run_on)
+    checkpoint = parse_checkpoint(checkpoint, used)
+    native = checkpoint.kind == NATIVE
     spec = load_battery(battery if battery is not None else "native" if native else "default")
     todo = plan(spec, only, rows)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
         raise WorkbenchError(f"--seed {seed!r} is out of range; accepted: an integer in 0..2**32-1")
-    reading = [*{o["manifest"] for o in todo.values()}, resolve_run(str(checkpoint).removeprefix(UNTRAINED)),
-               spec["path"]]
+    reading = [*{o["manifest"] for o in todo.values()}, checkpoint.reads, spec["path"]]
     manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}  # checked first
     guard = guard_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=overwrite, reading=reading)  # before any work,
     # held to the move
     out = Path(out)
-    used, precision_record = resolve_precision(precision, run_on)
     if progress and precision != "fp32":
         tqdm.write(f"precision: {used} ({precision_record['hardware']['name']}; bf16 units: "
                    f"{', '.join(precision_record['hardware']['bf16_units']) or 'none'}); identity and gradient_audit in fp32")
     if used != "fp32":  # the exact probes first, before the frozen weights go to bf16
         todo = {**{n: o for n, o in todo.items() if n in EXACT_PROBES},
                 **{n: o for n, o in todo.items() if n not in EXACT_PROBES}}
-    model, tok, info = load_checkpoint(checkpoint)
-    seed_initial_state(model, init_seed, f"'{checkpoint}'")   # Raven's s_0 seed (--init-seed); others refuse it
+    model, tok, info = load_checkpoint(checkpoint)   # a native model in `used`; a retrofit in fp32, cast below
+    seed_initial_state(model, init_seed, f"'{checkpoint.given}'")   # Raven's s_0 seed (--init-seed); others refuse it
     check_positions(manifests, model, tok)
     chosen = {name: chosen_rows(o, manifests) for name, o in todo.items()}
     skipped = {name: reason for name in todo if (reason := unmet(get_probe(name), model, chosen[name])) is not None}
@@ -257,8 +255,8 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     context = {"batch_size": spec["batch_size"], "seed": seed, "progress": progress, "base": info["base"],
                "support": info["support"]}
     staging = out.with_name(f".{out.name}.tmp{os.getpid()}")
-    checkpoint = {k: info[k] for k in ("path", "kind", "provenance_sha256", "support")}
-    summary = {"probes": {}, "probe_runs": {}, "checkpoint": checkpoint,
+    summary = {"probes": {}, "probe_runs": {},
+               "checkpoint": {k: info[k] for k in ("path", "kind", "provenance_sha256", "support")},
                "manifests": {m: {k: man.sidecar[k] for k in ("rows_sha256", "row_ids_sha256")} for m, man in manifests.items()},
                "model": _model_record(model, info), "battery": spec["path"], "seed": seed, "created_by": _created_by(),
                "device": device_record(device, run_on),
