@@ -26,6 +26,7 @@ from workbench.plots.report import write_report
 from workbench.probes import PROBES
 from workbench.probes.battery import run_battery
 from workbench.probes.common import read_final
+from workbench.probes.options import Count, probe_options
 from workbench.probes.spec import ProbeSpec
 from workbench.tasks import build_rows
 from workbench.tasks.manifest import write_manifest
@@ -56,7 +57,13 @@ def first_loop_figure(first_loop: pd.DataFrame) -> go.Figure:
     return go.Figure(go.Bar(x=accuracy.index.tolist(), y=accuracy.tolist(), name="loop 1"))
 
 
-SPEC = ProbeSpec(name="first_loop", run=run, summarize=summarize)
+@probe_options
+class Options:
+    batch_size: Count = 16
+    progress: bool = False
+
+
+SPEC = ProbeSpec(name="first_loop", run=run, summarize=summarize, options=Options)
 
 SECTIONS = {"first_loop": Section(title=TITLE, about="The final answer read after a single loop, per depth.",
                                   figures=(Figure(first_loop_figure, CAPTION),))}

@@ -31,6 +31,7 @@ Tables:
 import pandas as pd
 
 from workbench.probes.common import read_final
+from workbench.probes.options import Count, probe_options
 from workbench.probes.spec import ProbeSpec
 
 
@@ -45,7 +46,14 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {"rows": len(tables["first_loop"]), "accuracy": float(tables["first_loop"]["correct"].mean())}
 
 
-SPEC = ProbeSpec(name="first_loop", run=run, summarize=summarize, needs=("prompt", "answer", "symbols", "depth"))
+@probe_options
+class Options:
+    batch_size: Count = 16
+    progress: bool = True
+
+
+SPEC = ProbeSpec(name="first_loop", run=run, summarize=summarize, needs=("prompt", "answer", "symbols", "depth"),
+                 options=Options)
 '''
 
 MANIFEST = """

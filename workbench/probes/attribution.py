@@ -47,6 +47,7 @@ from workbench.analysis.headlines.depth_matrix import rounded
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.probes.common import default_loops
+from workbench.probes.options import Count, Layers, Names, probe_options
 from workbench.probes.pairs import CORRUPT_TWIN, CORRUPTIONS, POSITIONS, corrupt_pairs, require_pairs
 from workbench.probes.patching import (
     COMPONENTS,
@@ -250,7 +251,23 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The attribution grid's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    corruptions: Names = CORRUPTIONS
+    positions: Names = POSITIONS
+    components: Names = COMPONENTS
+    layers: Layers = None
+    loops: int | None = None
+    check_pairs: int = 4
+    batch_size: Count = 48
+    seed: int = 0
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="attribution", parts=("agreement", "check", "cost", "grid", "pairs"), run=run, summarize=summarize,
     needs=("prompt", "symbols", CORRUPT_TWIN),
+    options=Options,
 )

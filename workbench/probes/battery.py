@@ -25,7 +25,6 @@ staging directory and moved into place at the end, so a failed battery leaves no
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import shutil
@@ -50,6 +49,7 @@ from workbench.models.native.own import seed_initial_state
 from workbench.precision import apply_precision, resolve_precision
 from workbench.probes import PROBES, NotApplicable, get_probe
 from workbench.probes.common import select_rows
+from workbench.probes.options import check, names
 from workbench.probes.spec import ProbeSpec
 from workbench.readers import read_toml
 from workbench.runs import load_checkpoint
@@ -131,12 +131,13 @@ def plan(battery: dict, only: list[str] | None, rows: str | None) -> dict[str, d
 
 
 def check_options(name: str, options: dict) -> None:
-    """Raises WorkbenchError naming the first option probe `name`'s `run` does not take, and the accepted ones."""
-    params = inspect.signature(get_probe(name).run).parameters
-    unknown = sorted(set(options) - set(params) - {"model", "tokenizer", "rows"})
-    if unknown:
-        accepted = [p for p in params if p not in ("model", "tokenizer", "rows", "progress")]
-        raise WorkbenchError(f"probe '{name}' has no option '{unknown[0]}'; accepted: {', '.join(accepted)}")
+    """Raises WorkbenchError, one line, for the first of `options` probe `name`'s record refuses
+    (`workbench.probes.options.check`: an unknown name, with the nearest one, or a value of the wrong type)."""
+    record = get_probe(name).options
+    if record is None:
+        raise WorkbenchError(f"probe '{name}' declares no options record: give its SPEC options=Options "
+                             "(docs/adding-a-probe.md)")
+    check(name, record, options)
 
 
 # ----------------------------------------------------------------------------- running
@@ -180,8 +181,8 @@ def run_probe(name: str, model, tokenizer, rows: list[dict], options: dict, cont
     reason = unmet(module, model, rows)
     if reason is not None:
         raise NotApplicable(reason)
-    params = inspect.signature(module.run).parameters
-    kwargs = {k: v for k, v in context.items() if k in params and v is not None}
+    declared = names(module.options)
+    kwargs = {k: v for k, v in context.items() if k in declared and v is not None}
     kwargs.update(options)
     result = module.run(model, tokenizer, rows, **kwargs)
     tables = result if isinstance(result, dict) else {name: result}

@@ -13,10 +13,13 @@ Tables:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from workbench.analysis.headlines.depth_matrix import BARS, diagonal, frontier_table, headline, rounded
 from workbench.probes.common import ONE_TOKEN, require_symbols
+from workbench.probes.options import Count, probe_options
 from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import read_rows
 
@@ -65,7 +68,19 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     }
 
 
+@probe_options
+class Options:
+    """The depth matrix's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    loops: int | None = None
+    support: int | None = None
+    bars: Sequence[float] = BARS
+    batch_size: Count = 16
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="depth_matrix", parts=("frontier",), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", "chain", "depth", ONE_TOKEN),
+    options=Options,
 )

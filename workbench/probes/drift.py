@@ -21,6 +21,8 @@ Tables:
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 import pandas as pd
 import torch
@@ -34,6 +36,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import batches, check_loops, default_loops
+from workbench.probes.options import Count, probe_options
 from workbench.probes.spec import ProbeSpec
 
 POSITIONS = ("all", "read")
@@ -188,7 +191,23 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {**out, "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The drift probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    loops: int | None = None
+    k: int = 8
+    positions: Literal[POSITIONS] = "all"
+    max_samples: int = 4096
+    layer: int | None = None
+    n_null: int = 100
+    batch_size: Count = 16
+    seed: int = 0
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="drift", parts=("concentration", "heads"), run=run, summarize=summarize,
     needs=("prompt",),
+    options=Options,
 )

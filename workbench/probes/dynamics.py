@@ -45,6 +45,7 @@ from workbench.analysis.headlines.dynamics import CLASSES, headline
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.probes.common import ONE_TOKEN, check_loops, require_symbols
+from workbench.probes.options import Count, Layers, probe_options
 from workbench.probes.passes import read_passes
 from workbench.probes.spec import ProbeSpec
 
@@ -172,7 +173,21 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The dynamics probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    loops: int | None = None
+    layers: Layers = None
+    heads: bool = True
+    band: float = 0.1
+    support: int | None = None
+    batch_size: Count = 8
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="dynamics", parts=("heads", "rows"), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", ONE_TOKEN),
+    options=Options,
 )

@@ -56,6 +56,7 @@ from workbench.probes.halting import RULES as HEAD_RULES
 from workbench.probes.halting import THRESHOLDS as HEAD_THRESHOLDS
 from workbench.probes.halting import _depths as head_depths
 from workbench.probes.halting import load_head
+from workbench.probes.options import Count, Names, Paths, probe_options
 from workbench.probes.passes import read_passes
 from workbench.probes.spec import ProbeSpec
 
@@ -272,7 +273,24 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {**out, "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The exit rules probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    loops: int | None = None
+    rules: Names = RULES
+    grids: dict | None = None
+    t_min: int = 1
+    heads: Paths = None
+    calibration: float = 0.5
+    match_within: float = 0.5
+    seed: int = 0
+    batch_size: Count = 16
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="exit_rules", parts=("matched", "rows", "test"), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", ONE_TOKEN),
+    options=Options,
 )

@@ -18,6 +18,7 @@ import pandas as pd
 from workbench.analysis.headlines.gradient_audit import headline
 from workbench.errors import WorkbenchError
 from workbench.probes.common import FUNCTION_TABLE, require_chase
+from workbench.probes.options import Count, probe_options
 from workbench.probes.spec import ProbeSpec
 from workbench.train.audit import gradient_audit
 
@@ -69,8 +70,18 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "fd_finite_difference": float(fd["finite_difference"]), "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The gradient audit's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    n_rows: Count = 4
+    eps: float = 1e-3
+    seed: int = 0
+
+
 SPEC = ProbeSpec(
     name="gradient_audit", parts=("fd",), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start", FUNCTION_TABLE),
     requires=("trained_adapters",),
+    options=Options,
 )

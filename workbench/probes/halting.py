@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -68,6 +69,7 @@ from workbench.probes.common import (
     shared_candidates,
     split_rows,
 )
+from workbench.probes.options import Count, Paths, probe_options
 from workbench.probes.spec import ProbeSpec
 from workbench.run_tensors import read_tensors
 from workbench.runs import RECIPE, TRAINABLE, read_retrofit, verify_files
@@ -300,7 +302,24 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {"chosen": out, "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The halting probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    loops: int | None = None
+    thresholds: Sequence[float] = THRESHOLDS
+    t_min: int = 1
+    floors: Sequence[int] = ()
+    select: str = "likelihood"
+    heads: Paths = None
+    calibration: float = 0.5
+    seed: int = 0
+    batch_size: Count = 16
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="halting", parts=("adaptive", "chosen", "difficulty", "rows"), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", HALTING_HEAD),
+    options=Options,
 )

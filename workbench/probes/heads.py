@@ -32,6 +32,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import FUNCTION_TABLE, batches, check_loops, iterate, line_spans, require_chase
+from workbench.probes.options import Count, Layers, probe_options
 from workbench.probes.spec import ProbeSpec
 
 
@@ -162,7 +163,21 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {"per_loop": out, "rows": int(tables["heads"]["row_id"].nunique()), "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The heads probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    layers: Layers = None
+    ratio: float = 3.0
+    min_frac: float = 0.5
+    n_null: int = 200
+    batch_size: Count = 8
+    seed: int = 0
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="heads", parts=("summary",), run=run, summarize=summarize,
     needs=("prompt", "depth", "table", "start", FUNCTION_TABLE),
+    options=Options,
 )

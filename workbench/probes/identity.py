@@ -41,6 +41,7 @@ from workbench.loop.identity import (
 )
 from workbench.loop.surgery import retrofit
 from workbench.models import load_base
+from workbench.probes.options import Count, probe_options
 from workbench.probes.spec import ProbeSpec
 from workbench.tasks.guardrail import guardrail_counts
 
@@ -113,8 +114,22 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {**out, "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The identity probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    base: str | None = None
+    loops: int = 3
+    n_rows: Count = 4
+    lora: bool = True
+    fresh: bool = True
+    guardrail: bool = True
+    batch_size: Count = 16
+
+
 SPEC = ProbeSpec(
     name="identity", parts=("guardrail",), run=run, summarize=summarize,
     needs=("prompt",),
     requires=("base_identity",),
+    options=Options,
 )

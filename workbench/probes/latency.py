@@ -37,6 +37,7 @@ from workbench.probes.common import (
     shared_candidates,
     token_lengths,
 )
+from workbench.probes.options import Count, probe_options
 from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import encode_prompts
 
@@ -123,8 +124,18 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The latency probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    loops: int | None = None
+    batch_size: Count = 8
+    repeats: Count = 3
+
+
 SPEC = ProbeSpec(
     name="latency", run=run, summarize=summarize,
     needs=("prompt", "symbols", ONE_TOKEN),
     requires=("dense_loop_cost",),
+    options=Options,
 )

@@ -67,6 +67,7 @@ from workbench.probes.common import (
     split_rows,
 )
 from workbench.probes.logit_lens import fit_tuned
+from workbench.probes.options import Count, probe_options
 from workbench.probes.passes import read_passes
 from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import encode_prompts
@@ -338,7 +339,24 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {**out, "rows": int(tables["lens_agreement"]["row_id"].nunique()), "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The lens agreement probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    loops: int | None = None
+    fit_fraction: float = 0.5
+    ridge: float = 0.1
+    max_causal: int = 48
+    horizon: int = 1
+    check_rows: int = 8
+    tolerance: float = 1e-4
+    batch_size: Count = 8
+    seed: int = 0
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="lens_agreement", parts=("causal", "identity", "pairs", "summary"), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", ONE_TOKEN),
+    options=Options,
 )

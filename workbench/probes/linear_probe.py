@@ -16,6 +16,8 @@ Table:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -33,6 +35,7 @@ from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.loop.positions import last_real_token
 from workbench.probes.common import FUNCTION_TABLE, batches, check_loops, iterate, require_chase, split_rows
+from workbench.probes.options import Count, Names, probe_options
 from workbench.probes.spec import ProbeSpec
 
 TARGETS = {"x_prev": -1, "x_t": 0, "x_next": 1}
@@ -141,7 +144,22 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {"probes": out, "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The linear probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    layers: Sequence[int | Literal["mid"]] = ()
+    targets: Names = tuple(TARGETS)
+    test_fraction: float = 0.5
+    n_perm: int = 20
+    C: float = 1.0
+    batch_size: Count = 16
+    seed: int = 0
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="linear_probe", run=run, summarize=summarize,
     needs=("prompt", "depth", "table", "start", FUNCTION_TABLE),
+    options=Options,
 )

@@ -44,6 +44,7 @@ from workbench.probes.common import (
     shared_candidates,
     split_rows,
 )
+from workbench.probes.options import Count, probe_options
 from workbench.probes.spec import ProbeSpec
 
 
@@ -197,7 +198,21 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
     return {"lenses": out, **extra, "rows": int(f["row_id"].nunique()), "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The logit lens's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    loops: int | None = None
+    fit_fraction: float = 0.5
+    ridge: float = 0.1
+    top_k: Count = 5
+    batch_size: Count = 8
+    seed: int = 0
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="logit_lens", parts=("top",), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", ONE_TOKEN),
+    options=Options,
 )

@@ -17,6 +17,7 @@ import pandas as pd
 
 from workbench.analysis.headlines.loop_accuracy import headline
 from workbench.probes.common import check_loops, read_final
+from workbench.probes.options import Count, probe_options
 from workbench.probes.spec import ProbeSpec
 
 DEFAULT_LOOPS = 8
@@ -55,7 +56,17 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "by_depth": matrix, "best_loop": int(acc.idxmax()), "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The loop-accuracy probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    loops: int | None = None
+    batch_size: Count = 16
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="loop_accuracy", run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols"),
+    options=Options,
 )

@@ -18,6 +18,7 @@ import pandas as pd
 
 from workbench.analysis.headlines.overshoot import headline
 from workbench.probes.common import FUNCTION_TABLE, check_loops, iterate, require_chase
+from workbench.probes.options import Count, probe_options
 from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import read_rows
 
@@ -74,7 +75,17 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The overshoot probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    extra: int = 5
+    batch_size: Count = 16
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="overshoot", parts=("cost",), run=run, summarize=summarize,
     needs=("prompt", "answer", "symbols", "chain", "depth", "table", "start", FUNCTION_TABLE),
+    options=Options,
 )

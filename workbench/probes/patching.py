@@ -59,6 +59,7 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.probes.common import check_loops, default_loops
+from workbench.probes.options import Count, Layers, Names, probe_options
 from workbench.probes.pairs import CORRUPT_TWIN, CORRUPTIONS, POSITIONS, Pair, corrupt_pairs, require_pairs
 from workbench.probes.spec import ProbeSpec
 
@@ -292,7 +293,22 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "top_components": top, "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The patching grid's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    corruptions: Names = CORRUPTIONS
+    positions: Names = POSITIONS
+    components: Names = COMPONENTS
+    layers: Layers = None
+    loops: int | None = None
+    batch_size: Count = 48
+    seed: int = 0
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="patching", parts=("grid", "pairs", "steps"), run=run, summarize=summarize,
     needs=("prompt", "symbols", CORRUPT_TWIN),
+    options=Options,
 )

@@ -39,6 +39,7 @@ from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.loop.hooks import hook_name
 from workbench.probes.common import default_loops
+from workbench.probes.options import Names, probe_options
 from workbench.probes.pairs import CORRUPT_TWIN, corrupt_pairs, require_pairs
 from workbench.probes.patching import (
     check_choices,
@@ -154,7 +155,19 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The paths probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    corruptions: Names = ("entry", "start")
+    routes: Names = ROUTES
+    loops: int | None = None
+    seed: int = 0
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="paths", parts=("pairs", "routes"), run=run, summarize=summarize,
     needs=("prompt", "symbols", CORRUPT_TWIN),
+    options=Options,
 )

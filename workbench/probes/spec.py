@@ -31,6 +31,9 @@ class ProbeSpec:
             running it; the probe's own checks (`require_symbols`, `require_chase`) still guard a direct call.
         requires: the model capabilities `run` needs (`workbench.models.looped.CAPABILITIES`); on a model that
             lacks one the probe is "not applicable", with the model's own reason (`LoopedModel.unsupported`).
+        options: the record of `run`'s options (`workbench.probes.options.probe_options`): what a battery may set,
+            typed, checked before any probe runs; the battery hands `run` the context values it declares
+            (`batch_size`, `seed`, `progress`, `base`, `support`).
     """
 
     name: str
@@ -39,6 +42,7 @@ class ProbeSpec:
     parts: tuple[str, ...] = ()
     needs: tuple[str | Need, ...] = ()
     requires: tuple[str, ...] = ()
+    options: type | None = None
 
     @property
     def tables(self) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ Tables:
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -51,6 +52,7 @@ from workbench.probes.common import (
     shared_candidates,
     token_lengths,
 )
+from workbench.probes.options import Count, Names, probe_options
 from workbench.probes.spec import ProbeSpec
 from workbench.tasks.reader import encode_prompts
 
@@ -211,7 +213,23 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
             "headline": headline(tables).to_dict()}
 
 
+@probe_options
+class Options:
+    """The splice probe's options (`run`'s keywords), checked before any probe of a battery runs."""
+
+    k0s: Sequence[int] = (1, 2)
+    horizon: int = 3
+    sites: Names = SITES
+    spans: Names = SPANS
+    all_sites: Names = ("state",)
+    layer: int | None = None
+    batch_size: Count = 8
+    seed: int = 0
+    progress: bool = False
+
+
 SPEC = ProbeSpec(
     name="splice", parts=("verdict",), run=run, summarize=summarize,
     needs=("prompt", "symbols", "depth", "table", "start", FUNCTION_TABLE),
+    options=Options,
 )
