@@ -47,7 +47,7 @@ from workbench.analysis.headlines.depth_matrix import rounded
 from workbench.devices import device_of
 from workbench.errors import WorkbenchError
 from workbench.probes.common import default_loops
-from workbench.probes.options import Count, Layers, Names, probe_options
+from workbench.probes.options import probe_options
 from workbench.probes.pairs import CORRUPT_TWIN, CORRUPTIONS, POSITIONS, corrupt_pairs, require_pairs
 from workbench.probes.patching import (
     COMPONENTS,
@@ -63,6 +63,7 @@ from workbench.probes.patching import (
     pair_record,
     site,
 )
+from workbench.probes.patching import Options as PatchingOptions
 from workbench.probes.spec import ProbeSpec
 
 
@@ -252,18 +253,10 @@ def summarize(tables: dict[str, pd.DataFrame]) -> dict:
 
 
 @probe_options
-class Options:
-    """The attribution grid's options (`run`'s keywords), checked before any probe of a battery runs."""
+class Options(PatchingOptions):
+    """The attribution grid's options: the patching grid's, and the pairs the exact grid checks it on."""
 
-    corruptions: Names = CORRUPTIONS
-    positions: Names = POSITIONS
-    components: Names = COMPONENTS
-    layers: Layers = None
-    loops: int | None = None
     check_pairs: int = 4
-    batch_size: Count = 48
-    seed: int = 0
-    progress: bool = False
 
 
 SPEC = ProbeSpec(
