@@ -6,6 +6,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup browser demo check test clean
 
+# pytest-xdist workers for `make check` and `make test`; PYTEST_WORKERS=0 runs the suite in one process. A worker
+# takes whole files (--dist loadfile: a file's module fixtures are built once) and one torch thread: two workers on
+# two cores, not two OpenMP thread pools spinning against each other (docs/testing.md).
+PYTEST_WORKERS ?= 2
+PYTEST := $(if $(filter 0,$(PYTEST_WORKERS)),$(BIN)/python -m pytest,\
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile)
+
 $(STAMP): pyproject.toml Makefile
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
@@ -32,12 +39,12 @@ demo: $(STAMP)
 # multi-process training, notebooks, browser, wheel build or long hypothesis searches (each has a fast case)
 check: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(PYTEST) -q -m "not slow"
 
 # everything (CI): ruff, then the whole suite, slow tier included; every test's time goes to test-durations.log
 test: $(STAMP) browser
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q --durations=40 --durations-log=test-durations.log
+	$(PYTEST) -q --durations=40 --durations-log=test-durations.log
 
 clean:
 	rm -rf $(VENV) results runs test-durations.log

@@ -1,6 +1,8 @@
 """`--durations-log=PATH`: every test's time (set-up, call and tear-down together), slowest first, under a header
-that names the CPU, the torch threads and the load average at the start and the end (a loaded machine's timings
-are not a quiet one's). `make test` writes test-durations.log; docs/testing.md reads its table from one."""
+that names the CPU, the torch threads, the pytest-xdist workers and the load average at the start and the end (a
+loaded machine's timings are not a quiet one's). `make test` writes test-durations.log; docs/testing.md reads its
+table from one. Under xdist only the controller writes it: every worker's reports reach it, and a worker writing
+the same path would replace the whole table with its half."""
 
 from __future__ import annotations
 
@@ -39,11 +41,15 @@ class DurationsLog:
         self.path = path
         self.seconds: dict[str, float] = defaultdict(float)
         self.outcome: dict[str, str] = {}
+        self.workers: set[str] = set()  # xdist's worker ids ("gw0", ...) the reports came from; none in one process
         self.started = time.time()
         self.load_at_start = load()
 
     def pytest_runtest_logreport(self, report):
         self.seconds[report.nodeid] += report.duration
+        node = getattr(report, "node", None)  # xdist: the worker that ran it
+        if node is not None:
+            self.workers.add(node.gateway.id)
         if report.when == "call" or report.outcome != "passed":
             self.outcome[report.nodeid] = report.outcome
 
@@ -51,10 +57,11 @@ class DurationsLog:
         import torch
 
         rows = sorted(self.seconds.items(), key=lambda kv: -kv[1])
-        header = [f"cpu: {cpu_name()} ({os.cpu_count()} cores); torch threads {torch.get_num_threads()}; "
-                  f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
+        workers = f"{len(self.workers)} xdist workers" if self.workers else "one process"
+        header = [f"cpu: {cpu_name()} ({os.cpu_count()} cores); {workers}; torch threads {torch.get_num_threads()} "
+                  f"a process; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
                   f"load average at start {self.load_at_start}, at end {load()}",
-                  f"{len(rows)} tests, {sum(self.seconds.values()):.1f} s in tests, "
+                  f"{len(rows)} tests, {sum(self.seconds.values()):.1f} s in tests (all workers' together), "
                   f"{time.time() - self.started:.1f} s wall; exit status {int(exitstatus)}",
                   "", f"{'seconds':>9}  outcome  test"]
         lines = [f"{s:9.2f}  {self.outcome.get(node, 'passed'):<7}  {node}" for node, s in rows]
@@ -64,5 +71,5 @@ class DurationsLog:
 @pytest.hookimpl(trylast=True)
 def pytest_configure(config):
     path = config.getoption("--durations-log")
-    if path:
+    if path and not hasattr(config, "workerinput"):  # an xdist worker has `workerinput`: the controller writes
         config.pluginmanager.register(DurationsLog(Path(path)), "durations-log")

@@ -3,7 +3,9 @@ each tier is in use and implies `slow`, so `make check` (-m "not slow") leaves e
 
 from __future__ import annotations
 
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -40,6 +42,20 @@ def test_make_check_leaves_the_slow_tier_out_and_make_test_logs_durations():
     test = makefile[makefile.index("\ntest:"):makefile.index("\nclean:")]
     assert '-m "not slow"' in check
     assert '-m "' not in test and "--durations-log=test-durations.log" in test
+
+
+@pytest.mark.parametrize("workers, pytest_line", [
+    (None, "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python -m pytest -n 2 --dist loadfile -q "),
+    ("3", "OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 .venv/bin/python -m pytest -n 3 --dist loadfile -q "),
+    ("0", ".venv/bin/python -m pytest -q ")])
+def test_make_runs_xdist_workers_of_one_torch_thread_or_with_none_one_process(workers, pytest_line):
+    """PYTEST_WORKERS is the one switch between two workers (the default) and the serial suite: what `make -n` would
+    run for `check` and `test`."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_WORKERS"}
+    args = ["make", "-n", "-C", str(ROOT), "check", "test", *([f"PYTEST_WORKERS={workers}"] if workers else [])]
+    res = subprocess.run(args, capture_output=True, text=True, env=env)
+    lines = [line for line in res.stdout.splitlines() if " -m pytest " in line]
+    assert len(lines) == 2 and all(line.startswith(pytest_line) for line in lines), res.stdout
 
 
 @pytest.mark.parametrize("tier", conftest.TIERS)
@@ -96,7 +112,35 @@ def test_the_durations_log_lists_every_test_slowest_first_with_the_machine(tmp_p
     log.pytest_sessionfinish(None, 1)
     head, _, table = (tmp_path / "durations.log").read_text().partition("\n\n")
     assert head.startswith("cpu: ") and "load average at start" in head and "2 tests, 4.8 s in tests" in head
+    assert "; one process;" in head
     assert table.splitlines()[1:] == ["     3.00  failed   b", "     1.75  passed   a"]
+
+
+def test_under_xdist_only_the_controller_writes_the_durations_log_and_it_names_the_workers(tmp_path):
+    """`make test` runs two xdist workers, and each loads the plugin: a worker writing the log would replace the whole
+    table with its half. The controller receives every worker's reports, so it alone writes, naming the workers."""
+    from types import SimpleNamespace
+
+    from tests import durations
+
+    def config(**worker):
+        plugins = SimpleNamespace(registered=[])
+        plugins.register = lambda plugin, name: plugins.registered.append(name)
+        return SimpleNamespace(getoption=lambda name: str(tmp_path / "durations.log"), pluginmanager=plugins, **worker)
+
+    controller, worker = config(), config(workerinput={"workerid": "gw0"})
+    durations.pytest_configure(controller)
+    durations.pytest_configure(worker)
+    assert controller.pluginmanager.registered == ["durations-log"] and worker.pluginmanager.registered == []
+
+    log = durations.DurationsLog(tmp_path / "durations.log")
+    for node, worker_id in [("a", "gw0"), ("b", "gw1"), ("c", "gw0")]:
+        ran_on = SimpleNamespace(gateway=SimpleNamespace(id=worker_id))  # what xdist attaches to a worker's report
+        log.pytest_runtest_logreport(SimpleNamespace(nodeid=node, when="call", duration=1.0, outcome="passed",
+                                                     node=ran_on))
+    log.pytest_sessionfinish(None, 0)
+    head, _, table = (tmp_path / "durations.log").read_text().partition("\n\n")
+    assert "; 2 xdist workers;" in head and "3 tests, 3.0 s in tests" in head and len(table.splitlines()) == 4
 
 
 def test_a_popen_kept_from_a_fast_test_asks_about_the_test_running_now(monkeypatch):
