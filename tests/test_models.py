@@ -1,5 +1,7 @@
 """Base-model loading: tiny configs, HF directories, GGUF files, the embedded default, errors."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -95,6 +97,25 @@ def test_a_cold_and_a_warm_load_leave_the_seeded_rng_where_it_was(tmp_path, monk
     torch.manual_seed(20260702)
     assert torch.equal(draws[0], torch.rand(4)) and torch.equal(draws[1], draws[0])
     assert (tmp_path / "cache" / "smollm2-135m-instruct" / "model.safetensors").is_file()
+
+
+def test_a_cold_cache_filled_by_two_processes_keeps_the_first_copy(tmp_path, monkeypatch, tiny):
+    """Two processes on a cold cache (two pytest-xdist workers, two commands) both dequantize and save: the one that
+    renames its copy second keeps the first's, whole, and leaves no temporary copy."""
+    model, tok = tiny
+    target = tmp_path / "cache" / "smollm2-135m-instruct"
+    rename = bases.os.replace
+
+    def the_other_process_renames_first(src, dst):
+        if Path(dst) == target:
+            target.mkdir()
+            (target / "config.json").write_text("theirs")
+        return rename(src, dst)
+
+    monkeypatch.setattr(bases.os, "replace", the_other_process_renames_first)
+    bases._save_atomically(model, tok, target)
+    assert [p.name for p in target.parent.iterdir()] == [target.name]
+    assert [p.name for p in target.iterdir()] == ["config.json"] and (target / "config.json").read_text() == "theirs"
 
 
 def test_a_loaded_base_keeps_transformers_torch_layers(tmp_path, tiny):

@@ -197,11 +197,12 @@ def _save_atomically(model: PreTrainedModel, tok, target: Path) -> None:
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     target.parent.mkdir(parents=True, exist_ok=True)
-    if target.exists():  # another process won the race; keep theirs
-
-        shutil.rmtree(tmp)
-        return
-    os.replace(tmp, target)
+    try:
+        os.replace(tmp, target)  # atomic: a reader sees no cache or a whole one
+    except OSError:
+        if not target.is_dir():
+            raise
+        shutil.rmtree(tmp)  # another process (two test workers on a cold cache) renamed its copy first: keep theirs
 
 
 def load_tokenizer(spec: str = EMBEDDED_DEFAULT):
