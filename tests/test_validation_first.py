@@ -73,7 +73,7 @@ def test_a_damaged_checkpoint_state_is_one_line(capsys, monkeypatch, tmp_path, s
 
     recipe = tmp_path / "r.toml"
     recipe.write_text(tomli_w.dumps(merge(TINY_RECIPE, {})))
-    run = tmp_path / "run"
+    run = tmp_path / ("a-deep-folder-" * 8) / "run"  # the message names the file however long the run's path is
     train(str(recipe), out=run, stop_after=2, progress=False)
     ckpts = sorted((run / "checkpoints").iterdir())
     assert ckpts

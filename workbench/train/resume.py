@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -132,10 +133,13 @@ def restore_newest(run_dir: Path, load: Callable[[Path], dict]) -> tuple[int, di
     done = rundir.checkpoints(run_dir)
     failures = []
     for candidate in reversed(done):
+        ckpt = Path(run_dir) / runs.CHECKPOINTS / f"step_{candidate}"
         try:
-            state = load(Path(run_dir) / runs.CHECKPOINTS / f"step_{candidate}")
+            state = load(ckpt)
         except (WorkbenchError, OSError, ValueError, KeyError, SafetensorError) as err:  # a damaged checkpoint
-            first = str(err).splitlines()[0][:120] if str(err) else ""
+            # its files by name within step_N (the message names the run): a deep run directory's path would take
+            # the 120 characters and cut the file and the fault off
+            first = str(err).splitlines()[0].replace(f"{ckpt}{os.sep}", "")[:120] if str(err) else ""
             failures.append(f"step_{candidate}: {type(err).__name__}: {first}")
             continue
         return state.pop("step"), state, failures
