@@ -70,10 +70,11 @@ def test_sigterm_during_probe_leaves_nothing(tmp_path, tiny_run, many_rows):
     assert list(tmp_path.iterdir()) == [], "a staging directory or partial results were left"
 
 
-def test_sigterm_during_probe_keeps_the_previous_results(tmp_path, tiny_run, many_rows):
-    out = tmp_path / "res"
-    done = subprocess.run([sys.executable, "-m", "workbench", "probe", "--checkpoint", tiny_run, "--rows", many_rows,
-                           "--only", "depth_matrix", "--out", out], capture_output=True, text=True, cwd=tmp_path)
+def test_sigterm_during_probe_keeps_the_previous_results(tmp_path, tiny_run, tiny_manifest, many_rows):
+    out = tmp_path / "res"  # the previous results: a probe over 4 rows; only the run stopped needs the 2,000
+    done = subprocess.run([sys.executable, "-m", "workbench", "probe", "--checkpoint", tiny_run, "--rows",
+                           tiny_manifest, "--only", "depth_matrix", "--out", out], capture_output=True, text=True,
+                          cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     proc = start("probe", "--checkpoint", tiny_run, "--rows", many_rows, "--only", "depth_matrix", "--out", out,
