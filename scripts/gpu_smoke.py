@@ -14,6 +14,9 @@ Checks, in order (each row of the table: what ran, its numbers, seconds):
    forced read at the loop where it stopped.
 5. each halting objective (oracle, ACT, PonderNet) for --halting-steps steps (5) on the chase keeper, online.
 6. the ddp preset with 2 processes, when 2 GPUs exist (--cpu-ddp runs it over gloo on the CPU instead).
+7. the families written here on the device (issue 54): the tiny Raven and Ouro fixtures (tests/fixtures/) in fp32
+   and bf16 against the reference's committed fp32 logits (Raven at 1, 2, 4, 8 and 32 steps from the committed s_0,
+   Ouro at 1-4 steps), and one 32-step Raven read with every step's state cached in one forward.
 
 Writes OUT/gpu_smoke.md (the table, the device's name, torch and CUDA versions) and OUT/gpu_smoke.json.
 """
@@ -163,9 +166,56 @@ def check_ddp(device, args) -> str:
             f"{losses[1]:.4f} -> {losses[max(losses)]:.4f}, wall {prov['wall_s']} s")
 
 
+NATIVE_FP32 = 1e-4   # the fixtures' fp32 logits on a device against the reference's CPU fp32 (1e-5 on the CPU)
+NATIVE_BF16 = 0.1    # bf16 against the same fp32 reference: the bound tests/test_native_{raven,ouro}.py state
+
+
+def check_native(device, args) -> str:
+    from safetensors.torch import load_file
+
+    from workbench.loop.hooks import hook_name
+    from workbench.models import load_looped
+
+    fixtures = ROOT / "tests" / "fixtures"
+    cases = {"raven": (fixtures / "raven" / "checkpoint", (1, 2, 4, 8, 32),
+                       lambda ref, k: ((ref["a.ids"],), {"init_state": ref["a.s0"]}, ref[f"a.logits.{k}"])),
+             "ouro": (fixtures / "ouro" / "tiny-ouro", (1, 2, 3, 4),
+                      lambda ref, k: ((ref["input_ids"],), {}, ref[f"logits_step{k}"]))}
+    parts, worst = [], {}
+    for family, (path, steps, inputs) in cases.items():
+        ref = load_file(str(path.parent / "reference.safetensors"))
+        for dtype, bound in ((torch.float32, NATIVE_FP32), (torch.bfloat16, NATIVE_BF16)):
+            looped, _ = load_looped(path, dtype=dtype)
+            looped.to(device)
+            gap = 0.0
+            with torch.no_grad():
+                for k in steps:
+                    a, kw, want = inputs(ref, k)
+                    got = looped(*(x.to(device) for x in a), loops=k, **{n: v.to(device) for n, v in kw.items()})
+                    gap = max(gap, float((got.logits.float().cpu() - want.float()).abs().max()))
+            worst[(family, str(dtype))] = gap
+            parts.append(f"{family} {str(dtype).removeprefix('torch.')} max |Δlogit| {gap:.2g} (bound {bound})")
+            if gap > bound:
+                raise AssertionError(f"{family} in {dtype} on {device}: max |Δlogit| {gap} > {bound}")
+    looped, _ = load_looped(cases["raven"][0])
+    looped.to(device)
+    ref = load_file(str(cases["raven"][0].parent / "reference.safetensors"))
+    names = [hook_name("state", t) for t in range(1, 33)]
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        _, cache = looped.run_with_cache(ref["a.ids"].to(device), loops=32, init_state=ref["a.s0"].to(device),
+                                         names_filter=names)
+    if sorted(cache.keys()) != sorted(names):
+        raise AssertionError(f"the 32-step read cached {len(cache)} of 32 states")
+    parts.append(f"32 Raven steps read in one forward, {len(cache)} states cached, "
+                 f"{time.perf_counter() - t0:.2f} s")
+    return "; ".join(parts)
+
+
 CHECKS = [("loop-1 identity", check_identity), ("default recipe, bf16", check_training),
           ("demo battery", check_demo), ("adaptive read", check_adaptive),
-          ("halting objectives", check_halting), ("ddp preset, 2 processes", check_ddp)]
+          ("halting objectives", check_halting), ("ddp preset, 2 processes", check_ddp),
+          ("native families, fp32 and bf16", check_native)]
 
 
 def main(argv=None) -> int:
@@ -176,7 +226,7 @@ def main(argv=None) -> int:
     p.add_argument("--halting-steps", type=int, default=5)
     p.add_argument("--quick", action="store_true", help="small row counts (the CPU dry run)")
     p.add_argument("--cpu-ddp", action="store_true", help="run the ddp check over gloo on the CPU")
-    p.add_argument("--only", default=None, help="comma list of check numbers (1-6)")
+    p.add_argument("--only", default=None, help="comma list of check numbers (1-7)")
     args = p.parse_args(argv)
     device = resolve_device(args.device)
     args.out.mkdir(parents=True, exist_ok=True)
