@@ -9,8 +9,9 @@ provenance.json has the recorded SHA-256. Before the write: the run verifies (`r
 digest reproduces the file's bytes (`run_tensors.state_sha256`), so provenance.json, and every child's lineage and
 battery table that records it, stay true unchanged. After it: every tensor read back through the parents equals
 the old file's byte for byte, the digest equals the recorded one, and no tensor of the delta equals its parent's;
-otherwise the old file is put back. A run already stored as a delta is left as it is. Prints one JSON line per run.
-With neither names nor --limit, lists the runs that qualify.
+otherwise the old file is put back. A run already stored as a delta is left as it is, and so is one that shares no
+tensor with its parent (a continuation that trained every tensor: a delta would hold the same bytes). Prints one
+JSON line per run. With neither names nor --limit, lists the runs that qualify.
 """
 
 from __future__ import annotations
@@ -65,9 +66,11 @@ def store(run: Path, dry_run: bool) -> dict:
     inherited, _ = read_tensors(parent / TRAINABLE)
     record = {"run": _shown(run), "parent": _shown(parent), "digest": recorded,
               "bytes_before": len(old_bytes), "tensors": len(old)}
+    own = sum(k not in inherited or not same_bytes(v, inherited[k]) for k, v in old.items())
+    if own == len(old):   # a continuation that trained every tensor: a delta would hold the same bytes
+        return record | {"stored": "whole: shares no tensor with its parent", "own": own}
     if dry_run:
-        return record | {"stored": "would store", "own": sum(k not in inherited or not same_bytes(v, inherited[k])
-                                                             for k, v in old.items())}
+        return record | {"stored": "would store", "own": own}
     write_tensors(path, old, parent)
     try:
         state, digest = read_tensors(path)
