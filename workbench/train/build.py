@@ -118,6 +118,7 @@ class BuiltRun:
     precision_record: dict
     guardrail_base: object     # the base's guardrail counts (None: guardrail off)
     teacher: object            # the frozen base of the preservation KL (None: off)
+    guardrail_start: object = None   # step 0's counts when they are the base's (None: step 0 reads its own)
 
 
 def build_run(recipe: Recipe, device: torch.device, engine: Engine, processes: int = 1, recipe_dir: Path = Path(),
@@ -164,13 +165,16 @@ def build_run(recipe: Recipe, device: torch.device, engine: Engine, processes: i
     if parent is not None:
         runs.load_trained(looped, parent.dir / runs.TRAINABLE, parent.groups)
     engine.prepare(looped)   # last (fsdp2: the frozen layers outside the block sharded)
+    # Step 0 would read the very model the base's reading read, unless a parent loaded, layers were compiled or the
+    # base was sharded since: the same weights through the same code, so its counts are the base's, not read twice.
+    unchanged = parent is None and not r.train.compile and not engine.reads_on_every_rank
     registered = [stage_kind(k) for k in sorted(r.kinds)]
     evaluator = Evaluator(tok, heldout, e.batch_size, answer_loops=r.sampler.max,
                           past=r.sampler.max if any(k.reads_past for k in registered) else None,
                           reader=next((k.reader for k in registered if k.reader is not None), None))
     data = TrainingData(r.task.name, r.seed, r.optim.batch_size, options, heldout)
     return BuiltRun(r, looped, tok, data, evaluator, engine, device, processes, groups, base_hash, frozen_hash, record,
-                    parent, precision_record, guardrail_base, teacher)
+                    parent, precision_record, guardrail_base, teacher, guardrail_base if unchanged else None)
 
 
 def freeze(looped) -> None:

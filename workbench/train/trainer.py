@@ -310,7 +310,8 @@ class Trainer:
         """Scores the guardrail at loop 1 against the base; logs it; returns whether the run may go on."""
         passed = True
         if self.acc.is_main_process or self.engine.reads_on_every_rank:
-            now = read_guardrail(self.looped, self.built.tokenizer)
+            start = self.built.guardrail_start if step == 0 else None
+            now = start or read_guardrail(self.looped, self.built.tokenizer)
             passed, record = judge_guardrail(self.built.guardrail_base, now, self.recipe.guardrail.max_drop, step)
             self.latest_guardrail = f"{now.correct}/{now.total}"
             self._log(record)
