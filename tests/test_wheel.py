@@ -119,7 +119,9 @@ def test_the_installed_workbench_runs_with_its_defaults(installed, tmp_path):
     # ships the tables the ledger reads and no others)
     for name in ("ledger.json", "LEDGER.md"):
         assert (tmp_path / "ledger" / name).read_bytes() == (ROOT / "claims" / name).read_bytes(), name
-    res = subprocess.run([script, "probe", "--checkpoint", "smollm2-chase", "--battery", "demo", "--only", "identity",
+    # heads: the demo battery's lightest probe on the keeper, over the wheel's manifest (identity would read the
+    # 64-row guardrail on two models: half a minute that checks nothing about the wheel)
+    res = subprocess.run([script, "probe", "--checkpoint", "smollm2-chase", "--battery", "demo", "--only", "heads",
                           "--out", "res"], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert res.returncode == 0, res.stderr[-2000:]
     summary = json.loads((tmp_path / "res" / "summary.json").read_text())
@@ -132,7 +134,7 @@ def test_another_keeper_installed_says_where_its_tensors_are(installed, tmp_path
     """The wheel lists every keeper (its results feed `claims`) but holds one keeper's tensors: asking for another
     by name is one line naming a checkout or WORKBENCH_DATA; with WORKBENCH_DATA set to the checkout it loads."""
     script, env, _ = installed
-    args = [script, "probe", "--checkpoint", "smollm2-chase-anneal", "--battery", "demo", "--only", "identity"]
+    args = [script, "probe", "--checkpoint", "smollm2-chase-anneal", "--battery", "demo", "--only", "heads"]
     res = subprocess.run([*args, "--out", "res"], capture_output=True, text=True, cwd=tmp_path, env=env)
     assert res.returncode == 2 and not (tmp_path / "res").exists()
     (line,) = res.stderr.strip().splitlines()
