@@ -211,6 +211,19 @@ def test_the_cli_starts_without_the_model_stack():
     assert "identity" in help_text and "probe" in help_text
 
 
+@pytest.mark.slow   # a fresh interpreter
+def test_figures_outside_a_kernel_leave_the_notebook_stack_unimported():
+    """Outside a Jupyter kernel, `workbench.plots` (every command that prints a table or writes a report) leaves
+    plotly's renderer registry alone: it imports nbformat and, through it, jsonschema's format grammars (3.5 s of CPU
+    a process). Importing `workbench.plots.notebook` still registers the renderer."""
+    code = ("import sys, workbench.plots, workbench.plots.terminal, workbench.plots.report; "
+            "print(','.join(m for m in ('nbformat', 'jsonschema', 'IPython') if m in sys.modules)); "
+            "import plotly.io as pio, workbench.plots.notebook as nb; print(nb.NAME in pio.renderers)")
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.splitlines() == ["", "True"], out.stdout
+
+
 MAX_MODULE_LINES = 600   # issue 43: a module past this is split where its parts separate
 
 

@@ -5,6 +5,8 @@ makes the "workbench" renderer plotly's default (`workbench.plots.notebook`): ev
 then also carries offline HTML and a PNG, so it survives `nbconvert --to html` and static viewers.
 """
 
+import sys
+
 from workbench.plots.audit import gradient_audit_figure, latency_figure
 from workbench.plots.classes import overshoot_cost_figure, overshoot_figure, splice_figure
 from workbench.plots.depth import depth_matrix_figure, frontier_figure
@@ -14,7 +16,6 @@ from workbench.plots.heads import head_concentration_figure, heads_figure
 from workbench.plots.lens import lens_agreement_figure, logit_lens_figure
 from workbench.plots.linear_probe import linear_probe_figure
 from workbench.plots.loop_accuracy import loop_accuracy_figure
-from workbench.plots.notebook import register as _register_renderer
 from workbench.plots.patching import attribution_figure, patching_figure, patching_steps_figure, paths_figure
 from workbench.plots.prompt_lens import lens_figure
 from workbench.plots.registry import build_all, captions, figure_key, figures, find_builder
@@ -28,4 +29,8 @@ __all__ = [
     "patching_figure", "patching_steps_figure", "paths_figure", "splice_figure",
 ]
 
-_register_renderer()
+# The renderer serves a Jupyter kernel, which imported IPython before any cell ran; elsewhere (every CLI process)
+# it waits for an import of workbench.plots.notebook: plotly's renderer registry imports nbformat and, through it,
+# jsonschema's format grammars, about 3.5 s of CPU in a process that never shows a figure.
+if "IPython" in sys.modules:
+    import workbench.plots.notebook  # noqa: F401 - registers the renderer, the default inside a kernel

@@ -13,7 +13,8 @@ show. The "workbench" renderer puts three representations in every figure output
   the system Chromium; left out, quietly, when no browser can be started).
 
 Importing `workbench.plots` inside an IPython kernel makes "workbench" the default renderer,
-unless the user chose one (PLOTLY_RENDERER, or anything but plotly's kernel default).
+unless the user chose one (PLOTLY_RENDERER, or anything but plotly's kernel default); importing this
+module registers it anywhere (outside a kernel, not as the default).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import base64
 import html
 import os
+import sys
 import uuid
 import warnings
 
@@ -146,11 +148,8 @@ class WorkbenchRenderer(MimetypeRenderer):
 
 
 def _in_kernel() -> bool:
-    try:
-        from IPython import get_ipython  # noqa: PLC0415 -- optional (the dev extra), and slow to import
-    except ImportError:
-        return False
-    return type(get_ipython()).__module__.startswith("ipykernel.")
+    ipython = sys.modules.get("IPython")  # a kernel imported it before any cell ran; importing it here costs seconds
+    return ipython is not None and type(ipython.get_ipython()).__module__.startswith("ipykernel.")
 
 
 def register() -> None:
@@ -162,3 +161,5 @@ def register() -> None:
 
 
 __all__ = ["NAME", "PLOTLY_MIME", "WorkbenchRenderer", "figure_html", "plotlyjs_html", "register"]
+
+register()
