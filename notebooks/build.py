@@ -233,14 +233,15 @@ splice_figure(spliced["splice"], verdict=spliced["splice__verdict"])'''),
 The splice moves a whole state. Activation patching asks where, inside the loops, the answer depends on one
 fact: each depth-4 row gets a twin with one table entry on its chain changed (the line loop `k` reads: the
 *step*), and the clean run's activation at one (loop, block layer, position class, component) is written into
-the twin. Each cell shows the share of the clean answer's logit margin it restores. Here three layers and two
-position classes keep it short (`probes/patching.toml` runs every layer and class: about 80 s a pair on two cores).
+the twin. Each cell shows the share of the clean answer's logit margin it restores. Here two layers (the block's
+middle and last) and two position classes keep it short (`probes/patching.toml` runs every layer and class: about
+80 s a pair on two cores).
 """),
     code('''from workbench.plots import attribution_figure, patching_figure, patching_steps_figure, paths_figure
 from workbench.probes import attribution, patching, paths
 
 edit_rows = select_rows(manifest.rows, depths=[4], per_depth=4)          # steps 1, 2, 3, 4: one row each
-small = dict(corruptions=("entry",), positions=("edited", "read"), layers=[12, 18, 23])
+small = dict(corruptions=("entry",), positions=("edited", "read"), layers=[18, 23])
 grid = patching.run(looped, tok, edit_rows, **small)
 patching_figure(grid["patching"], grid=grid["patching__grid"])'''),
     md("""
