@@ -60,9 +60,11 @@ def test_demo_trains_a_short_run_probes_it_and_writes_the_report(tmp_path):
     """`workbench demo --train-steps` as a user types it, from a folder outside the repository (every default
     resolves from the package): the default recipe for 3 steps, identity, the demo battery, the report. The keeper
     path (no --train-steps) shares everything after the training; tests/test_anywhere.py probes the shipped keeper
-    with the demo battery by name and tests/test_signals.py starts that path and stops it."""
+    with the demo battery by name and tests/test_signals.py starts that path and stops it. One held-out row per
+    depth before and after: nothing here reads the evaluation's numbers, and its default 16 cost half a minute."""
     out = tmp_path / "demo"
-    res = workbench("demo", "--skip-selection", "--train-steps", "3", "--out", str(out), cwd=tmp_path)
+    res = workbench("demo", "--skip-selection", "--train-steps", "3", "--eval-per-depth", "1", "--out", str(out),
+                    cwd=tmp_path)
     assert res.returncode == 0, res.stderr[-3000:]
     assert f"report: {out / 'probe' / 'report.html'}" in res.stdout
     assert (out / "probe" / "report.html").is_file()
@@ -72,3 +74,5 @@ def test_demo_trains_a_short_run_probes_it_and_writes_the_report(tmp_path):
     assert summary["checkpoint"]["path"] == str(out / "run") and summary["checkpoint"]["kind"] == "run"
     assert set(headline["probes"]) == set(summary["probes"]) >= {"depth_matrix", "overshoot", "splice", "heads"}
     assert (out / "run" / "provenance.json").exists() and (out / "probe" / "depth_matrix.parquet").exists()
+    evals = [json.loads(line) for line in (out / "run" / "metrics.jsonl").read_text().splitlines() if '"eval"' in line]
+    assert [e["step"] for e in evals if e.get("kind") == "eval"] == [0, 3]   # before and after, as the option asked
