@@ -25,12 +25,14 @@ from plotly.offline import get_plotlyjs
 
 from tests.cdp import Browser, BrowserError
 from tests.test_report import PLOTLY_SIGNATURE
+from workbench.precision import detect_hardware
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "notebooks"
 KEEPER = ROOT / "training" / "keepers" / "smollm2-chase"
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
 OFFLINE_TEMPLATE = FOLDER / "offline.html.j2"
+FALLBACK = "warning: precision bf16 requested, using fp32: "
 
 
 def _build_module():
@@ -135,6 +137,14 @@ def _outputs(nb) -> list:
     return [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
 
 
+def _stderr(nb) -> list[str]:
+    """The notebook's stderr outputs but the one a CPU without bf16 units owes its reader: a recipe asking bf16
+    there trains in fp32 and says so (`workbench.precision.resolve_precision`); on a CPU with them, none is kept."""
+    fallback = not detect_hardware().bf16_supported
+    return [o.text for o in _outputs(nb) if o.output_type == "stream" and o.name == "stderr"
+            and not (fallback and all(line.startswith(FALLBACK) for line in o.text.splitlines() if line.strip()))]
+
+
 @pytest.mark.notebook
 @pytest.mark.parametrize("name", NAMES)
 def test_notebook_runs_top_to_bottom(name, executed):
@@ -150,7 +160,7 @@ def test_notebook_runs_top_to_bottom(name, executed):
         assert needle in text, f"{name}: expected {needle!r} in its outputs"
     # A clean first open: no stderr box (the IProgress warning tqdm prints without ipywidgets), and the
     # kernel reports exactly the metadata the notebook was committed with.
-    stderr = [o.text for o in outputs if o.output_type == "stream" and o.name == "stderr"]
+    stderr = _stderr(nb)
     assert not stderr, f"{name} wrote to stderr: {stderr}"
     committed = json.loads((FOLDER / name).read_text())["metadata"]
     assert nb.metadata["language_info"] == committed["language_info"], "the kernel reports other language_info"
@@ -342,5 +352,7 @@ def test_jupyterlab_opens_every_notebook_unmodified_and_draws_every_figure(execu
         assert state["kernel_name"] == "Python 3 (ipykernel)", (name, state)
         assert not state["dirty"] and not state["tab_dirty"], f"{name} was modified by opening it: {state}"
         assert state["figures"] == state["images"] == state["drawn"] == n, f"{name}: {state}"
-        assert state["stderr"] == state["errors"] == 0, f"{name}: {state}"
+        nb = executed(name)
+        fallbacks = sum(o.output_type == "stream" and o.name == "stderr" for o in _outputs(nb)) - len(_stderr(nb))
+        assert state["stderr"] == fallbacks and state["errors"] == 0, f"{name}: {state}"
     assert report[NAMES[0]]["sliders"] == 2  # the depth sliders of the two averaged lens maps
