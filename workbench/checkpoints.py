@@ -70,23 +70,29 @@ class Checkpoint:
 def parse_checkpoint(spec: str, precision: str = "fp32") -> Checkpoint:
     """Returns the `Checkpoint` a `--checkpoint` spec names (the module docstring's table).
 
-    Anything that is neither untrained nor native is a run directory; `load_checkpoint` refuses one that is not,
-    with its own message.
+    The kind is told from the spec's text first (`untrained:`, else a native family), then the one directory it
+    names is resolved once. Anything that is neither untrained nor native is a run directory; `load_checkpoint`
+    refuses one that is not, with its own message.
 
     Raises:
         WorkbenchError: a malformed `untrained:` spec, an unknown precision, a keeper whose tensors are absent.
     """
     spec = str(spec)
-    untrained = spec.startswith(UNTRAINED)
-    family = None if untrained else native_family(spec)
-    if family is not None:
-        return Checkpoint(spec, NATIVE, family=family, precision=precision)
-    run_dir = resolve_run(spec.removeprefix(UNTRAINED))
-    if not untrained:
-        return Checkpoint(spec, RUN, run_dir=run_dir, precision=precision)
-    if (run_dir / RETROFIT).is_file():
+    if not spec.startswith(UNTRAINED):
+        family = native_family(spec)
+        if family is not None:
+            return Checkpoint(spec, NATIVE, family=family, precision=precision)
+        return Checkpoint(spec, RUN, run_dir=resolve_run(spec), precision=precision)
+    rest = spec.removeprefix(UNTRAINED)
+    parts = str(Path(rest).expanduser()).rsplit(":", 2)   # BASE:A:B, as the directory `resolve_run` gives back
+    run_dir = resolve_run(rest)
+    if (run_dir / RETROFIT).is_file():   # a run's directory wins over a BASE:A:B reading of its name
         return Checkpoint(spec, FRESH, run_dir=run_dir, precision=precision)
-    return _fresh_base(spec, str(run_dir), precision)
+    if len(parts) != 3 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
+        raise WorkbenchError(f"--checkpoint '{spec}' is not untrained:RUN_DIR or untrained:BASE:A:B "
+                             f"(e.g. untrained:{EMBEDDED_DEFAULT}:10:16); shipped keepers (RUN_DIR by name): "
+                             f"{', '.join(shipped_keepers())}")
+    return Checkpoint(spec, FRESH, base=parts[0], block=Block(int(parts[1]), int(parts[2])), precision=precision)
 
 
 def parse_model(spec: str, block: str | None = None, precision: str = "fp32") -> Checkpoint:
@@ -117,16 +123,6 @@ def _block_option(text: str) -> Block:
     if not sep or not lo.isdigit() or not hi.isdigit():
         raise WorkbenchError(f"--block '{text}' is not A:B (e.g. 10:16: layers 10..15 looped)")
     return Block(int(lo), int(hi))
-
-
-def _fresh_base(spec: str, rest: str, precision: str) -> Checkpoint:
-    """`untrained:BASE:A:B` (`rest` is BASE:A:B)."""
-    parts = rest.rsplit(":", 2)
-    if len(parts) != 3 or not parts[0] or not all(p.isdigit() for p in parts[1:]):
-        raise WorkbenchError(f"--checkpoint '{spec}' is not untrained:RUN_DIR or untrained:BASE:A:B "
-                             f"(e.g. untrained:{EMBEDDED_DEFAULT}:10:16); shipped keepers (RUN_DIR by name): "
-                             f"{', '.join(shipped_keepers())}")
-    return Checkpoint(spec, FRESH, base=parts[0], block=Block(int(parts[1]), int(parts[2])), precision=precision)
 
 
 def _is_base(spec: str) -> bool:
