@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -226,6 +227,115 @@ def read_retrofit(run_dir: str | os.PathLike) -> tuple[dict, RetrofitConfig]:
         raise WorkbenchError(f"{path}: its settings are not a retrofit's ({first})") from None
 
 
+@dataclass(frozen=True)
+class Rebuild:
+    """What a retrofit checkpoint is rebuilt from, read before anything loads; `build` makes its model in one pass.
+
+    A finished run's (`of_run`: every file checked by hash, its trained tensors loaded on top), an untrained
+    control's (its run's architecture alone, nothing trained) or a fresh retrofit's (a base at a block).
+
+    Attributes:
+        base: the base model's spec; `dtype` and `attn_implementation`: how it is loaded.
+        config: the retrofit's architecture.
+        run_dir: the run read (a run, or the run an untrained control copies); None for a base at a block.
+        record: that run's retrofit.json.
+        trained: whether the run's trained tensors load on top (its base's SHA-256 checked against `record`).
+        provenance, recipe: a trained run's provenance.json and resolved recipe.
+        precision: a trained run's frozen tensors cast to it (`set_run_precision`); None: fp32, exact.
+    """
+
+    base: str
+    dtype: torch.dtype
+    attn_implementation: str
+    config: RetrofitConfig
+    run_dir: Path | None = None
+    record: dict | None = None
+    trained: bool = False
+    provenance: dict | None = None
+    recipe: dict | None = None
+    precision: str | None = None
+
+    @classmethod
+    def of_checkpoint(cls, checkpoint: Checkpoint) -> Rebuild:
+        """A parsed retrofit `Checkpoint`'s (kind "run" or "untrained")."""
+        if checkpoint.kind == RUN:
+            return cls.of_run(checkpoint.run_dir)
+        if checkpoint.run_dir is None:
+            return cls(checkpoint.base, torch.float32, "eager", RetrofitConfig(block=checkpoint.block))
+        return cls.of_record(checkpoint.run_dir, *read_retrofit(checkpoint.run_dir))
+
+    @classmethod
+    def of_run(cls, run_dir: Path, base: str | None = None, dtype: torch.dtype | None = None,
+               precision: str | None = None) -> Rebuild:
+        """A finished run's, its files checked against provenance.json first (`load_run` gives the arguments)."""
+        if not run_dir.is_dir():
+            raise WorkbenchError(f"run directory '{run_dir}' {'is a file' if run_dir.exists() else 'does not exist'}; "
+                                 f"give a run directory or a shipped keeper's name: {', '.join(shipped_keepers())}")
+        prov = verify_files(run_dir)
+        record, config = read_retrofit(run_dir)
+        if precision == "recorded":
+            precision = (prov.get("precision") or {}).get("used", "fp32")
+        return cls.of_record(run_dir, record, config, base, dtype, trained=True, provenance=prov,
+                             recipe=tomllib.loads((run_dir / RECIPE).read_text()), precision=precision)
+
+    @classmethod
+    def of_record(cls, run_dir: Path, record: dict, config: RetrofitConfig, base: str | None = None,
+                  dtype: torch.dtype | None = None, **trained) -> Rebuild:
+        """From a run's retrofit record (`read_retrofit`): its base loaded as recorded unless `base` / `dtype` say
+        otherwise; `trained` holds the fields of a trained run."""
+        return cls(base or record["base"]["spec"], dtype or getattr(torch, record["base"]["dtype"]),
+                   record["base"]["attn_implementation"], config, run_dir, record, **trained)
+
+    def build(self) -> tuple[LoopedLM, PreTrainedTokenizerBase, str]:
+        """Returns (looped, tokenizer, the base's `base_sha256`): the base loaded and hashed once (a trained run's
+        digest checked against its record), retrofitted, a run's trained tensors loaded, every parameter frozen, in
+        eval mode.
+
+        Raises:
+            WorkbenchError: a base whose SHA-256 differs from the record, settings no retrofit takes, a missing,
+                unexpected or non-finite trained tensor (`load_trained`).
+        """
+        model, tok = load_base(self.base, dtype=self.dtype, attn_implementation=self.attn_implementation)
+        digest = base_sha256(model)
+        if self.trained and digest != self.record["base"]["sha256"]:
+            raise WorkbenchError(f"base model '{self.base}' has weights SHA-256 {digest[:12]}..., but "
+                                 f"{self.run_dir / RETROFIT} records {self.record['base']['sha256'][:12]}... "
+                                 "(a different base)")
+        try:
+            looped = retrofit(model, self.config)  # a LoRA adapter is present with B = 0: it changes nothing
+        except (TypeError, KeyError, ValueError) as err:  # settings edited by hand: a value no retrofit takes
+            if self.record is None:
+                raise
+            raise WorkbenchError(f"{self.run_dir / RETROFIT}: its settings do not rebuild a retrofit "
+                                 f"({type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''})") from None
+        if self.trained:
+            load_trained(looped, self.run_dir / TRAINABLE, self.record["trained_groups"])
+        looped.eval()
+        for p in looped.parameters():
+            p.requires_grad_(False)
+        if self.precision is not None:
+            set_run_precision(looped, self.record["trained_groups"], self.precision)
+        return looped, tok, digest
+
+    def info(self, checkpoint: Checkpoint, looped: LoopedLM, digest: str) -> dict:
+        """`load_checkpoint`'s info of the model `build` made from the base of SHA-256 `digest`: a trained run is
+        identified by its provenance.json, an untrained retrofit by its base, base digest and settings."""
+        settings = looped.retrofit_config.to_dict()
+        if self.trained and "block" in self.record["trained_groups"]:   # its trained block is the base's own layers
+            digest = base_sha256(looped.base)   # (weights shared): the base as loaded is recorded
+        if self.trained:
+            stages = self.recipe.get("stages", [])
+            depths = [d for s in stages if s.get("kind", "chain") != "halting" for d in s.get("depths", [])]
+            path, support = str(self.run_dir), max(depths) if depths else None
+            provenance = sha256_file(self.run_dir / PROVENANCE)
+        else:
+            identity = {"untrained": True, "base": self.base, "base_sha256": digest, "settings": settings}
+            path, support = checkpoint.given, None
+            provenance = sha256_bytes(json.dumps(identity, sort_keys=True).encode())
+        return {"path": path, "kind": checkpoint.kind, "support": support, "provenance_sha256": provenance,
+                "base": self.base, "base_sha256": digest, "settings": settings}
+
+
 def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.dtype | None = None,
              precision: str | None = None) -> tuple[LoopedLM, PreTrainedTokenizerBase, dict]:
     """Returns `(looped, tokenizer, info)` rebuilt from a run directory, strictly checked.
@@ -251,33 +361,10 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
 def rebuild_run(run_dir: Path, base: str | None = None, dtype: torch.dtype | None = None,
                 precision: str | None = None) -> tuple[LoopedLM, PreTrainedTokenizerBase, dict]:
     """`load_run` of a run directory already resolved (a parsed `Checkpoint`'s `run_dir`)."""
-    if not run_dir.is_dir():
-        raise WorkbenchError(f"run directory '{run_dir}' {'is a file' if run_dir.exists() else 'does not exist'}; "
-                             f"give a run directory or a shipped keeper's name: {', '.join(shipped_keepers())}")
-    prov = verify_files(run_dir)
-    record, config = read_retrofit(run_dir)
-    spec = base or record["base"]["spec"]
-    dtype = dtype or getattr(torch, record["base"]["dtype"])
-    model, tok = load_base(spec, dtype=dtype, attn_implementation=record["base"]["attn_implementation"])
-    digest = base_sha256(model)
-    if digest != record["base"]["sha256"]:
-        raise WorkbenchError(f"base model '{spec}' has weights SHA-256 {digest[:12]}..., but {run_dir / RETROFIT} "
-                             f"records {record['base']['sha256'][:12]}... (a different base)")
-    try:
-        looped = retrofit(model, config)
-    except (TypeError, KeyError, ValueError) as err:  # settings edited by hand: a value no retrofit takes
-        raise WorkbenchError(f"{run_dir / RETROFIT}: its settings do not rebuild a retrofit ({type(err).__name__}: "
-                             f"{str(err).splitlines()[0][:160] if str(err) else ''})") from None
-    load_trained(looped, run_dir / TRAINABLE, record["trained_groups"])
-    looped.eval()
-    for p in looped.parameters():
-        p.requires_grad_(False)
-    if precision == "recorded":
-        precision = (prov.get("precision") or {}).get("used", "fp32")
-    if precision is not None:
-        set_run_precision(looped, record["trained_groups"], precision)
-    recipe = tomllib.loads((run_dir / RECIPE).read_text())
-    return looped, tok, {"retrofit": record, "provenance": prov, "recipe": recipe, "run_dir": str(run_dir)}
+    plan = Rebuild.of_run(run_dir, base, dtype, precision)
+    looped, tok, _ = plan.build()
+    return looped, tok, {"retrofit": plan.record, "provenance": plan.provenance, "recipe": plan.recipe,
+                         "run_dir": str(run_dir)}
 
 
 def export_run(run_dir: str | os.PathLike, dest: str | os.PathLike) -> Path:
@@ -322,20 +409,9 @@ def load_checkpoint(checkpoint: Checkpoint):
     """
     if checkpoint.kind == NATIVE:
         return _native(checkpoint)
-    if checkpoint.kind == RUN:
-        return _run(checkpoint)
-    return _untrained(checkpoint)
-
-
-def _run(checkpoint: Checkpoint):
-    looped, tok, info = rebuild_run(checkpoint.run_dir)
-    stages = info["recipe"].get("stages", [])
-    depths = [d for s in stages if s.get("kind", "chain") != "halting" for d in s.get("depths", [])]
-    return looped, tok, {
-        "path": str(checkpoint.run_dir), "kind": "run", "support": max(depths) if depths else None,
-        "provenance_sha256": sha256_file(checkpoint.run_dir / PROVENANCE), "base": info["retrofit"]["base"]["spec"],
-        "base_sha256": base_sha256(looped.base), "settings": looped.retrofit_config.to_dict(),
-    }
+    plan = Rebuild.of_checkpoint(checkpoint)
+    looped, tok, digest = plan.build()
+    return looped, tok, plan.info(checkpoint, looped, digest)
 
 
 def _native(checkpoint: Checkpoint):
@@ -350,27 +426,4 @@ def _native(checkpoint: Checkpoint):
         "path": spec, "kind": "native", "support": None, "base": spec, "base_sha256": digest,
         "settings": settings, "provenance_sha256": sha256_bytes(json.dumps({"native": settings, "weights": digest},
                                                                            sort_keys=True).encode()),
-    }
-
-
-def _untrained(checkpoint: Checkpoint):
-    if checkpoint.run_dir is not None:
-        record, config = read_retrofit(checkpoint.run_dir)
-        base = record["base"]["spec"]
-        dtype, attn = getattr(torch, record["base"]["dtype"]), record["base"]["attn_implementation"]
-    else:
-        base, config = checkpoint.base, RetrofitConfig(block=checkpoint.block)
-        dtype, attn = torch.float32, "eager"
-    model, tok = load_base(base, dtype=dtype, attn_implementation=attn)
-    looped = retrofit(model, config)  # a LoRA adapter is present with B = 0: it changes nothing
-    looped.eval()
-    for p in looped.parameters():
-        p.requires_grad_(False)
-    digest = base_sha256(looped.base)
-    settings = looped.retrofit_config.to_dict()
-    identity = {"untrained": True, "base": base, "base_sha256": digest, "settings": settings}
-    return looped, tok, {
-        "path": checkpoint.given, "kind": "untrained", "support": None, "base": base, "base_sha256": digest,
-        "settings": settings,
-        "provenance_sha256": sha256_bytes(json.dumps(identity, sort_keys=True).encode()),
     }
