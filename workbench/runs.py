@@ -241,7 +241,6 @@ class Rebuild:
         record: that run's retrofit.json.
         trained: whether the run's trained tensors load on top (its base's SHA-256 checked against `record`).
         provenance, recipe: a trained run's provenance.json and resolved recipe.
-        precision: a trained run's frozen tensors cast to it (`set_run_precision`); None: fp32, exact.
     """
 
     base: str
@@ -253,7 +252,6 @@ class Rebuild:
     trained: bool = False
     provenance: dict | None = None
     recipe: dict | None = None
-    precision: str | None = None
 
     @classmethod
     def of_checkpoint(cls, checkpoint: Checkpoint) -> Rebuild:
@@ -265,18 +263,15 @@ class Rebuild:
         return cls.of_record(checkpoint.run_dir, *read_retrofit(checkpoint.run_dir))
 
     @classmethod
-    def of_run(cls, run_dir: Path, base: str | None = None, dtype: torch.dtype | None = None,
-               precision: str | None = None) -> Rebuild:
+    def of_run(cls, run_dir: Path, base: str | None = None, dtype: torch.dtype | None = None) -> Rebuild:
         """A finished run's, its files checked against provenance.json first (`load_run` gives the arguments)."""
         if not run_dir.is_dir():
             raise WorkbenchError(f"run directory '{run_dir}' {'is a file' if run_dir.exists() else 'does not exist'}; "
                                  f"give a run directory or a shipped keeper's name: {', '.join(shipped_keepers())}")
         prov = verify_files(run_dir)
         record, config = read_retrofit(run_dir)
-        if precision == "recorded":
-            precision = (prov.get("precision") or {}).get("used", "fp32")
         return cls.of_record(run_dir, record, config, base, dtype, trained=True, provenance=prov,
-                             recipe=tomllib.loads((run_dir / RECIPE).read_text()), precision=precision)
+                             recipe=tomllib.loads((run_dir / RECIPE).read_text()))
 
     @classmethod
     def of_record(cls, run_dir: Path, record: dict, config: RetrofitConfig, base: str | None = None,
@@ -313,8 +308,6 @@ class Rebuild:
         looped.eval()
         for p in looped.parameters():
             p.requires_grad_(False)
-        if self.precision is not None:
-            set_run_precision(looped, self.record["trained_groups"], self.precision)
         return looped, tok, digest
 
     def info(self, checkpoint: Checkpoint, looped: LoopedLM, digest: str) -> dict:
@@ -361,8 +354,12 @@ def load_run(run_dir: str | os.PathLike, base: str | None = None, dtype: torch.d
 def rebuild_run(run_dir: Path, base: str | None = None, dtype: torch.dtype | None = None,
                 precision: str | None = None) -> tuple[LoopedLM, PreTrainedTokenizerBase, dict]:
     """`load_run` of a run directory already resolved (a parsed `Checkpoint`'s `run_dir`)."""
-    plan = Rebuild.of_run(run_dir, base, dtype, precision)
+    plan = Rebuild.of_run(run_dir, base, dtype)
     looped, tok, _ = plan.build()
+    if precision == "recorded":
+        precision = (plan.provenance.get("precision") or {}).get("used", "fp32")
+    if precision is not None:
+        set_run_precision(looped, plan.record["trained_groups"], precision)
     return looped, tok, {"retrofit": plan.record, "provenance": plan.provenance, "recipe": plan.recipe,
                          "run_dir": str(run_dir)}
 
