@@ -133,11 +133,15 @@ def plan(battery: dict, only: list[str] | None, rows: str | None) -> dict[str, d
 def check_options(name: str, options: dict) -> None:
     """Raises WorkbenchError, one line, for the first of `options` probe `name`'s record refuses
     (`workbench.probes.options.check`: an unknown name, with the nearest one, or a value of the wrong type)."""
-    record = get_probe(name).options
-    if record is None:
-        raise WorkbenchError(f"probe '{name}' declares no options record: give its SPEC options=Options "
+    _check_options(get_probe(name), options)
+
+
+def _check_options(spec: ProbeSpec, options: dict) -> None:
+    """`check_options` of a probe already looked up."""
+    if spec.options is None:
+        raise WorkbenchError(f"probe '{spec.name}' declares no options record: give its SPEC options=Options "
                              "(docs/adding-a-probe.md)")
-    check(name, record, options)
+    check(spec.name, spec.options, options)
 
 
 # ----------------------------------------------------------------------------- running
@@ -177,7 +181,7 @@ def run_probe(name: str, model, tokenizer, rows: list[dict], options: dict, cont
             or the probe's own reason.
     """
     module = get_probe(name)
-    check_options(name, options)
+    _check_options(module, options)
     reason = unmet(module, model, rows)
     if reason is not None:
         raise NotApplicable(reason)
@@ -248,7 +252,8 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     seed_initial_state(model, init_seed, f"'{checkpoint.given}'")   # Raven's s_0 seed (--init-seed); others refuse it
     check_positions(manifests, model, tok)
     chosen = {name: chosen_rows(o, manifests) for name, o in todo.items()}
-    skipped = {name: reason for name in todo if (reason := unmet(get_probe(name), model, chosen[name])) is not None}
+    probe_specs = {name: get_probe(name) for name in todo}   # looked up once a probe: asked, then summarized
+    skipped = {name: reason for name in todo if (reason := unmet(probe_specs[name], model, chosen[name])) is not None}
     if announce is not None and skipped:
         announce(skipped)
     model.to(run_on)
@@ -268,7 +273,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
         for name in tqdm(todo, desc="probes", disable=not progress):
             if used != "fp32" and name not in EXACT_PROBES and model.precision != used:
                 apply_precision(model, used)
-            summary["probes"][name], summary["probe_runs"][name] = _one(name, todo[name], chosen[name],
+            summary["probes"][name], summary["probe_runs"][name] = _one(probe_specs[name], todo[name], chosen[name],
                                                                          skipped.get(name), model, tok, context,
                                                                          staging)
         summary["wall_s"] = round(time.perf_counter() - start, 1)
@@ -317,7 +322,8 @@ def chosen_rows(options: dict, manifests: dict) -> list[dict]:
     return battery_rows(manifests[options["manifest"]].rows, options.get("depths"), options.get("per_depth"))
 
 
-def _one(name, options, chosen, skipped, model, tok, context, staging) -> tuple[dict, dict]:
+def _one(spec, options, chosen, skipped, model, tok, context, staging) -> tuple[dict, dict]:
+    name = spec.name
     options = dict(options)
     manifest = options.pop("manifest")
     selection = {k: options.pop(k) for k in ("depths", "per_depth") if k in options}
@@ -336,7 +342,7 @@ def _one(name, options, chosen, skipped, model, tok, context, staging) -> tuple[
         return {"status": "not_applicable", "reason": str(reason)}, {**record, "tables": []}
     for table, frame in tables.items():
         _write_parquet(frame, staging / f"{table}.parquet")
-    headline = get_probe(name).summarize(tables)
+    headline = spec.summarize(tables)
     return ({**headline, "wall_s": round(time.perf_counter() - t0, 1)},
             {**record, "tables": sorted(tables)})
 
