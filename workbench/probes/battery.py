@@ -232,16 +232,16 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     start = time.perf_counter()
     run_on = resolve_device(device)   # before anything is read or written: a bad name is one line
     used, precision_record = resolve_precision(precision, run_on)
+    checkpoint = parse_checkpoint(checkpoint, used)
+    native = checkpoint.kind == NATIVE
+    spec = load_battery(battery if battery is not None else "native" if native else "default")
+    todo = plan(spec, only, rows)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
         raise WorkbenchError(f"--seed {seed!r} is out of range; accepted: an integer in 0..2**32-1")
-    checkpoint = parse_checkpoint(checkpoint, used)   # parsed once, then loaded: the battery's files follow
-    model, tok, info = load_checkpoint(checkpoint)   # a native model in `used`; a retrofit in fp32, cast below
-    spec = load_battery(battery if battery is not None else "native" if checkpoint.kind == NATIVE else "default")
-    todo = plan(spec, only, rows)
     reading = [*{o["manifest"] for o in todo.values()}, checkpoint.reads, spec["path"]]
     manifests = {m: read_manifest(m) for m in dict.fromkeys(o["manifest"] for o in todo.values())}  # checked first
-    guard = guard_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=overwrite, reading=reading)  # before any probe
-    # runs or file is written, held to the move
+    guard = guard_output(out, "probe", kind=RESULTS_OUTPUT, overwrite=overwrite, reading=reading)  # before any work,
+    # held to the move
     out = Path(out)
     if progress and precision != "fp32":
         tqdm.write(f"precision: {used} ({precision_record['hardware']['name']}; bf16 units: "
@@ -249,6 +249,7 @@ def run_battery(checkpoint: str, battery: str | os.PathLike | None, out: str | o
     if used != "fp32":  # the exact probes first, before the frozen weights go to bf16
         todo = {**{n: o for n, o in todo.items() if n in EXACT_PROBES},
                 **{n: o for n, o in todo.items() if n not in EXACT_PROBES}}
+    model, tok, info = load_checkpoint(checkpoint)   # a native model in `used`; a retrofit in fp32, cast below
     seed_initial_state(model, init_seed, f"'{checkpoint.given}'")   # Raven's s_0 seed (--init-seed); others refuse it
     check_positions(manifests, model, tok)
     chosen = {name: chosen_rows(o, manifests) for name, o in todo.items()}
