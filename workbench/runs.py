@@ -22,9 +22,10 @@ the base's weights against retrofit.json, every tensor present, of its shape and
 into its directory, `export_run` copies a finished run without its checkpoints, and `load_checkpoint` loads every
 `--checkpoint` / `--model` spec a command takes, parsed once into a `workbench.checkpoints.Checkpoint` (a run
 directory or keeper name, a native looped model, `untrained:RUN_DIR`, `untrained:BASE:A:B`, and for the reading
-commands a base with `--block`). Probes,
-notebooks and the public API (`workbench.load_run`) read runs through here; training writes them through
-`workbench.train.rundir`, which imports this module, never the other way.
+commands a base with `--block`). `load_run` and `load_checkpoint`'s run and untrained kinds share one path: a
+`Rebuild` says what to build, read before anything loads, and builds it in one pass. Probes, notebooks and the
+public API (`workbench.load_run`) read runs through here; training writes them through `workbench.train.rundir`,
+which imports this module, never the other way.
 
 The file names above and `holds_run` are declared in `workbench.places`, below the output guard, and the run's output
 kind (`RUN_OUTPUT`) in `workbench.guard.in_place`, which every guard asks to recognise its own before any output
@@ -314,9 +315,9 @@ class Rebuild:
         """`load_checkpoint`'s info of the model `build` made from the base of SHA-256 `digest`: a trained run is
         identified by its provenance.json, an untrained retrofit by its base, base digest and settings."""
         settings = looped.retrofit_config.to_dict()
-        if self.trained and "block" in self.record["trained_groups"]:   # its trained block is the base's own layers
-            digest = base_sha256(looped.base)   # (weights shared): the base as loaded is recorded
         if self.trained:
+            if "block" in self.record["trained_groups"]:   # a trained block is the base's own layers (weights
+                digest = base_sha256(looped.base)          # shared): the base is recorded as loaded
             stages = self.recipe.get("stages", [])
             depths = [d for s in stages if s.get("kind", "chain") != "halting" for d in s.get("depths", [])]
             path, support = str(self.run_dir), max(depths) if depths else None
