@@ -71,8 +71,14 @@ def test_detect_hardware_reads_this_machine():
                                  and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()))
 
 
-def test_a_bf16_battery_runs_identity_in_fp32_first(tiny_run, tmp_path):
+def test_a_bf16_battery_runs_identity_in_fp32_first(tiny_run, tmp_path, monkeypatch):
+    # The order is the battery's, whatever CPU runs the suite: on one without bf16 units bf16 falls back to fp32
+    # and nothing would move, so the hardware is read as having them (bf16 then runs emulated on the tiny model).
+    import workbench.precision as precision
     from workbench.models import load_tokenizer
+
+    monkeypatch.setattr(precision, "detect_hardware", lambda device="cpu": precision.Hardware(
+        "cpu", "a CPU with bf16 units", ["avx512_bf16"], True))
     from workbench.probes.battery import run_battery
     from workbench.tasks import build_rows
     from workbench.tasks.manifest import write_manifest
