@@ -25,6 +25,7 @@ for the optimizer in the trainer (`param_groups` with the real parameters and na
 from __future__ import annotations
 
 import contextlib
+import importlib
 import math
 import sys
 from unittest import mock
@@ -91,7 +92,10 @@ class Zero2Optimizer:
         for ps in self.params:
             for p in ps:
                 holder.register_parameter(names[id(p)].replace(".", "__"), p)
-        with mock.patch.object(deepspeed.runtime.engine.DeepSpeedEngine, "_broadcast_model", lambda engine: None):
+        # DeepSpeed's CPU backend also JIT-compiles a shared-memory all-reduce (g++, about 45 s on a machine's first
+        # run) that only its inference all-reduce calls; ZeRO-2 reduces and gathers through torch.distributed.
+        with mock.patch.object(deepspeed.runtime.engine.DeepSpeedEngine, "_broadcast_model", lambda engine: None), \
+                mock.patch.object(importlib.import_module("deepspeed.comm.torch"), "build_shm_op", lambda: None):
             self.engine, self.zero, _, _ = deepspeed.initialize(model=holder, optimizer=optimizer, config=config)
 
     def close(self) -> None:
