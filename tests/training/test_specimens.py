@@ -12,12 +12,13 @@ MANIFEST = ROOT / "probes" / "chase_n8_d1-7.jsonl"
 
 
 @pytest.mark.specimen
-@pytest.mark.parametrize("specimen, depth, n", [("smollm2-chase-s2", 3, 64), ("smollm2-chase", 5, 64),
-                                                 ("smollm2-chase-s3", 4, 16), ("smollm2-chase-s2-seed2", 3, 16),
-                                                 ("smollm2-chase-s6", 7, 16)])
-def test_a_specimen_rereads_its_committed_depth_matrix(specimen, depth, n):
+@pytest.mark.parametrize("specimen, depth", [("smollm2-chase-s2", 3), ("smollm2-chase", 5), ("smollm2-chase-s3", 4),
+                                             ("smollm2-chase-s2-seed2", 3), ("smollm2-chase-s6", 7)])
+def test_a_specimen_rereads_its_committed_depth_matrix(specimen, depth, n=16):
     """The depth just past each support (where a wrong load or a changed reader would show first): `n` rows at
-    every loop 1..d read again from the committed trainable tensors give the committed predictions."""
+    every loop 1..d read again from the committed trainable tensors give the committed predictions. A row's scores
+    do not depend on the rows read beside it (the first 16 rows of the keeper's depth 5 read alone give, bit for
+    bit, the scores they get among all 64), so 16 rows check the load and the reader as the whole depth does."""
     from workbench.runs import load_run
     from workbench.tasks.manifest import read_manifest, rows_sha256
     from workbench.tasks.reader import read_rows
@@ -42,8 +43,9 @@ def test_a_specimen_rereads_its_committed_depth_matrix(specimen, depth, n):
 @pytest.mark.specimen
 @pytest.mark.parametrize("specimen, kind", [("smollm2-chase-direct", "direct"), ("smollm2-chase-scratchpad", "scratchpad")])
 def test_a_dense_control_rereads_its_committed_final_answers(specimen, kind):
-    """Depths 3 and 7 (past the direct arm's reach, and the deepest the scratchpad writes) read again from the
-    committed tensors give the committed answers (scripts/final_answers.py wrote them)."""
+    """Depths 3 and 7 (past the direct arm's reach, and the deepest the scratchpad writes): 16 rows of each read
+    again from the committed tensors give the committed answers (scripts/final_answers.py wrote them), and the
+    committed accuracies are those answers'."""
     import json
 
     from workbench.runs import load_run
@@ -54,12 +56,13 @@ def test_a_dense_control_rereads_its_committed_final_answers(specimen, kind):
     record = json.loads((run / "final" / "final.json").read_text())
     assert record["kind"] == kind and record["support"] == 4 and record["rows"] == 448
     committed = pd.read_parquet(run / "final" / "final.parquet").set_index("row_id")
-    rows = [r for r in read_manifest(MANIFEST).rows if r["depth"] in (3, 7)]
+    for d in (3, 7):   # the committed accuracies are the committed answers' (all 64 rows of each depth)
+        assert int(committed[committed["depth"] == d]["correct"].sum()) == round(64 * record["accuracy_by_depth"][str(d)])
+    rows = [r for d in (3, 7) for r in [r for r in read_manifest(MANIFEST).rows if r["depth"] == d][:16]]
     looped, tok, _ = load_run(run)
     got = (read_direct if kind == "direct" else read_scratchpad)(looped, tok, rows).set_index("row_id")
-    assert (got["predicted"] == committed.loc[got.index, "predicted"]).all()
-    for d in (3, 7):
-        assert int(got[got["depth"] == d]["correct"].sum()) == round(64 * record["accuracy_by_depth"][str(d)])
+    assert len(got) == 32 and (got["predicted"] == committed.loc[got.index, "predicted"]).all()
+    assert (got["correct"] == committed.loc[got.index, "correct"]).all()
 
 
 @pytest.mark.specimen
