@@ -75,12 +75,21 @@ def test_embedded_default_loads_from_cache_fast(monkeypatch):
 
 
 @pytest.mark.slow
-def test_gguf_file_loads_directly():
-    model, tok = load_base(embedded_gguf_path())
+def test_a_gguf_file_loads_as_transformers_loads_it():
+    """`load_base` on a .gguf parses the file once (`bases._gguf_read_once`), where transformers' own load parses it
+    three times: the tensors and the tokenizer are transformers' own, and so is the embedded default's cache."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    path = embedded_gguf_path()
+    model, tok = load_base(path)
+    plain = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    plain_tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    theirs, ours = plain.state_dict(), model.state_dict()
+    assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in theirs)
+    text = "Hello world: the capital of France is"
+    assert tok.get_vocab() == plain_tok.get_vocab() and tok(text).input_ids == plain_tok(text).input_ids
     cached, _ = load_base("smollm2-135m-instruct")
-    ids = tok("Hello world", return_tensors="pt").input_ids
-    with torch.no_grad():
-        assert torch.equal(model(ids).logits, cached(ids).logits)
+    assert all(torch.equal(t, theirs[k]) for k, t in cached.state_dict().items())
 
 
 @pytest.mark.slow

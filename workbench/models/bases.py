@@ -14,7 +14,8 @@ import json
 import logging
 import os
 import shutil
-from functools import partial
+from contextlib import ExitStack
+from functools import cache, partial
 from pathlib import Path
 from unittest import mock
 
@@ -166,11 +167,11 @@ def _gguf_architecture(path: Path) -> str:
 def _load_gguf(path: Path, dtype: torch.dtype, attn: str):
     _check_architecture(_gguf_architecture(path), str(path))
     log.info("dequantizing %s (once; later loads use the safetensors cache)", path.name)
-    with _bar_on_terminals_only():
+    with _bar_on_terminals_only(), _gguf_read_once():
         model = AutoModelForCausalLM.from_pretrained(
             path.parent, gguf_file=path.name, dtype=dtype, attn_implementation=attn, use_kernels=False
         )
-    tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        tok = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
     # A GGUF-loaded model refuses save_pretrained; rebuild it from its config.
     config = model.config
     if hasattr(config, "quantization_config"):
@@ -182,6 +183,29 @@ def _load_gguf(path: Path, dtype: torch.dtype, attn: str):
         clean = AutoModelForCausalLM.from_config(config, dtype=dtype, attn_implementation=attn)
     clean.load_state_dict(model.state_dict())
     return clean, tok
+
+
+def _gguf_read_once():
+    """transformers parses a GGUF file's header three times in one load (config, tensors, tokenizer: the 49k-token
+    vocabulary each time) and builds gguf's tensor-name map once per module it maps (397 for SmolLM2); on a 2-core
+    CPU that was most of a cold load's time, the dequantization a small part. Inside this context each file is
+    parsed once and each map built once: the reader is read, never changed, and the map is a pure function of its
+    arguments, so the model and tokenizer are the same (test_models.py compares them with a plain load's)."""
+    import gguf  # noqa: PLC0415 - only a GGUF load needs it; transformers imports both names inside its functions
+
+    parsed: dict[tuple[str, str], object] = {}
+    plain_reader = gguf.GGUFReader
+
+    def reader(path, mode="r"):
+        key = (os.fspath(path), mode)
+        if key not in parsed:
+            parsed[key] = plain_reader(path, mode)
+        return parsed[key]
+
+    stack = ExitStack()
+    stack.enter_context(mock.patch.object(gguf, "GGUFReader", reader))
+    stack.enter_context(mock.patch.object(gguf, "get_tensor_name_map", cache(gguf.get_tensor_name_map)))
+    return stack
 
 
 def _bar_on_terminals_only():
