@@ -1,8 +1,9 @@
 """`--durations-log=PATH`: every test's time (set-up, call and tear-down together), slowest first, under a header
-that names the CPU, the torch threads, the pytest-xdist workers and the load average at the start and the end (a
-loaded machine's timings are not a quiet one's). `make test` writes test-durations.log; docs/testing.md reads its
-table from one. Under xdist only the controller writes it: every worker's reports reach it, and a worker writing
-the same path would replace the whole table with its half."""
+that names the CPU (its model, the vector kernels torch picked and its bf16 units: two "AMD EPYC" machines of this
+project differed 2x, AVX2 against AVX-512), the torch threads, the pytest-xdist workers and the load average at the
+start and the end (a loaded machine's timings are not a quiet one's). `make test` writes test-durations.log;
+docs/testing.md reads its table from one. Under xdist only the controller writes it: every worker's reports reach
+it, and a worker writing the same path would replace the whole table with its half."""
 
 from __future__ import annotations
 
@@ -58,7 +59,11 @@ class DurationsLog:
 
         rows = sorted(self.seconds.items(), key=lambda kv: -kv[1])
         workers = f"{len(self.workers)} xdist workers" if self.workers else "one process"
-        header = [f"cpu: {cpu_name()} ({os.cpu_count()} cores); {workers}; torch threads {torch.get_num_threads()} "
+        from workbench.precision import detect_hardware
+
+        units = ", ".join(detect_hardware("cpu").bf16_units) or "none"
+        header = [f"cpu: {cpu_name()} ({os.cpu_count()} cores; torch kernels {torch.backends.cpu.get_cpu_capability()}, "
+                  f"bf16 units: {units}); {workers}; torch threads {torch.get_num_threads()} "
                   f"a process; OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}",
                   f"load average at start {self.load_at_start}, at end {load()}",
                   f"{len(rows)} tests, {sum(self.seconds.values()):.1f} s in tests (all workers' together), "

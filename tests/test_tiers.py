@@ -113,6 +113,12 @@ def test_the_durations_log_lists_every_test_slowest_first_with_the_machine(tmp_p
     head, _, table = (tmp_path / "durations.log").read_text().partition("\n\n")
     assert head.startswith("cpu: ") and "load average at start" in head and "2 tests, 4.8 s in tests" in head
     assert "; one process;" in head
+    import torch
+
+    from workbench.precision import detect_hardware
+
+    units = ", ".join(detect_hardware("cpu").bf16_units) or "none"   # what makes two machines' logs comparable
+    assert f"torch kernels {torch.backends.cpu.get_cpu_capability()}, bf16 units: {units})" in head
     assert table.splitlines()[1:] == ["     3.00  failed   b", "     1.75  passed   a"]
 
 
