@@ -224,6 +224,21 @@ def test_figures_outside_a_kernel_leave_the_notebook_stack_unimported():
     assert out.stdout.splitlines() == ["", "True"], out.stdout
 
 
+@pytest.mark.slow   # a fresh interpreter
+def test_a_command_printing_a_table_imports_no_figure_and_no_statistics_until_it_needs_them():
+    """`workbench identity`, `lens` and `generate` print through `workbench.plots.terminal`'s console and draw no
+    figure: importing it leaves plotly's figures and scipy.stats unimported (together 2-3 s of CPU a process); the
+    first figure or interval asked for imports them."""
+    code = ("import sys, workbench.plots.terminal; "
+            "print(','.join(m for m in ('plotly.graph_objects', 'scipy.stats') if m in sys.modules)); "
+            "from workbench.plots import depth_matrix_figure; from workbench.analysis.stats import wilson; "
+            "wilson(3, 4); print(depth_matrix_figure.__module__, 'plotly.graph_objects' in sys.modules, "
+            "'scipy.stats' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert out.stdout.splitlines() == ["", "workbench.plots.depth True True"], out.stdout
+
+
 MAX_MODULE_LINES = 600   # issue 43: a module past this is split where its parts separate
 
 

@@ -8,7 +8,6 @@ from typing import Mapping
 
 import numpy as np
 import pandas as pd
-from scipy import stats as sps
 
 from workbench.errors import WorkbenchError
 
@@ -26,6 +25,8 @@ def mcnemar(helped: int, hurt: int) -> float:
         raise WorkbenchError(f"McNemar counts must be >= 0, got {helped} and {hurt}")
     if helped + hurt == 0:
         return 1.0
+    from scipy import stats as sps  # noqa: PLC0415 - scipy.stats costs 1-2 s to import; asked for here only
+
     return float(sps.binomtest(helped, helped + hurt, 0.5).pvalue)
 
 
@@ -93,6 +94,8 @@ def fisher(a_correct: int, a_total: int, b_correct: int, b_total: int, alternati
             f"counts must satisfy 0 <= correct <= total, got {a_correct}/{a_total}, {b_correct}/{b_total}"
         )
     table = [[a_correct, a_total - a_correct], [b_correct, b_total - b_correct]]
+    from scipy import stats as sps  # noqa: PLC0415 - scipy.stats costs 1-2 s to import; asked for here only
+
     return float(sps.fisher_exact(table, alternative=alternative).pvalue)
 
 
@@ -115,6 +118,8 @@ def wilson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
     """
     if n < 1 or not 0 <= successes <= n:
         raise WorkbenchError(f"a Wilson interval needs 0 <= successes <= n and n >= 1, got {successes} of {n}")
+    from scipy import stats as sps  # noqa: PLC0415 - scipy.stats costs 1-2 s to import; asked for here only
+
     z = float(sps.norm.ppf(1 - (1 - level) / 2))
     p, z2 = successes / n, z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
