@@ -90,6 +90,8 @@ def test_json_is_one_object_and_quiet_prints_only_its_paths(capsys, monkeypatch,
     assert isinstance(record, dict) and isinstance(record["wrote"], list)
     assert all(Path(p).exists() for p in record["wrote"])
     assert not any(mark in err for mark in BAR_MARKS), err[-500:]
+    if name == "identity":   # what a script reads from identity: the eight fresh retrofits, every one exact
+        assert record["kind"] == "fresh retrofit" and len(record["rows"]) == 8 and record["max_abs_diff"] == 0.0
 
     code, out, err = invoke(capsys, monkeypatch, *CASES[name](inputs, tmp_path / "quiet"), "--quiet")
     assert code == 0 and err == "", err[-2000:]
