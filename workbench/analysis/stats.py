@@ -11,6 +11,15 @@ import pandas as pd
 
 from workbench.errors import WorkbenchError
 
+
+def _scipy_stats():
+    """scipy.stats, imported when a statistic is asked for: its import costs 1-2 s of CPU, and a command that only
+    prints a table never computes one."""
+    from scipy import stats  # noqa: PLC0415 - see above
+
+    return stats
+
+
 FRONTIER_BAR = 0.71  # ≈ 0.25 ** (1 / 4), registered; sensitivity at 0.60 and 0.80
 
 
@@ -25,9 +34,7 @@ def mcnemar(helped: int, hurt: int) -> float:
         raise WorkbenchError(f"McNemar counts must be >= 0, got {helped} and {hurt}")
     if helped + hurt == 0:
         return 1.0
-    from scipy import stats as sps  # noqa: PLC0415 - scipy.stats costs 1-2 s to import; asked for here only
-
-    return float(sps.binomtest(helped, helped + hurt, 0.5).pvalue)
+    return float(_scipy_stats().binomtest(helped, helped + hurt, 0.5).pvalue)
 
 
 @dataclass(frozen=True)
@@ -94,9 +101,7 @@ def fisher(a_correct: int, a_total: int, b_correct: int, b_total: int, alternati
             f"counts must satisfy 0 <= correct <= total, got {a_correct}/{a_total}, {b_correct}/{b_total}"
         )
     table = [[a_correct, a_total - a_correct], [b_correct, b_total - b_correct]]
-    from scipy import stats as sps  # noqa: PLC0415 - scipy.stats costs 1-2 s to import; asked for here only
-
-    return float(sps.fisher_exact(table, alternative=alternative).pvalue)
+    return float(_scipy_stats().fisher_exact(table, alternative=alternative).pvalue)
 
 
 @dataclass(frozen=True)
@@ -118,9 +123,7 @@ def wilson(successes: int, n: int, level: float = 0.95) -> tuple[float, float]:
     """
     if n < 1 or not 0 <= successes <= n:
         raise WorkbenchError(f"a Wilson interval needs 0 <= successes <= n and n >= 1, got {successes} of {n}")
-    from scipy import stats as sps  # noqa: PLC0415 - scipy.stats costs 1-2 s to import; asked for here only
-
-    z = float(sps.norm.ppf(1 - (1 - level) / 2))
+    z = float(_scipy_stats().norm.ppf(1 - (1 - level) / 2))
     p, z2 = successes / n, z * z
     centre = (p + z2 / (2 * n)) / (1 + z2 / n)
     half = z / (1 + z2 / n) * math.sqrt(p * (1 - p) / n + z2 / (4 * n * n))
