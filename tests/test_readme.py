@@ -2,7 +2,10 @@
 
 The Python example runs verbatim in a fresh interpreter; the CLI tour's lines that take seconds run
 as written in an empty directory, and every other line must be one this file knows is slow, so a new
-line in the tour is either run here or named here.
+line in the tour is either run here or named here. The CLI lines run in this process, through the entry point's
+own `workbench.cli.run` with the line's words as argv: a fresh interpreter adds 9-11 CPU-s of imports a line and
+checks nothing more here (a fresh `workbench` process is tests/test_cli.py's, tests/test_texts.py's and the
+wheel's).
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.test_cli_errors import invoke
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -75,45 +80,48 @@ def test_every_line_of_the_cli_tour_is_run_here_or_named_slow():
     assert sum(line.startswith(QUICK) for line in lines) == len(QUICK)
 
 
-@pytest.mark.slow   # a fresh `workbench` process each (the 135M model in one: 16 s); in-process: test_cli_output.py
+def run_line(line: str, capsys, monkeypatch) -> str:
+    """Runs a README line `workbench ...` as the entry point does (argv split as a shell splits it); its stdout."""
+    code, out, err = invoke(capsys, monkeypatch, *shlex.split(line)[1:])
+    assert code == 0, f"{line}: {err[-2000:]}"
+    return out
+
+
+@pytest.mark.slow   # the identity line loads the 135M model and runs its 8 fresh retrofits (about 35 s)
 @pytest.mark.parametrize("line", [line for line in tour() if line.startswith(QUICK)])
-def test_the_quick_cli_lines_run_as_written(line, tmp_path):
+def test_the_quick_cli_lines_run_as_written(line, tmp_path, capsys, monkeypatch):
     argv = shlex.split(line)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    res = subprocess.run([sys.executable, "-m", "workbench", *argv[1:]], capture_output=True, text=True,
-                         cwd=tmp_path, env=env, timeout=600)
-    assert res.returncode == 0, res.stderr[-2000:]
+    monkeypatch.chdir(tmp_path)
+    out = run_line(line, capsys, monkeypatch)
     if argv[1] == "identity":  # the one CLI run of identity on the embedded default (tests/test_cli.py: a tiny one)
         model, block = argv[argv.index("--model") + 1], argv[argv.index("--block") + 1]
-        assert f"{model} block {block}, fresh retrofit, loop 1 vs base: max |Δlogit| over 6 prompts = 0.0" in res.stdout
+        assert f"{model} block {block}, fresh retrofit, loop 1 vs base: max |Δlogit| over 6 prompts = 0.0" in out
+        # every fresh retrofit (re-entry x memory x LoRA with B = 0) is a row of the table, each 0.0
+        rows = re.findall(r"^\s*(bridge|inject)\s+(True|False)\s+(True|False)\s+(\S+)\s*$", out, re.M)
+        assert len(rows) == 8 and len(set(r[:3] for r in rows)) == 8 and {r[3] for r in rows} == {"0.0"}, out
     if argv[1] == "rows":
-        out = tmp_path / argv[argv.index("--out") + 1]
-        assert out.is_file() and out.with_suffix(".manifest.json").is_file()
-        assert len(out.read_text().splitlines()) == 7 * 8
+        written = tmp_path / argv[argv.index("--out") + 1]
+        assert written.is_file() and written.with_suffix(".manifest.json").is_file()
+        assert len(written.read_text().splitlines()) == 7 * 8
     if argv[1] == "claims":
-        assert re.search(r"\d+ reproduced, \d+ not reproduced", res.stdout)
-        assert res.stdout.startswith("papers: 000 = the retrofit paper")  # the codes in [000 Sec. 6.2] explained
+        assert re.search(r"\d+ reproduced, \d+ not reproduced", out)
+        assert out.startswith("papers: 000 = the retrofit paper")  # the codes in [000 Sec. 6.2] explained
 
 
 CAPITALS = [("France", "Paris"), ("Italy", "Rome"), ("Germany", "Berlin"), ("Spain", "Madrid"), ("Japan", "Tokyo"),
             ("Egypt", "Cairo"), ("Greece", "Athens"), ("Norway", "Oslo")]
 
 
-@pytest.mark.specimen   # four processes load the keeper (135M): about 95 s quiet, the probe's default battery most of it
-def test_the_own_prompts_lines_run_as_written_and_say_what_the_paragraph_says(tmp_path):
+@pytest.mark.specimen   # four commands load the keeper (135M): the probe's default battery most of the time
+def test_the_own_prompts_lines_run_as_written_and_say_what_the_paragraph_says(tmp_path, capsys, monkeypatch):
     """The lines of "Your own prompts", in order, in an empty directory holding the capitals.jsonl the comment
     describes; the paragraph's reading (' Paris' ranked 0 at loop 1, 82 at loop 4) is what `lens` prints."""
     lines = [line.split("  #")[0].strip() for line in block("Your own prompts", "bash").splitlines() if line.strip()]
     assert [shlex.split(line)[1] for line in lines] == ["lens", "generate", "rows", "probe"]
     (tmp_path / "capitals.jsonl").write_text("".join(
         json.dumps({"prompt": f"The capital of {c} is", "answer": a}) + "\n" for c, a in CAPITALS))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    outs = []
-    for line in lines:
-        res = subprocess.run([sys.executable, "-m", "workbench", *shlex.split(line)[1:]], capture_output=True,
-                             text=True, cwd=tmp_path, env=env, timeout=600)
-        assert res.returncode == 0, f"{line}: {res.stderr[-2000:]}"
-        outs.append(res.stdout)
+    monkeypatch.chdir(tmp_path)
+    outs = [run_line(line, capsys, monkeypatch) for line in lines]
     ranks = {int(m[0]): int(m[1]) for m in re.findall(r"^\s+(\d)\s+'.*?\s(\d+)\s*$", outs[0], re.M)}
     said = re.search(r"' Paris' is ranked (\d+) at loop 1 and (\d+) at loop 4", README.replace("\n", " "))
     assert said and ranks[1] == int(said[1]) and ranks[4] == int(said[2]), (ranks, outs[0])
