@@ -44,12 +44,6 @@ def test_bad_input_is_one_line_and_exit_2():
     assert "Traceback" not in res.stderr
 
 
-@pytest.mark.slow   # a fresh process (6.5 s quiet); test_cli_errors.py::test_debug_raises_instead_of_one_line
-def test_debug_shows_the_traceback():
-    res = workbench("--debug", "identity", "--model", "tiny-llama", "--block", "4:2")
-    assert res.returncode != 0 and "Traceback" in res.stderr
-
-
 @pytest.mark.slow   # the one `workbench demo` end to end: the 135M model, a training, the demo battery, minutes
 def test_demo_trains_a_short_run_probes_it_and_writes_the_report(tmp_path):
     """`workbench demo --train-steps` as a user types it, from a folder outside the repository (every default

@@ -178,6 +178,8 @@ def test_probe_with_an_unknown_probe_name(capsys, monkeypatch, tmp_path, tiny_ru
 
 
 def test_debug_raises_instead_of_one_line(monkeypatch):
+    """--debug lets the error leave `cli.run`, which both `workbench` and `python -m workbench` call bare: a
+    process prints its traceback (a fresh process to show it cost 10 s and checked Python's own behaviour)."""
     from workbench.errors import WorkbenchError
 
     monkeypatch.setattr(sys, "argv", ["workbench", "--debug", "identity", "--model", "tiny-llama", "--block", "4:2"])
