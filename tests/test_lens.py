@@ -72,7 +72,7 @@ def test_coda_lens_at_the_last_loop_is_transformers_output_on_native_models(name
         top = _final(frame, 0, T)
         top = top[top.kind == "top"]
         assert list(top.token_id) == p.topk(6).indices.tolist()
-        np.testing.assert_allclose(top.prob.values, p[top.token_id.values].numpy(), atol=1e-5)
+        np.testing.assert_allclose(top.prob.values, p[top.token_id.tolist()].numpy(), atol=1e-5)
 
 
 def test_raw_equals_coda_without_coda_layers_and_differs_with_them():
@@ -143,7 +143,7 @@ def test_a_tuned_lens_fits_saves_and_reads(looped, tmp_path):
         p = (((h[t - 1] - mx) @ W + my) @ W_U.T).softmax(-1)
         got = frame[(frame.loop == t) & (frame.lens == "tuned") & (frame.kind == "top")]
         assert list(got.token_id) == p.topk(5).indices.tolist()
-        np.testing.assert_allclose(got.prob.values, p[got.token_id.values].numpy(), atol=1e-6)
+        np.testing.assert_allclose(got.prob.values, p[got.token_id.tolist()].numpy(), atol=1e-6)
     (tmp_path / "bad.safetensors").write_bytes(b"not a tensor file")
     with pytest.raises(WorkbenchError, match="not a safetensors file"):
         lens(model, tok, "x", loops=2, tuned=tmp_path / "bad.safetensors")
