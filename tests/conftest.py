@@ -5,6 +5,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,19 @@ def starts_an_interpreter(args) -> bool:
 
 
 FAST_TEST = {"running": False}  # set per test by the fixture below: whether the test running now is in the fast tier
+STRAY: list[str] = []   # fresh interpreters started on threads other than the main one, failed at the test's teardown
+_thread_start = threading.Thread.start
+
+
+def _start_naming_the_test(self, *args, **kwargs):
+    """Thread.start that labels the thread with the test that started it (a thread started by a labelled thread
+    keeps its label): a thread may start a process long after its test ended, and the guard names the starter."""
+    self.started_by = getattr(threading.current_thread(), "started_by", None) or os.environ.get(
+        "PYTEST_CURRENT_TEST", "outside any test").removesuffix(" (setup)").removesuffix(" (call)")
+    return _thread_start(self, *args, **kwargs)
+
+
+threading.Thread.start = _start_naming_the_test
 
 
 class FastTierPopen(subprocess.Popen):
@@ -78,12 +92,20 @@ class FastTierPopen(subprocess.Popen):
 
     It asks whether the test running *now* is fast, not the test it was installed for: a module imported during a
     fast test keeps this class (jupyter_client's launcher does `from subprocess import Popen`), and a slow test
-    later in the session must still start its kernel."""
+    later in the session must still start its kernel. On a thread of its own (kaleido's server starts Chromium
+    there) the failure would be that thread's alone, which pytest reports only as a warning: it is kept, and the
+    test running then fails at teardown, naming the test that started the thread."""
 
     def __init__(self, args, *rest, **kwargs):
         if FAST_TEST["running"] and starts_an_interpreter(args):
-            pytest.fail(f"a test outside the slow tier started a fresh interpreter ({args!r}): mark it slow "
-                        "(docs/testing.md) or run the code in this process", pytrace=False)
+            thread = threading.current_thread()
+            starter = "" if thread is threading.main_thread() else \
+                f" on thread {thread.name!r}, started by {getattr(thread, 'started_by', 'an unknown test')}"
+            message = (f"a test outside the slow tier started a fresh interpreter ({args!r}){starter}: mark it slow "
+                       "(docs/testing.md) or run the code in this process")
+            if starter:
+                STRAY.append(message)
+            pytest.fail(message, pytrace=False)
         super().__init__(args, *rest, **kwargs)
 
 
@@ -93,6 +115,11 @@ def _fast_tests_start_no_interpreter(request, monkeypatch):
     monkeypatch.setitem(FAST_TEST, "running", fast)
     if fast:
         monkeypatch.setattr(subprocess, "Popen", FastTierPopen)
+    yield
+    if STRAY:
+        stray = STRAY.copy()
+        STRAY.clear()
+        pytest.fail(stray[0], pytrace=False)
 
 
 # --- tiny runs, trained once per session ---------------------------------------------------------------------

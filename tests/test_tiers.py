@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -158,3 +159,27 @@ def test_a_popen_kept_from_a_fast_test_asks_about_the_test_running_now(monkeypat
     monkeypatch.setitem(conftest.FAST_TEST, "running", True)
     with pytest.raises(pytest.fail.Exception, match="started a fresh interpreter"):
         conftest.FastTierPopen([sys.executable, "-c", "pass"])
+
+
+def test_an_interpreter_started_on_another_thread_is_kept_naming_the_test_that_started_the_thread(monkeypatch):
+    """kaleido's server starts Chromium on a thread of its own, which can outlive the test that started it: the
+    refusal in that thread would reach pytest only as a warning, so it is kept for the teardown of the test running
+    then (which fails on it) and names the test that started the thread."""
+    monkeypatch.setitem(conftest.FAST_TEST, "running", True)
+    raised = []
+
+    def start():
+        try:
+            conftest.FastTierPopen([sys.executable, "-c", "pass"])
+        except pytest.fail.Exception as e:
+            raised.append(str(e))
+
+    thread = threading.Thread(target=start, name="server")
+    thread.start()
+    thread.join()
+    try:
+        assert raised and conftest.STRAY == raised
+        assert f"on thread 'server', started by {__name__.replace('.', '/')}.py::" in raised[0]
+        assert "test_an_interpreter_started_on_another_thread" in raised[0]
+    finally:
+        conftest.STRAY.clear()   # kept, this test's own teardown would fail on it, as any other test's does

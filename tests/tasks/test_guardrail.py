@@ -92,3 +92,57 @@ def test_hard_stop_matches_the_paper():
 def test_compare_refuses_different_batteries():
     with pytest.raises(WorkbenchError, match="different batteries"):
         guardrail_compare(_counts([1, 0]), _counts([1, 0], digest="y"))
+
+
+# ----------------------------------------------------------------------------- the reading cache
+def test_a_reading_is_read_back_only_for_the_same_computation(tiny, tmp_path, monkeypatch):
+    """A kept reading is planted to say 64/64: the same computation reads it back; a changed tensor, batch size,
+    adapter switch or tokenizer is a new key, and a hooked, training or switched-off model is never keyed, so each
+    of those reads the model again (the tiny model's own count, not the planted 64)."""
+    import json
+
+    import torch
+
+    from workbench.loop.config import Block, LoraSettings, RetrofitConfig
+    from workbench.loop.identity import adapters_disabled
+    from workbench.loop.surgery import retrofit
+    from workbench.tasks import reading_cache
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path))
+    base, tok = tiny
+    looped = retrofit(base, RetrofitConfig(Block(2, 4), max_loops=2, lora=LoraSettings(r=2, alpha=4))).eval()
+    first = guardrail_counts(looped, tok)
+    assert first.correct < 64
+    kept = list((tmp_path / "readings" / "guardrail").glob("*.json"))
+    assert len(kept) == 1 and json.loads(kept[0].read_text()) == {"per_row": first.per_row}
+    kept[0].write_text(json.dumps({"per_row": {row: True for row in first.per_row}}))
+    assert guardrail_counts(looped, tok).correct == 64                      # read back, not computed
+
+    def computed(**kw) -> bool:
+        return guardrail_counts(looped, tok, **kw).correct != 64
+
+    assert computed(batch_size=7)
+    with adapters_disabled(looped):
+        assert computed()
+    rows = guardrail_rows()
+
+    class OtherWords:   # a tokenizer whose ids differ
+        def encode(self, text):
+            return [i + 1 for i in tok.encode(text)]
+
+    assert reading_cache.reading_key(looped, OtherWords(), rows) != reading_cache.reading_key(looped, tok, rows)
+    hook = looped.base.model.norm.register_forward_hook(lambda mod, args, out: out)
+    try:
+        assert reading_cache.reading_key(looped, tok, rows) is None and computed()
+    finally:
+        hook.remove()
+    looped.train()
+    assert reading_cache.reading_key(looped, tok, rows) is None and computed()
+    looped.eval()
+    monkeypatch.setenv("WORKBENCH_READING_CACHE", "0")
+    assert reading_cache.reading_key(looped, tok, rows) is None and computed()
+    monkeypatch.delenv("WORKBENCH_READING_CACHE")
+    with torch.no_grad():
+        next(looped.parameters()).add_(1e-3)
+    assert computed()
+    assert len(list((tmp_path / "readings" / "guardrail").glob("*.json"))) == 4   # the first, batch 7, LoRA off, +1e-3
