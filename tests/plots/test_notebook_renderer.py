@@ -52,17 +52,30 @@ def test_the_bundle_holds_the_mime_type_html_and_png(kaleido_server):
     assert "</script> title" not in page and page.count("</script>") == page.count("<script")  # no early close
 
 
-def test_no_browser_means_no_png_and_no_error(monkeypatch):
+@pytest.fixture
+def no_server(monkeypatch):
+    """kaleido's server, not started: a real one starts Chromium on a thread of its own, and these tests plant what
+    the export raises without one. Returns the calls the renderer made to start it."""
+    import kaleido
+
+    calls = []
+    monkeypatch.setattr(kaleido, "start_sync_server", lambda *args, **kwargs: calls.append(kwargs))
+    return calls
+
+
+def test_no_browser_means_no_png_and_no_error(monkeypatch, no_server):
     def broken(*args, **kwargs):
         raise ChromeNotFoundError("no chromium here")  # what kaleido raises without a browser
 
     monkeypatch.setattr(pio, "to_image", broken)
     renderer = notebook.WorkbenchRenderer()
     assert set(renderer.to_mimebundle(_fig("x"))) == {PLOTLY_MIME, "text/html"}
-    assert renderer._state["png_broken"]
+    assert renderer._state["png_broken"] and no_server == [{"silence_warnings": True}]
+    renderer.to_mimebundle(_fig("y"))
+    assert len(no_server) == 1   # broken once: the kernel's later figures do not try again
 
 
-def test_an_error_that_is_not_the_browsers_is_raised_and_keeps_pngs_on(monkeypatch):
+def test_an_error_that_is_not_the_browsers_is_raised_and_keeps_pngs_on(monkeypatch, no_server):
     """Only kaleido's own errors turn PNGs off for the kernel: a bug in a figure shows where it happens."""
     def bug(*args, **kwargs):
         raise ValueError("Invalid property specified for object of type plotly.graph_objs.Layout")
