@@ -97,8 +97,8 @@ def test_compare_refuses_different_batteries():
 # ----------------------------------------------------------------------------- the reading cache
 def test_a_reading_is_read_back_only_for_the_same_computation(tiny, tmp_path, monkeypatch):
     """A kept reading is planted to say 64/64: the same computation reads it back; a changed tensor, batch size,
-    adapter switch or tokenizer is a new key, and a hooked, training or switched-off model is never keyed, so each
-    of those reads the model again (the tiny model's own count, not the planted 64)."""
+    adapter switch or tokenizer is a new key, and a hooked or training model, one of several ranks or a switched-off
+    cache is never keyed, so each of those reads the model again (the tiny model's own count, not the planted 64)."""
     import json
 
     import torch
@@ -142,6 +142,10 @@ def test_a_reading_is_read_back_only_for_the_same_computation(tiny, tmp_path, mo
     monkeypatch.setenv("WORKBENCH_READING_CACHE", "0")
     assert reading_cache.reading_key(looped, tok, rows) is None and computed()
     monkeypatch.delenv("WORKBENCH_READING_CACHE")
+    with monkeypatch.context() as ranks:   # one of two ranks: a sharded read is collective, so every rank computes
+        ranks.setattr(torch.distributed, "is_initialized", lambda: True)
+        ranks.setattr(torch.distributed, "get_world_size", lambda *group: 2)
+        assert reading_cache.reading_key(looped, tok, rows) is None and computed()
     with torch.no_grad():
         next(looped.parameters()).add_(1e-3)
     assert computed()

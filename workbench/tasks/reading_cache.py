@@ -13,7 +13,8 @@ same bytes. The key (`reading_key`) covers what the numbers depend on:
   the torch and transformers versions, and a digest of the workbench package's own sources.
 
 A model that is training (dropout), or has any forward hook or pre-hook registered on it, its modules or globally,
-is never keyed: a hook can change what the forward computes without changing a tensor. Files:
+is never keyed: a hook can change what the forward computes without changing a tensor. Nor is one of several ranks
+(`several_ranks`): a sharded model reads collectively, and every rank must compute. Files:
 `<cache>/readings/<kind>/<key>.json`, where <cache> is `$WORKBENCH_CACHE` or ~/.cache/workbench
 (`workbench.models.bases.cache_dir`). `WORKBENCH_READING_CACHE=0` turns it off.
 """
@@ -60,10 +61,17 @@ def hooked(model: torch.nn.Module) -> bool:
     return any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
 
 
+def several_ranks() -> bool:
+    """Whether this process is one of several ranks: a sharded model reads collectively, and one rank reading a kept
+    reading while another computes would leave the other waiting on a collective, so ranks always read."""
+    return torch.distributed.is_available() and torch.distributed.is_initialized() and \
+        torch.distributed.get_world_size() > 1
+
+
 def reading_key(model, tokenizer, rows: list[dict], **settings) -> str | None:
     """SHA-256 over what a reading of `rows` by `model` depends on (the module docstring lists it), or None when the
     model cannot be keyed: the cache is off, it is not a torch module in eval mode, or a hook is registered."""
-    if not enabled() or not isinstance(model, torch.nn.Module) or model.training or hooked(model):
+    if not enabled() or not isinstance(model, torch.nn.Module) or model.training or hooked(model) or several_ranks():
         return None
     device = next(model.parameters(), None)
     if device is None:
