@@ -97,8 +97,9 @@ def test_compare_refuses_different_batteries():
 # ----------------------------------------------------------------------------- the reading cache
 def test_a_reading_is_read_back_only_for_the_same_computation(tiny, tmp_path, monkeypatch):
     """A kept reading is planted to say 64/64: the same computation reads it back; a changed tensor, batch size,
-    adapter switch or tokenizer is a new key, and a hooked or training model, one of several ranks or a switched-off
-    cache is never keyed, so each of those reads the model again (the tiny model's own count, not the planted 64)."""
+    adapter switch, configuration or tokenizer is a new key, and a hooked or training model, one of several ranks or
+    a switched-off cache is never keyed, so each of those reads the model again (the tiny model's own count, not the
+    planted 64)."""
     import json
 
     import torch
@@ -131,6 +132,13 @@ def test_a_reading_is_read_back_only_for_the_same_computation(tiny, tmp_path, mo
             return [i + 1 for i in tok.encode(text)]
 
     assert reading_cache.reading_key(looped, OtherWords(), rows) != reading_cache.reading_key(looped, tok, rows)
+    key = reading_cache.reading_key(looped, tok, rows)
+    with monkeypatch.context() as config:   # the same tensors under another configuration compute something else
+        config.setattr(looped.config, "rms_norm_eps", looped.config.rms_norm_eps * 2)
+        assert reading_cache.reading_key(looped, tok, rows) != key
+    with monkeypatch.context() as config:
+        config.setattr(looped.config, "_name_or_path", "/elsewhere")   # the same model read from another folder
+        assert reading_cache.reading_key(looped, tok, rows) == key
     hook = looped.base.model.norm.register_forward_hook(lambda mod, args, out: out)
     try:
         assert reading_cache.reading_key(looped, tok, rows) is None and computed()

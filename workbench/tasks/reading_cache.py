@@ -5,8 +5,9 @@ the identity probe on the base and the checkpoint: 64 few-shot prompts through t
 core of the 2-core CPU for the 135M default. A key that matches names the same computation, so its reading is the
 same bytes. The key (`reading_key`) covers what the numbers depend on:
 
-- the model's tensors (`weights_sha256`: names, shapes, dtypes and bytes), its retrofit settings, precision and
-  attention implementation, and which LoRA adapters are active;
+- the model's tensors (`weights_sha256`: names, shapes, dtypes and bytes), its configuration (rope, norms, window:
+  what the tensors do not hold; not the path it was read from), its retrofit settings, precision and attention
+  implementation, and which LoRA adapters are active;
 - the inputs: the rows' digest, their token ids and the ids of each prompt followed by its answer (so the tokenizer
   is in the key), and the batch size (padding);
 - the machine and the code: device type, the CPU's kernel level (torch's `get_cpu_capability`), torch's thread count,
@@ -37,6 +38,7 @@ from workbench.models.bases import cache_dir, weights_sha256
 from workbench.tasks.manifest import rows_sha256
 
 PACKAGE = Path(__file__).resolve().parents[1]
+WHERE_FROM = ("_name_or_path", "transformers_version")   # a config's path and writer: not what the model computes
 
 
 def enabled() -> bool:
@@ -81,8 +83,11 @@ def reading_key(model, tokenizer, rows: list[dict], **settings) -> str | None:
     adapters = [(name, bool(m.disable_adapters), list(m.active_adapters)) for name, m in model.named_modules()
                 if isinstance(m, BaseTunerLayer)]
     prompts = [r["prompt"] for r in rows]
+    base = getattr(model, "config", None)
+    base = {k: v for k, v in base.to_dict().items() if k not in WHERE_FROM} if hasattr(base, "to_dict") else None
     h = hashlib.sha256(weights_sha256(model).encode())
     h.update(json.dumps({
+        "config": base,
         "settings": None if config is None else config.to_dict(),
         "precision": getattr(model, "precision", None),
         "attention": getattr(getattr(model, "config", None), "_attn_implementation", None),
