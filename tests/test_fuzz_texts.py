@@ -14,14 +14,16 @@ that budget, whichever is larger.
 import json
 import os
 from dataclasses import dataclass, field
+from functools import cache
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from tests.test_cli_errors import invoke
 from tests.test_texts import tiny  # noqa: F401  (the module fixture: the tiny retrofit, built once)
 from tests.test_user_rows import CAPITALS
+from workbench.models import load_tokenizer
 from workbench.tasks.manifest import read_manifest
 
 CASES = int(os.environ.get("WORKBENCH_FUZZ_CASES", "25"))
@@ -32,6 +34,8 @@ LIMIT = 64 * 2**10            # the reader's size limit during these tests: size
 LONG = "word " * 1100         # past the tiny model's 1024 positions
 ENDINGS = ["\n", "\r\n", "\r"]
 text = st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\n\r\x00"), max_size=30)
+# control characters alone: a tokenizer may drop them all (SmolLM2's drops '\x06'), leaving a prompt of no tokens
+control = st.text(st.characters(categories=("Cc",), exclude_characters="\n\r\x00"), min_size=1, max_size=3)
 
 
 @dataclass
@@ -70,13 +74,20 @@ def encoded(draw, lines: list[str], refused: list[str]) -> File:
     return file
 
 
+@cache
+def tokenizer():
+    """The tiny models' tokenizer: a prompt of characters it drops whole (control characters) is no tokens."""
+    return load_tokenizer("tiny-llama")
+
+
 @st.composite
 def prompt_files(draw) -> tuple[File, list[str]]:
     """A prompts file and the prompts it holds (`\\n` in a line is a newline; blank lines are skipped)."""
-    lines = draw(st.lists(text | st.sampled_from(["The capital of France is", " \t", "", "A -> B\\nStart at A.",
-                                                  LONG]), max_size=5))
+    lines = draw(st.lists(text | control | st.sampled_from(["The capital of France is", " \t", "", "A -> B\\nStart at A.",
+                                                            LONG]), max_size=5))
     prompts = [line.replace("\\n", "\n") for line in lines if line.strip()]
     refused = (["no prompt given"] if not prompts else ["is empty"] if any(not p.strip() for p in prompts)
+               else ["encodes to no tokens"] if any(not tokenizer()(p)["input_ids"] for p in prompts)
                else ["past the 1,024 the model reads"] if any(p == LONG for p in prompts) else [])
     return draw(encoded(lines, refused)), prompts
 
@@ -187,8 +198,13 @@ def check_rows(capsys, monkeypatch, folder, case) -> None:
         assert json.loads(stdout)["rows"] == len(rows)
 
 
+NO_TOKENS = (File(["\x06"], refused=["encodes to no tokens"]), ["\x06"])   # found by the search: one every run
+
+
 @FAST
 @given(case=prompt_files(), command=st.sampled_from(["lens", "generate"]))
+@example(case=NO_TOKENS, command="lens")
+@example(case=NO_TOKENS, command="generate")
 def test_prompt_files(capsys, monkeypatch, tmp_path_factory, quick, case, command):
     check_prompts(capsys, monkeypatch, tmp_path_factory.mktemp("p"), command, case)
 

@@ -131,6 +131,7 @@ BAD_ROWS = {   # the file's lines, and what the one-line error must say; the bad
     "candidates on some rows only": (with_line3(capital(2), candidates=FOUR), "no candidates, while line 1 gives some"),
     "answer not at the read position": (with_line3({"prompt": "The capital of Germany is Ber", "answer": "lin",
                                                     "answer_prefix": ""}), "does not start at a token boundary"),
+    "prompt of no tokens": (with_line3({"prompt": "\x06\x06", "answer": "Berlin"}), "the prompt encodes to no tokens"),
     "corrupt a string": (with_line3(capital(2, corrupt="The capital of Spain is")), "corrupt must be an object"),
     "corrupt without an answer": (with_line3(capital(2, corrupt={"prompt": "The capital of Spain is"})),
                                   "corrupt must be an object"),

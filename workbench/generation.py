@@ -157,10 +157,7 @@ def generate(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBas
     asked = check_loops(model, loops)
     check_settings(max_new_tokens, temperature, top_k, seed, batch_size)
     lengths = [len(tokenizer(p)["input_ids"]) for p in prompts]
-    empty = next((i for i, n in enumerate(lengths) if n == 0), None)
-    if empty is not None:
-        raise WorkbenchError(f"prompt {empty + 1} encodes to no tokens")
-    check_fits([n + max_new_tokens for n in lengths], context_limit(tokenizer, model.config),
+    check_fits(lengths, context_limit(tokenizer, model.config), added=max_new_tokens,
                extra=f" with max_new_tokens={max_new_tokens}", fix="give a shorter prompt or fewer new tokens")
     states = check_init_state(model, init_state, init_seed, lengths)
     use_cache = bool(cache)

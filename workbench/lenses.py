@@ -183,8 +183,8 @@ def lens(model: LoopedLM | NativeLoopedLM, tokenizer: PreTrainedTokenizerBase, p
     if maps is not None:
         _check_tuned(maps, model)
     tokens = [tokenizer(p)["input_ids"] for p in prompts]
-    where = [resolve_positions(asked, len(ids), i) for i, ids in enumerate(tokens)]
     check_fits([len(ids) for ids in tokens], context_limit(tokenizer, model.config))
+    where = [resolve_positions(asked, len(ids), i) for i, ids in enumerate(tokens)]
     records: list[tuple] = []
     order = sorted(range(len(prompts)), key=lambda i: (len(where[i]), len(tokens[i])))
     groups = [order[s:s + batch_size] for s in range(0, len(order), batch_size)]

@@ -162,20 +162,26 @@ def context_limit(tokenizer, config=None) -> int | None:
 
 
 def check_fits(lengths: list[int], limit: int | None, what: str = "prompt", extra: str = "",
-               fix: str | None = None) -> None:
-    """Raises a one-line WorkbenchError naming the first of `lengths` (tokens, one per prompt) over `limit`.
+               fix: str | None = None, added: int = 0) -> None:
+    """Raises a one-line WorkbenchError naming the first of `lengths` (tokens, one per prompt) that is no tokens at all
+    (text the tokenizer drops whole, such as control characters) or, with `added`, over `limit`.
 
     Args:
         lengths: tokens of each prompt (or row), numbered from 1 in the message.
-        limit: `context_limit`'s; None checks nothing.
+        limit: `context_limit`'s; None checks only that each has a token.
         what: what the lengths count ("prompt", "row").
         extra: what the length includes besides the prompt (" with max_new_tokens=32").
         fix: what to do instead (default: give a shorter one).
+        added: tokens each sequence gains besides the prompt (new tokens written), counted against `limit`.
     """
+    empty = next((i for i, n in enumerate(lengths) if n == 0), None)
+    if empty is not None:
+        raise WorkbenchError(f"{what} {empty + 1} encodes to no tokens (the tokenizer drops all of its text); give "
+                             "it text the tokenizer reads")
     if limit is None:
         return
-    long = next((i for i, n in enumerate(lengths) if n > limit), None)
+    long = next((i for i, n in enumerate(lengths) if n + added > limit), None)
     if long is not None:
-        raise WorkbenchError(f"{what} {long + 1} is {lengths[long]:,} tokens{extra}, past the {limit:,} the model "
-                             f"reads (its positions, or its tokenizer's maximum if smaller); "
+        raise WorkbenchError(f"{what} {long + 1} is {lengths[long] + added:,} tokens{extra}, past the {limit:,} the "
+                             f"model reads (its positions, or its tokenizer's maximum if smaller); "
                              f"{fix or f'give a shorter {what}'}")

@@ -167,3 +167,23 @@ def test_a_report_that_fails_keeps_the_finished_tables(tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["finish_error"] == "ImportError: cannot import name 'X'"
     assert (out / "depth_matrix.parquet").is_file() and not list(tmp_path.glob(".r.tmp*"))
+
+
+def test_a_manifest_row_of_no_tokens_or_past_the_context_is_refused_before_any_probe():
+    """`check_positions`, the battery's gate on every manifest before a probe runs: a prompt the tokenizer drops whole
+    (control characters) and one past the model's positions are each one line naming the manifest and the row."""
+    from types import SimpleNamespace
+
+    from workbench.models import load_base
+    from workbench.probes.battery import check_positions
+
+    model, tok = load_base("tiny-llama")
+    good = {"row_id": "good", "prompt": "The capital of France is", "answer": "A", "symbols": ["A", "B"]}
+    check_positions({"rows.jsonl": SimpleNamespace(rows=[good])}, model, tok)
+    empty = {**good, "row_id": "dropped", "prompt": "\x06\x06"}
+    with pytest.raises(WorkbenchError, match="^manifest 'rows.jsonl' row 'dropped' has a prompt that encodes to no "
+                                             "tokens"):
+        check_positions({"rows.jsonl": SimpleNamespace(rows=[good, empty])}, model, tok)
+    long = {**good, "row_id": "long", "prompt": "word " * (model.config.max_position_embeddings + 1)}
+    with pytest.raises(WorkbenchError, match="^manifest 'rows.jsonl' row 'long' is .* tokens, longer than"):
+        check_positions({"rows.jsonl": SimpleNamespace(rows=[long])}, model, tok)

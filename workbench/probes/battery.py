@@ -165,6 +165,9 @@ def check_positions(manifests: dict, model, tokenizer) -> None:
     for path, manifest in manifests.items():
         for row in manifest.rows:
             n = len(tokenizer(row["prompt"])["input_ids"])
+            if n == 0:
+                raise WorkbenchError(f"manifest '{path}' row '{row['row_id']}' has a prompt that encodes to no "
+                                     "tokens (the tokenizer drops all of its text); give it text the tokenizer reads")
             n += 0 if reads_symbol(row) else len(answer_token_ids(tokenizer, row))
             if limit is not None and n > limit:
                 raise WorkbenchError(f"manifest '{path}' row '{row['row_id']}' is {n} tokens, longer than the model's "

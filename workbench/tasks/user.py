@@ -333,6 +333,9 @@ def _tokens(row: dict, n: int, tokenizer, limit: int | None, bad) -> None:
             raise bad(n, f"candidate '{c}' is not one token of tokenizer '{name}' ({prefix + c!r} -> {len(got)} tokens)")
     written = prefix + row["answer"] + (answer_end(row) if not row["symbols"] else "")
     prompt = tokenizer.encode(row["prompt"], add_special_tokens=False)
+    if not prompt:
+        raise bad(n, f"the prompt encodes to no tokens of tokenizer '{name}' (it drops all of its text); give it text "
+                     "the tokenizer reads")
     full = tokenizer.encode(row["prompt"] + written, add_special_tokens=False)
     answer = tokenizer.encode(written, add_special_tokens=False)
     if full[: len(prompt)] != prompt:
