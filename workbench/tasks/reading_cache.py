@@ -72,7 +72,8 @@ def several_ranks() -> bool:
 
 def reading_key(model, tokenizer, rows: list[dict], **settings) -> str | None:
     """SHA-256 over what a reading of `rows` by `model` depends on (the module docstring lists it), or None when the
-    model cannot be keyed: the cache is off, it is not a torch module in eval mode, or a hook is registered."""
+    model cannot be keyed: the cache is off, it is not a torch module in eval mode, a hook is registered, or this
+    process is one of several ranks."""
     if not enabled() or not isinstance(model, torch.nn.Module) or model.training or hooked(model) or several_ranks():
         return None
     device = next(model.parameters(), None)
