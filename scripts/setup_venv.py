@@ -1,7 +1,7 @@
 """Installs the workbench and its dev extra into the virtual environment this script runs in (`make setup`).
 
-uv installs what pip would, from the same places, in about half the time: pip took 185 s and uv 84 s for the same
-set on the 2-core CPU, with empty caches, and `pip freeze` listed the same versions. uv does not read pip's
+uv installs what pip would, from the same places, in about half the time: pip took 185 s and uv 78-115 s (three runs)
+for the same set on the 2-core CPU, with empty caches, and `pip freeze` listed the same versions. uv does not read pip's
 configuration, so this reads it (`pip config list`: the indexes, find-links, constraints, certificate and timeout,
 which on some machines hold the only CPU build of torch) and hands it to uv, with pip's rule for several indexes
 (the best version from any of them). Without uv, or where it fails to install, pip installs the same set.
@@ -27,8 +27,8 @@ LISTS = {"extra-index-url": "--extra-index-url", "find-links": "--find-links", "
          "trusted-host": "--allow-insecure-host"}
 
 
-def pip(*args: str) -> None:
-    subprocess.run([sys.executable, "-m", "pip", *args], cwd=ROOT, check=True)
+def pip(*args: str, env: dict | None = None) -> None:
+    subprocess.run([sys.executable, "-m", "pip", *args], cwd=ROOT, env=env, check=True)
 
 
 def pip_config() -> dict[str, list[str]]:
@@ -78,7 +78,7 @@ def main() -> None:
     except subprocess.CalledProcessError:
         print("uv could not be installed: pip installs the workbench (about twice as long)", file=sys.stderr)
         pip("install", "--quiet", "--upgrade", "pip")
-        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", *PACKAGES], cwd=ROOT, env=build, check=True)
+        pip("install", "--quiet", *PACKAGES, env=build)
         pip("install", "--quiet", "--no-deps", *NO_DEPS)
         return
     options, env = uv_options(pip_config())
