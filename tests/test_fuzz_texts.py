@@ -198,7 +198,7 @@ def check_rows(capsys, monkeypatch, folder, case) -> None:
         assert json.loads(stdout)["rows"] == len(rows)
 
 
-NO_TOKENS = (File(["\x06"], refused=["encodes to no tokens"]), ["\x06"])   # found by the search: one every run
+NO_TOKENS = (File(["\x06"], refused=["encodes to no tokens"]), ["\x06"])   # the search found it once; every run tries it
 
 
 @FAST
